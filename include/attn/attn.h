@@ -1,0 +1,21 @@
+// attn's public entry points: validate a call, choose a backend, run it.
+#pragma once
+
+#include "attn/backend.h"
+#include "attn/error.h"
+#include "attn/problem.h"
+#include "attn/select.h"
+#include "attn/tensor.h"
+
+namespace attn {
+
+// Validate, select (Policy::from_env() unless given), run. Returns the selection
+// so callers can report which backend ran and why. Throws attn::Error.
+Selection forward(const Options& opts, const ForwardArgs& args, const RunContext& ctx = {});
+Selection forward(const Options& opts, const ForwardArgs& args, const RunContext& ctx,
+                  const Policy& policy);
+Selection backward(const Options& opts, const BackwardArgs& args, const RunContext& ctx = {});
+Selection backward(const Options& opts, const BackwardArgs& args, const RunContext& ctx,
+                   const Policy& policy);
+
+}  // namespace attn

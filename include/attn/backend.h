@@ -1,0 +1,51 @@
+// The backend interface and the device description backends judge a call by.
+// Each backend says whether it can run a Problem (and, if not, why in words a
+// person can act on), then runs it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attn/problem.h"
+
+namespace attn {
+
+// What selection knows about the device a call runs on. For the CPU sm == 0.
+// A simulated device (ATTN_SIMULATE_DEVICE=sm80, `attn explain --device sm80`)
+// answers supports() questions without the hardware.
+struct DeviceInfo {
+  Device device{};
+  std::string name = "cpu";
+  int sm = 0;  // compute capability as 10*major + minor: 80, 86, 89, 90
+  int sm_count = 0;
+  int64_t smem_per_block_optin_bytes = 0;
+  int64_t global_mem_bytes = 0;
+  bool simulated = false;
+};
+
+// The device of a problem's tensors, honouring ATTN_SIMULATE_DEVICE for GPUs.
+DeviceInfo query_device(const Device& d);
+// "sm80", "sm86", "sm89", "sm90", "cpu" -> a device with that architecture's
+// limits; throws attn::Error for an unknown spec.
+DeviceInfo simulated_device(const std::string& spec);
+// Number of CUDA devices this process can use (0 without a GPU or driver).
+int cuda_device_count();
+
+struct RunContext {
+  void* stream = nullptr;  // cudaStream_t; nullptr = the legacy default stream
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  // Empty when the backend can run p on dev; otherwise one reason per obstacle,
+  // each naming the value and the limit ("head_dim_qk=192 > 128 on sm80").
+  virtual std::vector<std::string> supports(const Problem& p, const DeviceInfo& dev) const = 0;
+  // Called only after validation and a positive supports(); may trust both.
+  virtual void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) const = 0;
+  virtual void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx) const = 0;
+};
+
+}  // namespace attn

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Builds attn (installing what is missing) and runs every test with ctest.
+# GPU tests report "skipped" where no GPU exists. Usage: bash scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh build
+ctest --test-dir build --output-on-failure -j "$(nproc)"

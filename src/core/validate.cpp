@@ -1,0 +1,449 @@
+// Validation of an attention call before any backend runs: shapes against the
+// format, dtypes, devices, sequence offsets, masks, bias, dropout. Each failure
+// is an attn::Error saying what is wrong, what was received, what was expected
+// and how to fix it. Backends trust a Problem that passed here.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "attn/error.h"
+#include "attn/problem.h"
+#include "core/sequences.h"
+
+namespace attn {
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+[[noreturn]] void bad_value(std::string what, std::string got, std::string expected, std::string fix) {
+  fail(ErrorKind::value, std::move(what), std::move(got), std::move(expected), std::move(fix));
+}
+[[noreturn]] void bad_type(std::string what, std::string got, std::string expected, std::string fix) {
+  fail(ErrorKind::type, std::move(what), std::move(got), std::move(expected), std::move(fix));
+}
+
+// The dimension names of a q/k/v/out-like tensor in format f.
+std::string layout_of(QkvFormat f, const char* seq, const char* heads, const char* dim) {
+  const std::string s = seq, h = heads, d = dim;
+  switch (f) {
+    case QkvFormat::bshd: return "[batch, " + s + ", " + h + ", " + d + "]";
+    case QkvFormat::sbhd: return "[" + s + ", batch, " + h + ", " + d + "]";
+    case QkvFormat::thd: return "[tokens, " + h + ", " + d + "]";
+  }
+  return "";
+}
+
+int rank_of(QkvFormat f) { return f == QkvFormat::thd ? 3 : 4; }
+
+void require_defined(const TensorView& t, const char* name, const char* why) {
+  if (!t.defined())
+    bad_value(std::string(name) + " is missing", "no tensor", std::string("a tensor: ") + why,
+              std::string("pass ") + name);
+}
+
+void require_device(const TensorView& t, const char* name, const Device& expected) {
+  if (!(t.device == expected))
+    bad_value(std::string(name) + " is on another device than q", device_name(t.device),
+              device_name(expected) + " (q's device)",
+              std::string("move ") + name + " to " + device_name(expected));
+}
+
+void require_last_dim_contiguous(const TensorView& t, const char* name) {
+  if (t.rank > 0 && t.size(-1) > 1 && t.stride(-1) != 1)
+    bad_value(std::string(name) + "'s last dimension is not contiguous",
+              "stride " + str(t.stride(-1)) + " in shape " + t.shape_str(), "stride 1 along head_dim",
+              std::string("make it contiguous (e.g. ") + name + ".contiguous()); other strides may be anything");
+}
+
+// Rank of a q/k/v/out-like tensor, with the fix for the common mistakes.
+void require_rank(const TensorView& t, const char* name, QkvFormat f, const std::string& layout) {
+  const int want = rank_of(f);
+  if (t.rank == want) return;
+  std::string fix;
+  if (t.rank == want - 1)
+    fix = std::string("split the hidden dimension into heads first: ") + name +
+          ".view(..., heads, head_dim) so the last two dimensions are heads and head_dim";
+  else if (f == QkvFormat::thd && t.rank == 4)
+    fix = "a padded [batch, seq, heads, head_dim] batch is qkv_format=\"bshd\"; to pack it, flatten "
+          "to [tokens, heads, head_dim] and pass cu_seqlens_q / cu_seqlens_kv";
+  else
+    fix = std::string("reshape ") + name + " to " + layout + " or pass the qkv_format it is in";
+  bad_value(std::string(name) + " has rank " + str(t.rank) + " but qkv_format=" + format_name(f) +
+                " needs rank " + str(want),
+            t.shape_str(), layout, fix);
+}
+
+void require_floating(const TensorView& t, const char* name) {
+  if (!(t.dtype == DType::bf16 || t.dtype == DType::f16 || t.dtype == DType::f32 ||
+        t.dtype == DType::f64))
+    bad_type(std::string(name) + " has an unsupported dtype", dtype_name(t.dtype),
+             "bfloat16, float16 or float32 (float64 on the CPU reference)",
+             std::string("convert ") + name + " to bfloat16 or float16");
+}
+
+void require_same_dtype(const TensorView& t, const char* name, DType expected) {
+  if (t.dtype != expected)
+    bad_type(std::string(name) + "'s dtype differs from q's", dtype_name(t.dtype),
+             std::string(dtype_name(expected)) + " (q's dtype): q, k, v, out and the gradients share one dtype",
+             std::string("convert ") + name + " to " + dtype_name(expected));
+}
+
+// Exact shape check for outputs and gradients: `expected` holds the shape.
+void require_shape(const TensorView& t, const char* name, const std::vector<int64_t>& expected,
+                   const std::string& layout) {
+  bool same = t.rank == static_cast<int>(expected.size());
+  for (int i = 0; same && i < t.rank; ++i) same = t.shape[i] == expected[i];
+  if (same) return;
+  std::string want = "[";
+  for (size_t i = 0; i < expected.size(); ++i) want += (i ? ", " : "") + str(expected[i]);
+  want += "] " + layout;
+  bad_value(std::string(name) + " has the wrong shape", t.shape_str(), want,
+            std::string("allocate ") + name + " with the expected shape");
+}
+
+// Sizes of q, k, v read in the format's order.
+struct Sizes {
+  int64_t batch = 0, s = 0, tokens = 0, heads = 0, dim = 0;
+};
+
+Sizes read_sizes(const TensorView& t, QkvFormat f) {
+  Sizes z;
+  switch (f) {
+    case QkvFormat::bshd: z = {t.shape[0], t.shape[1], t.shape[0] * t.shape[1], t.shape[2], t.shape[3]}; break;
+    case QkvFormat::sbhd: z = {t.shape[1], t.shape[0], t.shape[0] * t.shape[1], t.shape[2], t.shape[3]}; break;
+    case QkvFormat::thd: z = {0, 0, t.shape[0], t.shape[1], t.shape[2]}; break;
+  }
+  return z;
+}
+
+std::vector<int64_t> shape_like(QkvFormat f, int64_t batch, int64_t s, int64_t tokens, int64_t heads,
+                                int64_t dim) {
+  switch (f) {
+    case QkvFormat::bshd: return {batch, s, heads, dim};
+    case QkvFormat::sbhd: return {s, batch, heads, dim};
+    case QkvFormat::thd: return {tokens, heads, dim};
+  }
+  return {};
+}
+
+void require_match(int64_t got, int64_t want, const std::string& what, const std::string& fix) {
+  if (got != want) bad_value(what, str(got), str(want), fix);
+}
+
+bool is_padding_mask(MaskType m) {
+  return m == MaskType::padding || m == MaskType::padding_causal ||
+         m == MaskType::padding_causal_bottom_right;
+}
+bool is_causal_mask(MaskType m) {
+  return m == MaskType::causal || m == MaskType::causal_bottom_right ||
+         m == MaskType::padding_causal || m == MaskType::padding_causal_bottom_right;
+}
+bool is_top_left(MaskType m) { return m == MaskType::causal || m == MaskType::padding_causal; }
+
+// Checks one cu_seqlens tensor and returns the longest sequence in it (-1 when
+// the values were not read).
+int64_t check_cu_seqlens(const TensorView& cu, const char* name, const Device& device,
+                         int64_t batch_expected, int64_t tokens, int64_t padded_len, QkvFormat f,
+                         bool read_values) {
+  if (cu.dtype != DType::i32)
+    bad_type(std::string(name) + " has the wrong dtype", dtype_name(cu.dtype), "int32",
+             std::string("convert it: ") + name + ".to(torch.int32)");
+  if (cu.rank != 1)
+    bad_value(std::string(name) + " must be one-dimensional", cu.shape_str(), "[batch + 1]",
+              "pass the cumulative sequence lengths as a 1-d int32 tensor starting at 0");
+  if (cu.size(0) < 1)
+    bad_value(std::string(name) + " is empty", cu.shape_str(), "[batch + 1] with a leading 0",
+              "pass [0, len_0, len_0 + len_1, ...]");
+  require_device(cu, name, device);
+  if (batch_expected >= 0 && cu.size(0) != batch_expected + 1)
+    bad_value(std::string(name) + " has the wrong length", str(cu.size(0)),
+              str(batch_expected + 1) + " (batch + 1 = " + str(batch_expected) + " + 1)",
+              "pass one offset per sequence plus the leading 0");
+  if (!read_values) return -1;
+  const std::vector<int32_t> v = detail::read_int32(cu);
+  if (v[0] != 0)
+    bad_value(std::string(name) + "[0] must be 0", str(v[0]), "0",
+              "cumulative lengths start at 0: [0, len_0, len_0 + len_1, ...]");
+  int64_t longest = 0;
+  for (size_t i = 1; i < v.size(); ++i) {
+    if (v[i] < v[i - 1])
+      bad_value(std::string(name) + " decreases at index " + str(static_cast<int64_t>(i)),
+                str(v[i - 1]) + " then " + str(v[i]), "non-decreasing offsets",
+                "pass cumulative sums of the (non-negative) sequence lengths");
+    longest = std::max<int64_t>(longest, v[i] - v[i - 1]);
+  }
+  if (f == QkvFormat::thd && v.back() != tokens)
+    bad_value(std::string(name) + "'s last entry differs from the number of tokens", str(v.back()),
+              str(tokens) + " (the tokens dimension of the packed tensor)",
+              "the last offset must equal the total token count; check that cu_seqlens and the tensors describe the same batch");
+  if (f != QkvFormat::thd && longest > padded_len)
+    bad_value(std::string(name) + " holds a sequence longer than the padded tensor", str(longest),
+              "at most " + str(padded_len) + " (the tensor's sequence dimension)",
+              "cu_seqlens of a padded batch give the true lengths, each at most the padded length");
+  return longest;
+}
+
+// The part of validation both passes share: inputs, sequences, masks, bias.
+Problem derive(const Options& o, const Inputs& in, Pass pass) {
+  Problem p;
+  p.pass = pass;
+  p.qkv_format = o.qkv_format;
+  const QkvFormat f = o.qkv_format;
+  require_defined(in.q, "q", "the queries");
+  require_defined(in.k, "k", "the keys");
+  require_defined(in.v, "v", "the values");
+  p.device = in.q.device;
+  p.dtype = in.q.dtype;
+  require_floating(in.q, "q");
+  require_same_dtype(in.k, "k", p.dtype);
+  require_same_dtype(in.v, "v", p.dtype);
+  require_device(in.k, "k", p.device);
+  require_device(in.v, "v", p.device);
+  require_rank(in.q, "q", f, layout_of(f, "seq_q", "heads_q", "head_dim_qk"));
+  require_rank(in.k, "k", f, layout_of(f, "seq_kv", "heads_kv", "head_dim_qk"));
+  require_rank(in.v, "v", f, layout_of(f, "seq_kv", "heads_kv", "head_dim_v"));
+  for (auto [t, n] : {std::pair{&in.q, "q"}, {&in.k, "k"}, {&in.v, "v"}}) require_last_dim_contiguous(*t, n);
+
+  const Sizes q = read_sizes(in.q, f), k = read_sizes(in.k, f), v = read_sizes(in.v, f);
+  p.h_q = q.heads;
+  p.h_kv = k.heads;
+  p.d_qk = q.dim;
+  p.d_v = v.dim;
+  require_match(k.dim, q.dim, "k's head_dim differs from q's (q.k needs one head_dim_qk)",
+                "give q and k the same last dimension; only v may differ (d_v)");
+  require_match(v.heads, k.heads, "v's number of heads differs from k's",
+                "k and v share the key/value heads (h_kv)");
+  if (f == QkvFormat::thd) {
+    require_match(v.tokens, k.tokens, "v's token count differs from k's", "k and v hold the same tokens");
+  } else {
+    require_match(k.batch, q.batch, "k's batch differs from q's", "q, k and v share the batch dimension");
+    require_match(v.batch, q.batch, "v's batch differs from q's", "q, k and v share the batch dimension");
+    require_match(v.s, k.s, "v's sequence length differs from k's", "k and v hold the same positions");
+  }
+  p.total_q = q.tokens;
+  p.total_kv = k.tokens;
+
+  // Sequences: thd needs cu_seqlens; padded bshd/sbhd may give them.
+  const bool has_cu_q = in.cu_seqlens_q.defined(), has_cu_kv = in.cu_seqlens_kv.defined();
+  if (f == QkvFormat::thd && !(has_cu_q && has_cu_kv))
+    bad_value(std::string("qkv_format=thd needs cu_seqlens_q and cu_seqlens_kv"),
+              std::string(has_cu_q ? "cu_seqlens_q only" : has_cu_kv ? "cu_seqlens_kv only" : "neither"),
+              "both: int32 [batch + 1] token offsets of each packed sequence",
+              "pass both (for self-attention the same tensor twice)");
+  if (f != QkvFormat::thd && has_cu_q != has_cu_kv)
+    bad_value("cu_seqlens_q and cu_seqlens_kv must be given together",
+              has_cu_q ? "cu_seqlens_q only" : "cu_seqlens_kv only", "both or neither",
+              "pass both (for self-attention the same tensor twice)");
+  if (f != QkvFormat::thd && has_cu_q && !is_padding_mask(o.mask))
+    bad_value(std::string("cu_seqlens with qkv_format=") + format_name(f) + " need a padding mask",
+              std::string("mask=") + mask_name(o.mask),
+              "padding, padding_causal or padding_causal_bottom_right",
+              std::string("use mask=\"padding") +
+                  (o.mask == MaskType::causal ? "_causal" : o.mask == MaskType::causal_bottom_right ? "_causal_bottom_right" : "") +
+                  "\" so the true lengths apply, or drop cu_seqlens");
+  p.has_seqlens = has_cu_q;
+  if (f == QkvFormat::thd) {
+    p.batch = in.cu_seqlens_q.rank == 1 ? in.cu_seqlens_q.size(0) - 1 : 0;
+    const int64_t longest_q = check_cu_seqlens(in.cu_seqlens_q, "cu_seqlens_q", p.device, -1, p.total_q, 0, f, o.check_seqlens);
+    const int64_t longest_kv = check_cu_seqlens(in.cu_seqlens_kv, "cu_seqlens_kv", p.device, p.batch, p.total_kv, 0, f, o.check_seqlens);
+    auto resolve_max = [&](int64_t given, int64_t longest, const char* name) -> int64_t {
+      if (given < 0) bad_value(std::string(name) + " is negative", str(given), ">= 0 (0: derive from cu_seqlens)", "pass the longest sequence length");
+      if (given == 0) {
+        if (longest < 0)
+          bad_value(std::string(name) + " is needed when check_seqlens is off", "0", "the longest sequence length",
+                    std::string("pass ") + name + ", or keep check_seqlens on so attn reads it from cu_seqlens");
+        return longest;
+      }
+      if (longest >= 0 && given < longest)
+        bad_value(std::string(name) + " is smaller than the longest sequence", str(given), ">= " + str(longest),
+                  std::string("pass ") + name + " >= the longest sequence (or 0 to derive it)");
+      return given;
+    };
+    p.s_q = resolve_max(o.max_seqlen_q, longest_q, "max_seqlen_q");
+    p.s_kv = resolve_max(o.max_seqlen_kv, longest_kv, "max_seqlen_kv");
+  } else {
+    p.batch = q.batch;
+    p.s_q = q.s;
+    p.s_kv = k.s;
+    if (has_cu_q) {
+      check_cu_seqlens(in.cu_seqlens_q, "cu_seqlens_q", p.device, p.batch, 0, p.s_q, f, o.check_seqlens);
+      check_cu_seqlens(in.cu_seqlens_kv, "cu_seqlens_kv", p.device, p.batch, 0, p.s_kv, f, o.check_seqlens);
+    }
+  }
+
+  // Mask and window.
+  p.mask = o.mask;
+  for (auto [value, side] : {std::pair{o.window.left, "left"}, {o.window.right, "right"}})
+    if (value < -1)
+      bad_value(std::string("window ") + side + " is below -1", str(value), "-1 (unbounded) or >= 0",
+                "use -1 for an unbounded side, or a non-negative number of keys");
+  p.window_left = o.window.left;
+  p.window_right = is_causal_mask(o.mask) ? 0 : o.window.right;
+  p.bottom_right = !is_top_left(o.mask);
+  if (o.mask == MaskType::arbitrary) {
+    require_defined(in.attn_mask, "attn_mask", "mask=arbitrary needs the mask tensor");
+  } else if (in.attn_mask.defined()) {
+    bad_value("attn_mask is given but the mask type ignores it", std::string("mask=") + mask_name(o.mask),
+              "mask=\"arbitrary\" with attn_mask", "pass mask=\"arbitrary\", or drop attn_mask");
+  }
+
+  // Scale, softcap.
+  p.softmax_scale = o.softmax_scale ? *o.softmax_scale : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(p.d_qk, 1)));
+  p.softcap = o.softcap;
+
+  // Bias.
+  if (in.bias.defined() && in.alibi_slopes.defined())
+    bad_value("bias and alibi_slopes are both given", "both", "at most one of them",
+              "fold ALiBi into the bias tensor, or pass only alibi_slopes");
+  auto check_broadcast4 = [&](const TensorView& t, const char* name, std::array<int64_t, 4>& shape_out) {
+    const int64_t full[4] = {p.batch, p.h_q, p.s_q, p.s_kv};
+    std::string want = "[" + str(full[0]) + "|1, " + str(full[1]) + "|1, " + str(full[2]) + "|1, " + str(full[3]) + "|1]";
+    want += " (broadcastable to [batch, heads_q, seq_q, seq_kv]";
+    want += f == QkvFormat::thd ? ", seq = max_seqlen in thd)" : ")";
+    if (t.rank != 4)
+      bad_value(std::string(name) + " must have rank 4", t.shape_str(), want,
+                std::string("add size-1 dimensions, e.g. ") + name + ".view(1, heads, seq_q, seq_kv)");
+    for (int d = 0; d < 4; ++d)
+      if (t.shape[d] != 1 && t.shape[d] != full[d])
+        bad_value(std::string(name) + " is not broadcastable to the scores", t.shape_str(), want,
+                  "each dimension must equal the problem's or be 1");
+    require_device(t, name, p.device);
+    require_last_dim_contiguous(t, name);
+    for (int d = 0; d < 4; ++d) shape_out[d] = t.shape[d];
+  };
+  if (in.bias.defined()) {
+    p.bias = BiasType::post_scale_bias;
+    if (!(in.bias.dtype == p.dtype || in.bias.dtype == DType::f32))
+      bad_type("bias has an unsupported dtype", dtype_name(in.bias.dtype),
+               std::string(dtype_name(p.dtype)) + " (q's dtype) or float32",
+               std::string("convert bias to ") + dtype_name(p.dtype));
+    p.bias_dtype = in.bias.dtype;
+    check_broadcast4(in.bias, "bias", p.bias_shape);
+  } else if (in.alibi_slopes.defined()) {
+    p.bias = BiasType::alibi;
+    const TensorView& a = in.alibi_slopes;
+    if (a.dtype != DType::f32)
+      bad_type("alibi_slopes has the wrong dtype", dtype_name(a.dtype), "float32", "convert alibi_slopes to float32");
+    const bool per_head = a.rank == 1 && a.shape[0] == p.h_q;
+    const bool per_batch = a.rank == 2 && a.shape[0] == p.batch && a.shape[1] == p.h_q;
+    if (!per_head && !per_batch)
+      bad_value("alibi_slopes has the wrong shape", a.shape_str(),
+                "[" + str(p.h_q) + "] (one slope per query head) or [" + str(p.batch) + ", " + str(p.h_q) + "]",
+                "pass one slope per query head");
+    require_device(a, "alibi_slopes", p.device);
+    p.alibi_per_batch = per_batch;
+  }
+  if (o.mask == MaskType::arbitrary) {
+    const TensorView& m = in.attn_mask;
+    if (!(m.dtype == DType::boolean || m.dtype == DType::u8 || is_floating(m.dtype)))
+      bad_type("attn_mask has an unsupported dtype", dtype_name(m.dtype),
+               "bool/uint8 (true = visible) or a floating type (added to the scores)",
+               "convert attn_mask to bool");
+    p.mask_additive = is_floating(m.dtype);
+    check_broadcast4(m, "attn_mask", p.mask_shape);
+  }
+
+  // Dropout.
+  p.dropout_p = o.dropout_p;
+  p.seed = o.seed;
+  p.offset = o.offset;
+  p.deterministic = o.deterministic;
+  check_problem(p);
+  return p;
+}
+
+void check_q_like_output(const TensorView& t, const char* name, const Problem& p, int64_t heads,
+                         int64_t tokens, int64_t s, int64_t dim, const char* layout_seq,
+                         const char* layout_heads, const char* layout_dim) {
+  require_defined(t, name, "the output buffer");
+  require_same_dtype(t, name, p.dtype);
+  require_device(t, name, p.device);
+  require_shape(t, name, shape_like(p.qkv_format, p.batch, s, tokens, heads, dim),
+                layout_of(p.qkv_format, layout_seq, layout_heads, layout_dim));
+  require_last_dim_contiguous(t, name);
+}
+
+void check_lse(const TensorView& lse, const Problem& p) {
+  if (lse.dtype != DType::f32)
+    bad_type("lse has the wrong dtype", dtype_name(lse.dtype), "float32", "allocate lse as float32");
+  require_device(lse, "lse", p.device);
+  if (p.qkv_format == QkvFormat::thd)
+    require_shape(lse, "lse", {p.h_q, p.total_q}, "[heads_q, tokens_q]");
+  else
+    require_shape(lse, "lse", {p.batch, p.h_q, p.s_q}, "[batch, heads_q, seq_q]");
+}
+
+}  // namespace
+
+void check_problem(const Problem& p) {
+  for (auto [value, name] : {std::pair{p.batch, "batch"}, {p.s_q, "s_q"}, {p.s_kv, "s_kv"},
+                             {p.total_q, "tokens_q"}, {p.total_kv, "tokens_kv"}})
+    if (value < 0) bad_value(std::string(name) + " is negative", str(value), ">= 0", "check the tensor shapes");
+  if (p.h_q < 1 || p.h_kv < 1)
+    bad_value("the number of heads must be at least 1", "h_q=" + str(p.h_q) + ", h_kv=" + str(p.h_kv), ">= 1",
+              "check the heads dimension of q, k, v");
+  if (p.h_q % p.h_kv != 0)
+    bad_value("h_q is not a multiple of h_kv", "h_q=" + str(p.h_q) + ", h_kv=" + str(p.h_kv),
+              "h_q % h_kv == 0 (MHA: equal; GQA: each KV head serves h_q/h_kv query heads; MQA: h_kv=1)",
+              "choose h_kv dividing h_q (e.g. " + str(p.h_q) + "/" + str(p.h_q) + ", or 1)");
+  for (auto [value, name] : {std::pair{p.d_qk, "head_dim_qk"}, {p.d_v, "head_dim_v"}})
+    if (value < 1 || value > kMaxHeadDim)
+      bad_value(std::string(name) + " is out of range", str(value), "1 to " + str(kMaxHeadDim),
+                "use a supported head dimension (common: 64, 128, 192, 256)");
+  if (p.window_left < -1 || p.window_right < -1)
+    bad_value("window values must be -1 (unbounded) or >= 0",
+              "(" + str(p.window_left) + ", " + str(p.window_right) + ")", "each >= -1",
+              "use -1 for an unbounded side");
+  if (!std::isfinite(p.softmax_scale))
+    bad_value("softmax_scale is not finite", std::to_string(p.softmax_scale), "a finite number",
+              "omit it for the default 1/sqrt(head_dim_qk)");
+  if (!(p.softcap >= 0.0) || !std::isfinite(p.softcap))
+    bad_value("softcap must be a finite number >= 0", std::to_string(p.softcap), "0 (off) or > 0",
+              "pass 0 to disable softcapping");
+  if (!(p.dropout_p >= 0.0 && p.dropout_p < 1.0))
+    bad_value("dropout probability outside [0, 1)", std::to_string(p.dropout_p), "0 <= p < 1",
+              "pass a probability below 1 (0 disables dropout)");
+  if (p.offset > 0xFFFFFFFFull)
+    bad_value("dropout offset does not fit the Philox counter word", std::to_string(p.offset),
+              "offset < 2^32", "advance the seed instead of the offset past 2^32 calls");
+  if (p.mask_additive && p.mask != MaskType::arbitrary)
+    bad_value("an additive mask needs mask=arbitrary", mask_name(p.mask), "arbitrary", "pass mask=\"arbitrary\"");
+}
+
+Problem validate_forward(const Options& opts, const ForwardArgs& args) {
+  Problem p = derive(opts, args.in, Pass::forward);
+  check_q_like_output(args.out, "out", p, p.h_q, p.total_q, p.s_q, p.d_v, "seq_q", "heads_q", "head_dim_v");
+  if (args.lse.defined()) {
+    check_lse(args.lse, p);
+    p.return_lse = true;
+  }
+  return p;
+}
+
+Problem validate_backward(const Options& opts, const BackwardArgs& args) {
+  Problem p = derive(opts, args.in, Pass::backward);
+  const char *sq = "seq_q", *skv = "seq_kv", *hq = "heads_q", *hkv = "heads_kv";
+  check_q_like_output(args.out, "out", p, p.h_q, p.total_q, p.s_q, p.d_v, sq, hq, "head_dim_v");
+  check_q_like_output(args.dout, "dout", p, p.h_q, p.total_q, p.s_q, p.d_v, sq, hq, "head_dim_v");
+  check_q_like_output(args.dq, "dq", p, p.h_q, p.total_q, p.s_q, p.d_qk, sq, hq, "head_dim_qk");
+  check_q_like_output(args.dk, "dk", p, p.h_kv, p.total_kv, p.s_kv, p.d_qk, skv, hkv, "head_dim_qk");
+  check_q_like_output(args.dv, "dv", p, p.h_kv, p.total_kv, p.s_kv, p.d_v, skv, hkv, "head_dim_v");
+  require_defined(args.lse, "lse", "the forward's log-sum-exp (call forward with an lse output)");
+  check_lse(args.lse, p);
+  if (args.dbias.defined()) {
+    if (p.bias != BiasType::post_scale_bias)
+      bad_value("dbias is given but there is no bias", "dbias " + args.dbias.shape_str(), "a bias tensor",
+                "pass the forward's bias too, or drop dbias");
+    require_shape(args.dbias, "dbias",
+                  {p.bias_shape[0], p.bias_shape[1], p.bias_shape[2], p.bias_shape[3]}, "(the bias's shape)");
+    if (args.dbias.dtype != p.bias_dtype)
+      bad_type("dbias's dtype differs from bias's", dtype_name(args.dbias.dtype), dtype_name(p.bias_dtype),
+               "allocate dbias like bias");
+    require_device(args.dbias, "dbias", p.device);
+    require_last_dim_contiguous(args.dbias, "dbias");
+    p.bias_grad = true;
+  }
+  return p;
+}
+
+}  // namespace attn

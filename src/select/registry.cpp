@@ -1,0 +1,46 @@
+// The one table of backends: which exist in this build, which attn knows of,
+// and each architecture's preference order.
+#include <algorithm>
+
+#include "attn/select.h"
+#include "backends/reference/reference.h"
+
+namespace attn {
+namespace {
+
+// Every backend of DESIGN.md, built or not, so verdicts always cover all of them.
+const std::vector<std::string>& known_backends() {
+  static const std::vector<std::string> names = {"flash_sm90", "flash_sm80", "cudnn", "unfused",
+                                                 "reference"};
+  return names;
+}
+
+}  // namespace
+
+const std::vector<const Backend*>& registered_backends() {
+  static const std::vector<const Backend*> built = {&reference::backend()};
+  return built;
+}
+
+const Backend* find_backend(const std::string& name) {
+  for (const Backend* b : registered_backends())
+    if (name == b->name()) return b;
+  return nullptr;
+}
+
+std::vector<std::string> preference_order(const DeviceInfo& dev) {
+  std::vector<std::string> order;
+  if (!dev.device.is_cuda())
+    order = {"reference"};
+  else if (dev.sm >= 90)
+    order = {"flash_sm90", "cudnn", "flash_sm80", "unfused"};
+  else if (dev.sm >= 80)
+    order = {"flash_sm80", "cudnn", "unfused"};
+  else
+    order = {"unfused"};
+  for (const std::string& name : known_backends())  // the rest, so every verdict is listed
+    if (std::find(order.begin(), order.end(), name) == order.end()) order.push_back(name);
+  return order;
+}
+
+}  // namespace attn

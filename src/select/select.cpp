@@ -1,0 +1,135 @@
+// Backend selection: every backend's verdict, the first supporting one in the
+// device's preference order (or the forced one), and the reasons as data.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "attn/error.h"
+#include "attn/select.h"
+
+namespace attn {
+namespace {
+
+std::vector<std::string> split_list(const char* s) {
+  std::vector<std::string> out;
+  if (!s) return out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::string join(const std::vector<std::string>& items, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < items.size(); ++i) s += (i ? sep : "") + items[i];
+  return s;
+}
+
+void require_known(const std::string& name, const char* source, const std::vector<std::string>& known) {
+  if (std::find(known.begin(), known.end(), name) == known.end())
+    fail(ErrorKind::value, std::string(source) + " names an unknown backend", name, join(known, ", "),
+         "use one of the listed names (`attn explain` lists them with their verdicts)");
+}
+
+std::string device_label(const DeviceInfo& dev) {
+  if (!dev.device.is_cuda()) return "cpu";
+  return "sm" + std::to_string(dev.sm) + (dev.simulated ? " (simulated)" : "");
+}
+
+}  // namespace
+
+Policy Policy::from_env() {
+  Policy p;
+  if (const char* f = std::getenv("ATTN_BACKEND")) p.forced = f;
+  p.disabled = split_list(std::getenv("ATTN_DISABLE"));
+  if (const char* l = std::getenv("ATTN_LOG")) p.log_level = std::atoi(l);
+  return p;
+}
+
+std::vector<Verdict> explain(const Problem& p, const DeviceInfo& dev, const Policy& policy) {
+  const std::vector<std::string> order = preference_order(dev);
+  if (!policy.forced.empty()) require_known(policy.forced, "ATTN_BACKEND (or backend=)", order);
+  for (const std::string& d : policy.disabled) require_known(d, "ATTN_DISABLE", order);
+  std::vector<Verdict> verdicts;
+  for (const std::string& name : order) {
+    Verdict v;
+    v.backend = name;
+    if (const Backend* b = find_backend(name)) {
+      v.reasons = b->supports(p, dev);
+    } else {
+      v.in_build = false;
+      v.reasons.push_back("not part of this build");
+    }
+    if (std::find(policy.disabled.begin(), policy.disabled.end(), name) != policy.disabled.end())
+      v.reasons.push_back("disabled by ATTN_DISABLE");
+    verdicts.push_back(std::move(v));
+  }
+  return verdicts;
+}
+
+std::string format_verdicts(const std::vector<Verdict>& verdicts) {
+  size_t width = 0;
+  for (const Verdict& v : verdicts) width = std::max(width, v.backend.size());
+  std::string s;
+  for (const Verdict& v : verdicts) {
+    std::string name = v.backend;
+    name.resize(width, ' ');
+    if (v.ok()) {
+      s += "  " + name + "  yes\n";
+      continue;
+    }
+    for (size_t i = 0; i < v.reasons.size(); ++i)
+      s += "  " + (i == 0 ? name : std::string(width, ' ')) + (i == 0 ? "  no: " : "      ") + v.reasons[i] + "\n";
+  }
+  return s;
+}
+
+Selection select_backend(const Problem& p, const DeviceInfo& dev, const Policy& policy) {
+  Selection sel;
+  sel.device = dev;
+  sel.verdicts = explain(p, dev, policy);
+  std::vector<std::string> skipped;
+  std::vector<std::string> order_names;
+  for (const Verdict& v : sel.verdicts) order_names.push_back(v.backend);
+
+  if (!policy.forced.empty()) {
+    const auto it = std::find_if(sel.verdicts.begin(), sel.verdicts.end(),
+                                 [&](const Verdict& v) { return v.backend == policy.forced; });
+    if (!it->ok())
+      fail(ErrorKind::unsupported, "the forced backend " + policy.forced + " cannot run this call",
+           describe_problem(p) + "\n" + format_verdicts({*it}),
+           "a problem within " + policy.forced + "'s limits",
+           "unset ATTN_BACKEND (or backend=) to let attn choose, or change what the reasons name; every backend:\n" +
+               format_verdicts(sel.verdicts));
+    sel.backend = find_backend(policy.forced);
+    sel.why = "forced by ATTN_BACKEND/backend=" + policy.forced;
+  } else {
+    for (const Verdict& v : sel.verdicts) {
+      if (v.ok()) {
+        sel.backend = find_backend(v.backend);
+        break;
+      }
+      if (v.in_build) skipped.push_back(v.backend + " (" + join(v.reasons, "; ") + ")");
+    }
+    if (!sel.backend)
+      fail(ErrorKind::unsupported, "no attention backend can run this call",
+           describe_problem(p) + " on " + dev.name + "\n" + format_verdicts(sel.verdicts),
+           "at least one backend whose limits include the call",
+           "change one of the obstacles listed for a backend above (each reason names the value and the "
+           "limit), or run on a device the reasons allow");
+    if (!dev.device.is_cuda())
+      sel.why = "the tensors are in host memory: the CPU reference runs" +
+                std::string(cuda_device_count() == 0 ? " (this machine has no CUDA device)" : "");
+    else
+      sel.why = "first supporting backend in " + device_label(dev) + "'s order (" + join(order_names, " > ") + ")";
+    if (!skipped.empty()) sel.why += "; skipped: " + join(skipped, "; ");
+  }
+  if (policy.log_level >= 1)
+    std::fprintf(stderr, "attn: %s -> %s: %s\n", describe_problem(p).c_str(), sel.backend->name(), sel.why.c_str());
+  if (policy.log_level >= 2) std::fprintf(stderr, "%s", format_verdicts(sel.verdicts).c_str());
+  return sel;
+}
+
+}  // namespace attn

@@ -1,0 +1,94 @@
+// Owning tensors for tools and tests (see tensor_buffer.h).
+#include "testing/tensor_buffer.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "attn/error.h"
+#include "core/numeric.h"
+
+namespace attn::testing {
+namespace {
+
+void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess)
+    fail(ErrorKind::runtime, std::string(what) + " failed", cudaGetErrorString(err), "cudaSuccess",
+         "check that a CUDA device is present and has free memory");
+}
+
+}  // namespace
+
+TensorBuffer::TensorBuffer(DType dtype, std::vector<int64_t> shape, Device device)
+    : shape_(std::move(shape)) {
+  int64_t n = 1;
+  for (int64_t s : shape_) n *= s;
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * dtype_size_bytes(dtype);
+  void* ptr = nullptr;
+  if (device.is_cuda()) {
+    check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
+    check_cuda(cudaMalloc(&ptr, bytes), "cudaMalloc");
+    storage_ = std::shared_ptr<void>(ptr, [](void* p) { cudaFree(p); });
+  } else {
+    ptr = std::malloc(bytes);
+    if (!ptr) throw std::bad_alloc();
+    storage_ = std::shared_ptr<void>(ptr, [](void* p) { std::free(p); });
+  }
+  view_ = make_view(ptr, dtype, static_cast<int>(shape_.size()), shape_.data(), nullptr, device);
+}
+
+void TensorBuffer::copy_from_bytes(const void* src, size_t n) {
+  if (view_.device.is_cuda())
+    check_cuda(cudaMemcpy(data(), src, n, cudaMemcpyHostToDevice), "cudaMemcpy to device");
+  else
+    std::memcpy(data(), src, n);
+}
+
+void TensorBuffer::copy_from(const std::vector<double>& values) {
+  std::vector<unsigned char> host(bytes());
+  for (size_t i = 0; i < values.size() && static_cast<int64_t>(i) < numel(); ++i)
+    detail::store_from_double(host.data(), view_.dtype, static_cast<int64_t>(i), values[i]);
+  copy_from_bytes(host.data(), host.size());
+}
+
+std::vector<double> TensorBuffer::to_doubles() const {
+  std::vector<unsigned char> host(bytes());
+  if (view_.device.is_cuda())
+    check_cuda(cudaMemcpy(host.data(), data(), host.size(), cudaMemcpyDeviceToHost),
+               "cudaMemcpy to host");
+  else if (!host.empty())
+    std::memcpy(host.data(), data(), host.size());
+  std::vector<double> out(static_cast<size_t>(numel()));
+  for (int64_t i = 0; i < numel(); ++i) out[i] = detail::load_as_double(host.data(), view_.dtype, i);
+  return out;
+}
+
+void TensorBuffer::fill_uniform(std::mt19937_64& rng, double lo, double hi) {
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> values(static_cast<size_t>(numel()));
+  for (double& x : values) x = dist(rng);
+  copy_from(values);
+}
+
+void TensorBuffer::fill_nan() {
+  copy_from(std::vector<double>(static_cast<size_t>(numel()), std::numeric_limits<double>::quiet_NaN()));
+}
+
+void TensorBuffer::fill_zero() { copy_from(std::vector<double>(static_cast<size_t>(numel()), 0.0)); }
+
+TensorBuffer TensorBuffer::to(Device device) const {
+  TensorBuffer copy(view_.dtype, shape_, device);
+  std::vector<unsigned char> host(bytes());
+  if (view_.device.is_cuda())
+    check_cuda(cudaMemcpy(host.data(), data(), host.size(), cudaMemcpyDeviceToHost),
+               "cudaMemcpy to host");
+  else if (!host.empty())
+    std::memcpy(host.data(), data(), host.size());
+  copy.copy_from_bytes(host.data(), host.size());
+  return copy;
+}
+
+}  // namespace attn::testing

@@ -1,0 +1,164 @@
+// Backend selection: verdicts as data, preference orders, overrides
+// (ATTN_BACKEND / ATTN_DISABLE / ATTN_LOG) and the error when nothing can run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+#include "attn/attn.h"
+
+namespace attn {
+namespace {
+
+Problem cpu_problem() {
+  Problem p;
+  p.dtype = DType::bf16;
+  p.batch = 2;
+  p.s_q = p.s_kv = 128;
+  p.total_q = p.total_kv = 256;
+  p.h_q = 16;
+  p.h_kv = 4;
+  p.d_qk = p.d_v = 128;
+  check_problem(p);
+  return p;
+}
+
+Problem gpu_problem(int64_t d_qk, int64_t d_v) {
+  Problem p = cpu_problem();
+  p.device = Device::cuda(0);
+  p.d_qk = d_qk;
+  p.d_v = d_v;
+  return p;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const Verdict& verdict_of(const std::vector<Verdict>& vs, const std::string& name) {
+  auto it = std::find_if(vs.begin(), vs.end(), [&](const Verdict& v) { return v.backend == name; });
+  EXPECT_NE(it, vs.end()) << name;
+  return *it;
+}
+
+TEST(Select, HostTensorsRunOnTheReference) {
+  const Selection s = select_backend(cpu_problem(), DeviceInfo{}, Policy{});
+  ASSERT_NE(s.backend, nullptr);
+  EXPECT_STREQ(s.backend->name(), "reference");
+  EXPECT_NE(s.why.find("host memory"), std::string::npos) << s.why;
+  EXPECT_EQ(s.verdicts.size(), 5u);  // every known backend has a verdict
+  EXPECT_TRUE(verdict_of(s.verdicts, "reference").ok());
+}
+
+TEST(Select, PreferenceOrderPerArchitecture) {
+  const auto sm90 = preference_order(simulated_device("sm90"));
+  const auto sm80 = preference_order(simulated_device("sm80"));
+  const auto cpu = preference_order(DeviceInfo{});
+  EXPECT_EQ(sm90.front(), "flash_sm90");
+  EXPECT_EQ(sm80.front(), "flash_sm80");
+  EXPECT_EQ(cpu.front(), "reference");
+  for (const auto* order : {&sm90, &sm80, &cpu}) EXPECT_EQ(order->size(), 5u);
+}
+
+TEST(Select, ExplainOnSimulatedSm80ListsEveryBackendWithReasons) {
+  const DeviceInfo dev = simulated_device("sm80");
+  EXPECT_TRUE(dev.simulated);
+  EXPECT_EQ(dev.sm, 80);
+  const auto vs = explain(gpu_problem(192, 192), dev, Policy{});
+  ASSERT_EQ(vs.size(), 5u);
+  EXPECT_EQ(vs.front().backend, "flash_sm80");
+  for (const Verdict& v : vs)
+    if (!v.in_build) EXPECT_EQ(v.reasons.at(0), "not part of this build") << v.backend;
+  const Verdict& ref = verdict_of(vs, "reference");
+  EXPECT_TRUE(ref.in_build);
+  ASSERT_FALSE(ref.reasons.empty());
+  EXPECT_NE(ref.reasons[0].find("cuda:0"), std::string::npos) << ref.reasons[0];
+  const std::string table = format_verdicts(vs);
+  for (const char* name : {"flash_sm90", "flash_sm80", "cudnn", "unfused", "reference"})
+    EXPECT_NE(table.find(name), std::string::npos) << table;
+}
+
+TEST(Select, NoBackendErrorListsEveryBackendAndWhatToChange) {
+  Policy gpu_backends_off;  // stays true as GPU backends join the build
+  gpu_backends_off.disabled = {"flash_sm90", "flash_sm80", "cudnn", "unfused"};
+  const std::string msg =
+      error_of([&] { select_backend(gpu_problem(192, 128), simulated_device("sm80"), gpu_backends_off); });
+  ASSERT_FALSE(msg.empty());
+  EXPECT_NE(msg.find("no attention backend can run this call"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("d=192/128"), std::string::npos) << msg;
+  for (const char* name : {"flash_sm90", "flash_sm80", "cudnn", "unfused", "reference"})
+    EXPECT_NE(msg.find(name), std::string::npos) << msg;
+  EXPECT_NE(msg.find("fix:"), std::string::npos) << msg;
+}
+
+TEST(Select, ForcedBackend) {
+  Policy force;
+  force.forced = "reference";
+  const Selection s = select_backend(cpu_problem(), DeviceInfo{}, force);
+  EXPECT_STREQ(s.backend->name(), "reference");
+  EXPECT_NE(s.why.find("forced"), std::string::npos);
+
+  force.forced = "cudnn";  // known but not built here
+  std::string msg = error_of([&] { select_backend(cpu_problem(), DeviceInfo{}, force); });
+  EXPECT_NE(msg.find("the forced backend cudnn cannot run this call"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not part of this build"), std::string::npos) << msg;
+
+  force.forced = "flash";  // a typo
+  msg = error_of([&] { select_backend(cpu_problem(), DeviceInfo{}, force); });
+  EXPECT_NE(msg.find("names an unknown backend"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("flash_sm90, "), std::string::npos) << msg;
+}
+
+TEST(Select, DisabledBackendIsSkippedWithItsReason) {
+  Policy off;
+  off.disabled = {"reference"};
+  const std::string msg = error_of([&] { select_backend(cpu_problem(), DeviceInfo{}, off); });
+  EXPECT_NE(msg.find("disabled by ATTN_DISABLE"), std::string::npos) << msg;
+  off.disabled = {"refrence"};
+  EXPECT_NE(error_of([&] { explain(cpu_problem(), DeviceInfo{}, off); }).find("ATTN_DISABLE names an unknown backend"),
+            std::string::npos);
+}
+
+TEST(Select, PolicyFromEnvironment) {
+  setenv("ATTN_BACKEND", "reference", 1);
+  setenv("ATTN_DISABLE", "cudnn,unfused", 1);
+  setenv("ATTN_LOG", "2", 1);
+  const Policy p = Policy::from_env();
+  unsetenv("ATTN_BACKEND");
+  unsetenv("ATTN_DISABLE");
+  unsetenv("ATTN_LOG");
+  EXPECT_EQ(p.forced, "reference");
+  ASSERT_EQ(p.disabled.size(), 2u);
+  EXPECT_EQ(p.disabled[1], "unfused");
+  EXPECT_EQ(p.log_level, 2);
+  EXPECT_TRUE(Policy::from_env().forced.empty());
+}
+
+TEST(Select, LogLevelsPrintTheChoiceAndVerdicts) {
+  Policy loud;
+  loud.log_level = 2;
+  ::testing::internal::CaptureStderr();
+  select_backend(cpu_problem(), DeviceInfo{}, loud);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("-> reference"), std::string::npos) << err;
+  EXPECT_NE(err.find("cudnn"), std::string::npos) << err;  // level 2: every verdict
+}
+
+TEST(Select, SimulatedDeviceFromEnvironmentAndUnknownSpec) {
+  setenv("ATTN_SIMULATE_DEVICE", "sm90", 1);
+  const DeviceInfo d = query_device(Device::cuda(0));
+  unsetenv("ATTN_SIMULATE_DEVICE");
+  EXPECT_EQ(d.sm, 90);
+  EXPECT_TRUE(d.simulated);
+  EXPECT_NE(error_of([] { simulated_device("sm99"); }).find("unknown simulated device"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace attn
