@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs ON the device machine, in one call: configure and build with every core,
+# run every test (GPU tests included), print a short summary last.
+# From the session: run(command="bash scripts/device.sh", carry=[".carry"]) after
+# `bash scripts/prepare_device.sh` here. Logs go to $OUT when it is set.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/attn-device-out}
+mkdir -p "$out"
+export PATH=/usr/local/cuda/bin:$PATH
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+
+t0=$(date +%s)
+cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.carry" \
+  >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+cmake --build build-device -j "$(nproc)" >"$out/build.log" 2>&1 || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -60; exit 1; }
+t1=$(date +%s)
+ctest --test-dir build-device --output-on-failure -j 4 >"$out/ctest.log" 2>&1
+ctest_rc=$?
+t2=$(date +%s)
+
+echo "== failures / skips"
+grep -E 'Failed|\*\*\*|Skipped|Not Run' "$out/ctest.log" | head -40
+echo "== summary"
+echo "device:  $(cat "$out/gpu.txt")"
+echo "commit:  $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+echo "build:   $((t1 - t0)) s"
+echo "ctest:   $(grep -E 'tests passed|tests failed' "$out/ctest.log") ($((t2 - t1)) s)"
+exit $ctest_rc

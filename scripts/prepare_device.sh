@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Run here (not on the device): gathers what the device machine lacks into the
+# git-ignored folder .carry/, which every device run names in `carry`.
+# Now: CLI11's headers and CMake package (the device has no CLI11).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh build >/dev/null   # makes sure libcli11-dev is installed here
+rm -rf .carry && mkdir -p .carry/include .carry/share/cmake
+cp -r /usr/include/CLI .carry/include/
+cp -r /usr/share/cmake/CLI11 .carry/share/cmake/
+du -sh .carry

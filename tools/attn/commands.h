@@ -1,0 +1,65 @@
+// The `attn` subcommands. main.cpp parses the command line (CLI11) into these
+// plain structs; each subcommand lives in its own file and never sees CLI11.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attn/select.h"
+#include "testing/case.h"
+
+namespace attn::cli {
+
+// The flags that describe a problem, shared by every subcommand. Unset flags
+// keep the preset's value (or the default problem's).
+struct ProblemFlags {
+  std::optional<std::string> preset;
+  std::optional<std::string> format, mask, bias, dtype;
+  std::optional<std::string> window;                // "L,R"
+  std::optional<std::string> seqlens, seqlens_kv;   // "300,800,948"
+  std::optional<int64_t> batch, seqlen, seqlen_kv, heads, kv_heads, head_dim, head_dim_qk, head_dim_v;
+  std::optional<double> softcap, dropout, scale;
+  std::optional<uint64_t> seed, offset;
+  bool backward = false;
+  std::optional<std::string> backend;  // force one, like ATTN_BACKEND
+  std::optional<std::string> device;   // run/check: cpu | cuda[:N]; explain: also sm80 ...
+};
+
+struct RunFlags {
+  ProblemFlags problem;
+  std::optional<int> warmup, iters;  // unset: 3 / 20 on a GPU, 0 / 3 on the CPU
+};
+
+struct ExplainFlags {
+  ProblemFlags problem;
+  bool json = false;
+};
+
+struct CheckFlags {
+  ProblemFlags problem;
+  std::optional<int> fd_samples;  // finite-difference samples per gradient tensor
+};
+
+// Presets: name, one-line description.
+const std::vector<std::pair<std::string, std::string>>& presets();
+
+// The problem the flags describe; throws attn::Error for bad values.
+testing::CaseSpec spec_from_flags(const ProblemFlags& f);
+// The seed of the random inputs (--seed, default 0).
+uint64_t data_seed(const ProblemFlags& f);
+// run/check: where the tensors live; cuda when a GPU exists unless --device says.
+Device tensor_device(const ProblemFlags& f);
+// Prints a note when the CPU reference will take long on this problem.
+void note_if_slow_on_cpu(const testing::CaseSpec& spec);
+// Selection policy: ATTN_BACKEND / ATTN_DISABLE / ATTN_LOG, with --backend on top.
+Policy policy_from(const ProblemFlags& f);
+
+// Each returns the process exit code: 0 ok, 1 a failed check; attn::Error
+// propagates to main, which prints it and exits with 2.
+int run_command(const RunFlags& f);
+int explain_command(const ExplainFlags& f);
+int check_command(const CheckFlags& f);
+
+}  // namespace attn::cli

@@ -1,0 +1,98 @@
+// `attn explain`: every backend's verdict on a problem, from flags alone (no
+// tensors, no GPU needed); --device sm80 etc. asks as if on that architecture.
+#include <cstdio>
+#include <cstdlib>
+
+#include "attn/error.h"
+#include "commands.h"
+#include "report.h"
+
+namespace attn::cli {
+namespace {
+
+// The device the verdicts are for: --device (a CUDA device, the CPU, or a
+// simulated architecture), else what run would use, honouring ATTN_SIMULATE_DEVICE.
+DeviceInfo explain_device(const std::optional<std::string>& flag) {
+  if (!flag) {
+    const char* sim = std::getenv("ATTN_SIMULATE_DEVICE");
+    if ((sim && *sim) || cuda_device_count() > 0) return query_device(Device::cuda(0));
+    return query_device(Device::cpu());
+  }
+  if (flag->rfind("sm", 0) == 0) return simulated_device(*flag);
+  const char* sim = std::getenv("ATTN_SIMULATE_DEVICE");
+  if (sim && *sim && flag->rfind("cuda", 0) == 0) return query_device(Device::cuda(0));  // no GPU needed
+  ProblemFlags just_device;
+  just_device.device = flag;
+  return query_device(tensor_device(just_device));
+}
+
+struct Choice {
+  std::string backend;  // empty: none can run the call
+  std::string why;
+};
+
+Choice choose(const Problem& p, const DeviceInfo& dev, Policy policy) {
+  policy.log_level = 0;  // explain prints its own report
+  try {
+    const Selection s = select_backend(p, dev, policy);
+    return {s.backend->name(), s.why};
+  } catch (const Error& e) {
+    return {"", e.info().what};
+  }
+}
+
+void print_text(const Problem& p, const DeviceInfo& dev, const testing::CaseSpec& spec,
+                const std::vector<Verdict>& verdicts, const Choice& choice) {
+  std::printf("problem: %s\n", describe_problem(p).c_str());
+  std::string device = dev.name;
+  if (dev.sm && !dev.simulated) device += " (sm" + std::to_string(dev.sm) + ")";
+  std::printf("device:  %s\n", device.c_str());
+  std::printf("work:    %lld visible pairs, forward %s FLOP\n", static_cast<long long>(testing::visible_pairs(spec)),
+              sci(testing::forward_flops(spec)).c_str());
+  std::printf("verdicts, in this device's preference order:\n%s", format_verdicts(verdicts).c_str());
+  if (choice.backend.empty())
+    std::printf("choice:  none: %s\n", choice.why.c_str());
+  else
+    std::printf("choice:  %s: %s\n", choice.backend.c_str(), choice.why.c_str());
+}
+
+void print_json(const Problem& p, const DeviceInfo& dev, const testing::CaseSpec& spec,
+                const std::vector<Verdict>& verdicts, const Choice& choice) {
+  std::string s = "{\n";
+  s += "  \"problem\": " + json_string(describe_problem(p)) + ",\n";
+  s += "  \"device\": {\"name\": " + json_string(dev.name) + ", \"sm\": " + std::to_string(dev.sm) +
+       ", \"simulated\": " + (dev.simulated ? "true" : "false") + "},\n";
+  s += "  \"visible_pairs\": " + std::to_string(testing::visible_pairs(spec)) + ",\n";
+  s += "  \"forward_flops\": " + sci(testing::forward_flops(spec)) + ",\n";
+  s += "  \"chosen\": " + (choice.backend.empty() ? std::string("null") : json_string(choice.backend)) + ",\n";
+  s += "  \"why\": " + json_string(choice.why) + ",\n";
+  s += "  \"verdicts\": [";
+  for (size_t i = 0; i < verdicts.size(); ++i) {
+    const Verdict& v = verdicts[i];
+    s += std::string(i ? "," : "") + "\n    {\"backend\": " + json_string(v.backend) +
+         ", \"in_build\": " + (v.in_build ? "true" : "false") + ", \"ok\": " + (v.ok() ? "true" : "false") +
+         ", \"reasons\": [";
+    for (size_t r = 0; r < v.reasons.size(); ++r) s += (r ? ", " : "") + json_string(v.reasons[r]);
+    s += "]}";
+  }
+  s += "\n  ]\n}\n";
+  std::fputs(s.c_str(), stdout);
+}
+
+}  // namespace
+
+int explain_command(const ExplainFlags& f) {
+  const testing::CaseSpec spec = spec_from_flags(f.problem);
+  const DeviceInfo dev = explain_device(f.problem.device);
+  const Problem p = testing::problem_of(spec, spec.backward ? Pass::backward : Pass::forward, dev.device);
+  const Policy policy = policy_from(f.problem);
+  const std::vector<Verdict> verdicts = explain(p, dev, policy);
+  const Choice choice = choose(p, dev, policy);
+  if (f.json)
+    print_json(p, dev, spec, verdicts, choice);
+  else
+    print_text(p, dev, spec, verdicts, choice);
+  return 0;
+}
+
+}  // namespace attn::cli

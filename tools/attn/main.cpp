@@ -1,0 +1,110 @@
+// The `attn` command: parses the command line with CLI11 into the plain
+// structs of commands.h and runs one subcommand. The only file that includes
+// CLI11 (header-only and slow to compile).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "attn/error.h"
+#include "commands.h"
+
+namespace {
+
+using namespace attn::cli;
+
+// An optional flag: unset unless given on the command line.
+template <typename T>
+CLI::Option* add(CLI::App* app, const std::string& name, std::optional<T>& target, const std::string& help) {
+  return app->add_option_function<T>(name, [&target](const T& v) { target = v; }, help);
+}
+
+std::string preset_help() {
+  std::string s = "a named problem (other flags override its values):";
+  for (const auto& [name, about] : presets()) s += "\n  " + name + ": " + about;
+  return s;
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : presets()) names.push_back(p.first);
+  return names;
+}
+
+void add_problem_flags(CLI::App* app, ProblemFlags& f, const std::string& device_help) {
+  add(app, "--preset", f.preset, preset_help())->check(CLI::IsMember(preset_names()));
+  add(app, "--format", f.format, "qkv format: bshd, sbhd or thd (packed, with per-sequence lengths) [bshd]")
+      ->check(CLI::IsMember({"bshd", "sbhd", "thd"}));
+  add(app, "--batch", f.batch, "sequences in the batch [1]")->check(CLI::NonNegativeNumber);
+  add(app, "--seqlen", f.seqlen, "sequence length of q and kv (bshd/sbhd: the padded length) [512]")
+      ->check(CLI::NonNegativeNumber);
+  add(app, "--seqlen-kv", f.seqlen_kv, "sequence length of k and v, when it differs from q's")
+      ->check(CLI::NonNegativeNumber);
+  add(app, "--seqlens", f.seqlens,
+      "per-sequence lengths, e.g. 300,800,948: thd's packed sequences, or the true lengths of a padded "
+      "bshd/sbhd batch (needs a padding mask); sets the batch");
+  add(app, "--seqlens-kv", f.seqlens_kv, "per-sequence lengths of k and v [as --seqlens]");
+  add(app, "--heads", f.heads, "query heads h_q [8]")->check(CLI::PositiveNumber);
+  add(app, "--kv-heads", f.kv_heads, "key/value heads h_kv, dividing h_q (GQA, MQA) [h_q]")->check(CLI::PositiveNumber);
+  add(app, "--head-dim", f.head_dim, "head dimension of q, k and v [128]")->check(CLI::PositiveNumber);
+  add(app, "--head-dim-qk", f.head_dim_qk, "head dimension of q and k (overrides --head-dim)")->check(CLI::PositiveNumber);
+  add(app, "--head-dim-v", f.head_dim_v, "head dimension of v and out (overrides --head-dim)")->check(CLI::PositiveNumber);
+  add(app, "--mask", f.mask, "mask type [no_mask]")
+      ->check(CLI::IsMember({"no_mask", "causal", "causal_bottom_right", "padding", "padding_causal",
+                             "padding_causal_bottom_right", "arbitrary"}));
+  add(app, "--window", f.window, "sliding window L,R, inclusive, -1 = unbounded (e.g. 255,0)");
+  add(app, "--softcap", f.softcap, "softcap c: scores become c*tanh(s/c) [0: off]")->check(CLI::NonNegativeNumber);
+  add(app, "--bias", f.bias, "bias: none, post_scale (a random [1, h_q, s_q, s_kv] tensor) or alibi [none]")
+      ->check(CLI::IsMember({"none", "post_scale", "post_scale_bias", "alibi"}));
+  add(app, "--dropout", f.dropout, "dropout probability [0]")->check(CLI::Range(0.0, 1.0));
+  add(app, "--seed", f.seed, "seed of the random inputs and of dropout [0]");
+  add(app, "--offset", f.offset, "dropout's Philox offset [0]");
+  add(app, "--dtype", f.dtype, "bf16, fp16, fp32 (fp64: CPU reference only) [bf16]")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp32", "fp64"}));
+  add(app, "--scale", f.scale, "softmax scale [1/sqrt(head_dim_qk)]");
+  app->add_flag("--backward", f.backward, "the backward pass too");
+  add(app, "--backend", f.backend, "force this backend, like ATTN_BACKEND");
+  add(app, "--device", f.device, device_help);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"attn: scaled-dot-product attention, forward and backward, on the backend that fits.\n"
+               "Without a GPU, run and check use the exact CPU reference backend and say so."};
+  app.require_subcommand(1);
+  app.footer("ATTN_BACKEND, ATTN_DISABLE, ATTN_LOG and ATTN_SIMULATE_DEVICE act as for the library. See docs/CLI.md.");
+
+  RunFlags run;
+  CLI::App* run_cmd = app.add_subcommand("run", "run one problem on random inputs: time, TFLOP/s, the backend and why");
+  add_problem_flags(run_cmd, run.problem, "where the tensors live: cpu, cuda or cuda:N [cuda if a GPU exists, else cpu]");
+  add(run_cmd, "--warmup", run.warmup, "untimed runs first [3 on a GPU, 0 on the CPU]")->check(CLI::NonNegativeNumber);
+  add(run_cmd, "--iters", run.iters, "timed runs; the median is reported [20 on a GPU, 3 on the CPU]")
+      ->check(CLI::PositiveNumber);
+
+  ExplainFlags explain;
+  CLI::App* explain_cmd = app.add_subcommand("explain", "every backend's verdict on a problem (no tensors, no GPU needed)");
+  add_problem_flags(explain_cmd, explain.problem,
+                    "the device to judge for: sm80, sm86, sm89, sm90 (simulated), cpu, cuda or cuda:N "
+                    "[this machine's GPU, ATTN_SIMULATE_DEVICE, else cpu]");
+  explain_cmd->add_flag("--json", explain.json, "print the verdicts as JSON");
+
+  CheckFlags check;
+  CLI::App* check_cmd = app.add_subcommand(
+      "check", "run every supporting backend on the same inputs and compare it with the fp64 reference; exit 1 on a failure");
+  add_problem_flags(check_cmd, check.problem,
+                    "where the backends under test run: cpu or cuda[:N] [cuda if a GPU exists, else cpu]");
+  add(check_cmd, "--fd-samples", check.fd_samples,
+      "finite-difference samples per gradient tensor [up to 6 when only the reference runs, else 0]")
+      ->check(CLI::NonNegativeNumber);
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*run_cmd) return run_command(run);
+    if (*explain_cmd) return explain_command(explain);
+    if (*check_cmd) return check_command(check);
+  } catch (const attn::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
