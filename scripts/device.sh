@@ -20,10 +20,10 @@ ctest_rc=$?
 t2=$(date +%s)
 
 echo "== failures / skips"
-grep -E 'Failed|\*\*\*|Skipped|Not Run' "$out/ctest.log" | head -40
+grep -E '\*\*\*|\(Skipped\)|Not Run' "$out/ctest.log" | head -40
 echo "== summary"
 echo "device:  $(cat "$out/gpu.txt")"
-echo "commit:  $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+echo "commit:  $(cat .carry/commit 2>/dev/null || echo unknown)"
 echo "build:   $((t1 - t0)) s"
 echo "ctest:   $(grep -E 'tests passed|tests failed' "$out/ctest.log") ($((t2 - t1)) s)"
 exit $ctest_rc

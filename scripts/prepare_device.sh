@@ -8,4 +8,5 @@ bash scripts/setup.sh build >/dev/null   # makes sure libcli11-dev is installed 
 rm -rf .carry && mkdir -p .carry/include .carry/share/cmake
 cp -r /usr/include/CLI .carry/include/
 cp -r /usr/share/cmake/CLI11 .carry/share/cmake/
+git rev-parse --short=12 HEAD > .carry/commit  # the device copy has no .git
 du -sh .carry
