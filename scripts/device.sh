@@ -19,11 +19,26 @@ ctest --test-dir build-device --output-on-failure -j 4 >"$out/ctest.log" 2>&1
 ctest_rc=$?
 t2=$(date +%s)
 
+# attn check: every GPU backend that claims a case against the reference.
+checks_pass=0; checks_fail=0
+while IFS= read -r line; do
+  case "$line" in ''|'#'*) continue ;; esac
+  if build-device/attn check $line >>"$out/checks.log" 2>&1; then
+    checks_pass=$((checks_pass + 1)); echo "ok    $line" >>"$out/checks.txt"
+  else
+    checks_fail=$((checks_fail + 1)); echo "FAIL  $line" >>"$out/checks.txt"
+  fi
+done < scripts/gpu_checks.txt
+t3=$(date +%s)
+
 echo "== failures / skips"
 grep -E '\*\*\*|\(Skipped\)|Not Run' "$out/ctest.log" | head -40
+echo "== attn check cases"
+cat "$out/checks.txt"
 echo "== summary"
 echo "device:  $(cat "$out/gpu.txt")"
 echo "commit:  $(cat .carry/commit 2>/dev/null || echo unknown)"
 echo "build:   $((t1 - t0)) s"
 echo "ctest:   $(grep -E 'tests passed|tests failed' "$out/ctest.log") ($((t2 - t1)) s)"
-exit $ctest_rc
+echo "checks:  $checks_pass passed, $checks_fail failed ($((t3 - t2)) s)"
+[ $ctest_rc -eq 0 ] && [ $checks_fail -eq 0 ]

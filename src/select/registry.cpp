@@ -4,6 +4,7 @@
 
 #include "attn/select.h"
 #include "backends/reference/reference.h"
+#include "backends/unfused/unfused.h"
 
 namespace attn {
 namespace {
@@ -18,7 +19,7 @@ const std::vector<std::string>& known_backends() {
 }  // namespace
 
 const std::vector<const Backend*>& registered_backends() {
-  static const std::vector<const Backend*> built = {&reference::backend()};
+  static const std::vector<const Backend*> built = {&unfused::backend(), &reference::backend()};
   return built;
 }
 

@@ -1,0 +1,244 @@
+// The unfused backend's own kernels: one block per (query row, head) turns raw
+// scores into probabilities (forward) or into the softmax gradient (backward),
+// applying DESIGN.md's rule in the same order as the reference: softcap, bias
+// or ALiBi, arbitrary mask, visibility, softmax, dropout.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "attn/mask_rule.h"
+#include "attn/philox.h"
+#include "backends/unfused/row_params.h"
+#include "core/cuda_check.h"
+
+namespace attn::unfused {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float load_float(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::f16: return __half2float(static_cast<const __half*>(p)[i]);
+    case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::f64: return static_cast<float>(static_cast<const double*>(p)[i]);
+    case DType::u8:
+    case DType::boolean: return static_cast<const uint8_t*>(p)[i];
+    default: return 0.f;
+  }
+}
+
+__device__ __forceinline__ void store_float(void* p, DType t, int64_t i, float x) {
+  switch (t) {
+    case DType::f32: static_cast<float*>(p)[i] = x; return;
+    case DType::f16: static_cast<__half*>(p)[i] = __float2half_rn(x); return;
+    case DType::bf16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x); return;
+    default: return;
+  }
+}
+
+__device__ __forceinline__ int64_t broadcast_index(const BroadcastTensor& t, int64_t b, int64_t h, int64_t i,
+                                                   int64_t j) {
+  return b * t.stride[0] + h * t.stride[1] + i * t.stride[2] + j * t.stride[3];
+}
+
+// s_ij from x_ij for a pair inside the visible range; -inf when an arbitrary mask removes it.
+__device__ __forceinline__ float score(const RowParams& p, int h, int64_t i, int64_t j, float x) {
+  float s = p.softcap > 0.f ? p.softcap * tanhf(x / p.softcap) : x;
+  if (p.bias_kind == 1)
+    s += load_float(p.bias.data, p.bias.dtype, broadcast_index(p.bias, p.batch_index, h, i, j));
+  else if (p.bias_kind == 2)
+    s += alibi_bias<float, int64_t>(p.alibi[h * p.alibi_stride_h], i, j, p.shift);
+  if (p.has_mask) {
+    const float m = load_float(p.mask.data, p.mask.dtype, broadcast_index(p.mask, p.batch_index, h, i, j));
+    if (p.mask_additive)
+      s += m;
+    else if (m == 0.f)
+      s = -INFINITY;
+  }
+  return s;
+}
+
+__device__ __forceinline__ float dropout_factor(const RowParams& p, int h, int64_t i, int64_t j) {
+  if (p.dropout_threshold == 0) return 1.f;
+  const uint32_t bh = static_cast<uint32_t>(p.batch_index * p.h_q + h);
+  return dropout_keep(p.seed, p.offset, bh, static_cast<uint32_t>(i), static_cast<uint32_t>(j), p.dropout_threshold)
+             ? p.dropout_scale
+             : 0.f;
+}
+
+template <bool kMax>
+__device__ float block_reduce(float v) {
+  __shared__ float partial[kThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = kMax ? fmaxf(v, other) : v + other;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // partial may still be read by a previous reduction
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < kThreads / 32 ? partial[lane] : (kMax ? -INFINITY : 0.f);
+  for (int o = 16; o > 0; o >>= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = kMax ? fmaxf(v, other) : v + other;
+  }
+  return v;
+}
+
+// The row's log-sum-exp over visible keys (-inf when none counts).
+__device__ float row_lse(const RowParams& p, const float* x, int h, int64_t i, KeyRange<int64_t> keys) {
+  float m = -INFINITY;
+  for (int64_t j = keys.begin + threadIdx.x; j < keys.end; j += kThreads) m = fmaxf(m, score(p, h, i, j, x[j]));
+  m = block_reduce<true>(m);
+  if (m == -INFINITY) return -INFINITY;
+  float sum = 0.f;
+  for (int64_t j = keys.begin + threadIdx.x; j < keys.end; j += kThreads) sum += expf(score(p, h, i, j, x[j]) - m);
+  sum = block_reduce<false>(sum);
+  return m + logf(sum);
+}
+
+__device__ __forceinline__ KeyRange<int64_t> row_keys(const RowParams& p, int64_t i) {
+  return visible_keys<int64_t>(i, p.len_q, p.len_kv, p.shift, p.window_left, p.window_right);
+}
+
+__global__ void __launch_bounds__(kThreads) probabilities_kernel(RowParams p, const float* scores, void* probs,
+                                                                DType t, LseOut lse) {
+  const int64_t i = blockIdx.x;
+  const int h = blockIdx.y;
+  const int64_t row = (static_cast<int64_t>(h) * p.rows + i) * p.cols;
+  const float* x = scores + row;
+  const KeyRange<int64_t> keys = row_keys(p, i);
+  const float l = row_lse(p, x, h, i, keys);
+  for (int64_t j = threadIdx.x; j < p.cols; j += kThreads) {
+    float prob = 0.f;
+    if (keys.contains(j) && l != -INFINITY) {
+      const float s = score(p, h, i, j, x[j]);
+      if (s != -INFINITY) prob = expf(s - l) * dropout_factor(p, h, i, j);
+    }
+    store_float(probs, t, row + j, prob);
+  }
+  // Every row, padded ones included (their lse is -inf).
+  if (lse.base && threadIdx.x == 0) lse.base[h * lse.stride_h + i * lse.stride_i] = l;
+}
+
+__global__ void __launch_bounds__(kThreads) softmax_grad_kernel(RowParams p, const float* scores, const float* dprobs,
+                                                               void* dscores, void* probs_dropped, DType t,
+                                                               float* dbias, BroadcastTensor dbias_layout) {
+  const int64_t i = blockIdx.x;
+  const int h = blockIdx.y;
+  const int64_t row = (static_cast<int64_t>(h) * p.rows + i) * p.cols;
+  const float *x = scores + row, *dp = dprobs + row;
+  const KeyRange<int64_t> keys = row_keys(p, i);
+  const float l = row_lse(p, x, h, i, keys);
+  // D_i = sum_j p_ij z_ij dP_ij (= dO_i . O_i).
+  float d = 0.f;
+  if (l != -INFINITY)
+    for (int64_t j = keys.begin + threadIdx.x; j < keys.end; j += kThreads) {
+      const float s = score(p, h, i, j, x[j]);
+      if (s != -INFINITY) d += expf(s - l) * dropout_factor(p, h, i, j) * dp[j];
+    }
+  d = block_reduce<false>(d);
+  for (int64_t j = threadIdx.x; j < p.cols; j += kThreads) {
+    float dx = 0.f, pz = 0.f;
+    if (keys.contains(j) && l != -INFINITY) {
+      const float s = score(p, h, i, j, x[j]);
+      if (s != -INFINITY) {
+        const float prob = expf(s - l), z = dropout_factor(p, h, i, j);
+        const float ds = prob * (z * dp[j] - d);
+        pz = prob * z;
+        if (dbias) atomicAdd(dbias + broadcast_index(dbias_layout, p.batch_index, h, i, j), ds);
+        if (p.softcap > 0.f) {
+          const float th = tanhf(x[j] / p.softcap);
+          dx = ds * (1.f - th * th);
+        } else {
+          dx = ds;
+        }
+      }
+    }
+    store_float(dscores, t, row + j, dx);
+    store_float(probs_dropped, t, row + j, pz);
+  }
+}
+
+__global__ void zero_rows_kernel(void* base, DType t, int64_t rows, int64_t row_stride, int64_t heads,
+                                 int64_t head_stride, int64_t dim) {
+  const int64_t n = rows * heads * dim;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = e % dim, h = (e / dim) % heads, r = e / (dim * heads);
+    store_float(base, t, r * row_stride + h * head_stride + c, 0.f);
+  }
+}
+
+__global__ void store_accumulator_kernel(const float* src, void* dst, DType t, int64_t rows, int64_t row_stride,
+                                         int64_t heads, int64_t head_stride, int64_t dim) {
+  const int64_t n = rows * heads * dim;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = e % dim, r = (e / dim) % rows, h = e / (dim * rows);  // src is [heads, rows, dim]
+    store_float(dst, t, r * row_stride + h * head_stride + c, src[e]);
+  }
+}
+
+__global__ void store_dense4_kernel(const float* src, void* dst, DType t, int64_t s0, int64_t s1, int64_t s2,
+                                    int64_t s3, int64_t t0, int64_t t1, int64_t t2, int64_t t3) {
+  const int64_t n = s0 * s1 * s2 * s3;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i3 = e % s3, i2 = (e / s3) % s2, i1 = (e / (s3 * s2)) % s1, i0 = e / (s3 * s2 * s1);
+    store_float(dst, t, i0 * t0 + i1 * t1 + i2 * t2 + i3 * t3, src[e]);
+  }
+}
+
+int grid_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + 255) / 256, 65535)); }
+
+}  // namespace
+
+void launch_probabilities(const RowParams& prm, const float* scores, void* probs, DType t, LseOut lse, void* stream) {
+  if (prm.rows == 0) return;
+  probabilities_kernel<<<dim3(prm.rows, prm.h_q), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(prm, scores, probs,
+                                                                                                   t, lse);
+  ATTN_CUDA(cudaGetLastError());
+}
+
+void launch_softmax_grad(const RowParams& prm, const float* scores, const float* dprobs, void* dscores,
+                         void* probs_dropped, DType t, float* dbias_acc, const int64_t dbias_stride[4], void* stream) {
+  if (prm.rows == 0) return;
+  BroadcastTensor layout;
+  for (int d = 0; d < 4; ++d) layout.stride[d] = dbias_stride ? dbias_stride[d] : 0;
+  softmax_grad_kernel<<<dim3(prm.rows, prm.h_q), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      prm, scores, dprobs, dscores, probs_dropped, t, dbias_acc, layout);
+  ATTN_CUDA(cudaGetLastError());
+}
+
+void launch_zero_rows(void* base, DType t, int64_t rows, int64_t row_stride, int64_t heads, int64_t head_stride,
+                      int64_t dim, void* stream) {
+  const int64_t n = rows * heads * dim;
+  if (n == 0) return;
+  zero_rows_kernel<<<grid_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(base, t, rows, row_stride, heads,
+                                                                              head_stride, dim);
+  ATTN_CUDA(cudaGetLastError());
+}
+
+void launch_store_accumulator(const float* src, void* dst, DType t, int64_t rows, int64_t row_stride, int64_t heads,
+                              int64_t head_stride, int64_t dim, void* stream) {
+  const int64_t n = rows * heads * dim;
+  if (n == 0) return;
+  store_accumulator_kernel<<<grid_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(src, dst, t, rows, row_stride,
+                                                                                      heads, head_stride, dim);
+  ATTN_CUDA(cudaGetLastError());
+}
+
+void launch_store_dense4(const float* src, void* dst, DType t, const int64_t shape[4], const int64_t stride[4],
+                         void* stream) {
+  const int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
+  if (n == 0) return;
+  store_dense4_kernel<<<grid_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      src, dst, t, shape[0], shape[1], shape[2], shape[3], stride[0], stride[1], stride[2], stride[3]);
+  ATTN_CUDA(cudaGetLastError());
+}
+
+}  // namespace attn::unfused

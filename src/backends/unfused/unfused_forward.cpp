@@ -1,0 +1,93 @@
+// The unfused forward, per sequence: S = scale * Q.K^T (cuBLAS, fp32), P =
+// probabilities with every mask, bias and dropout (own kernel, also lse), then
+// out = P.V (cuBLAS, written straight into the caller's strided out).
+#include <cuda_runtime.h>
+
+#include "backends/unfused/unfused.h"
+#include "backends/unfused/unfused_steps.h"
+#include "core/cuda_check.h"
+#include "core/workspace.h"
+
+namespace attn::unfused {
+
+namespace {
+
+// Pointers to the per-head rows of one sequence, for a batch over query heads.
+std::vector<const void*> head_rows(const SeqRows& r, int64_t h_q, int64_t group) {
+  std::vector<const void*> ptrs(static_cast<size_t>(h_q));
+  for (int64_t h = 0; h < h_q; ++h) ptrs[h] = r.row(h / group);
+  return ptrs;
+}
+
+std::vector<const void*> slices(const void* base, int64_t count, int64_t bytes_each) {
+  std::vector<const void*> ptrs(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) ptrs[i] = static_cast<const char*>(base) + i * bytes_each;
+  return ptrs;
+}
+
+}  // namespace
+
+void forward(const Problem& p, const ForwardArgs& a, const RunContext& ctx) {
+  const int device = p.device.index;
+  ATTN_CUDA(cudaSetDevice(device));
+  const detail::Sequences seqs = detail::sequences_of(p, a.in);
+  const int64_t group = p.h_q / p.h_kv, elem = static_cast<int64_t>(dtype_size_bytes(p.dtype));
+  const int64_t score_elems = p.h_q * p.s_q * p.s_kv;
+
+  Carver ws(static_cast<char*>(detail::workspace(device, workspace_bytes(p))));
+  const void** table = ws.take<const void*>(p.batch * p.h_q * 6);
+  float* scores = ws.take<float>(score_elems);
+  void* probs = ws.take_bytes(score_elems * elem);
+
+  int64_t cursor = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t M = score_rows(p, seqs, b), N = score_cols(p, seqs, b);
+    if (M == 0) continue;
+    const SeqRows q = seq_rows(a.in.q, p, seqs, b, true), k = seq_rows(a.in.k, p, seqs, b, false);
+    const SeqRows v = seq_rows(a.in.v, p, seqs, b, false), o = seq_rows(a.out, p, seqs, b, true);
+    const RowParams prm = row_params(p, a.in, seqs, b);
+    LseOut lse;
+    if (a.lse.defined()) {
+      const bool thd = p.qkv_format == QkvFormat::thd;
+      lse.base = static_cast<float*>(a.lse.data) + detail::lse_offset(a.lse, p.qkv_format, seqs.start_q[b], b, 0, 0);
+      lse.stride_h = thd ? a.lse.strides_elems[0] : a.lse.strides_elems[1];
+      lse.stride_i = thd ? a.lse.strides_elems[1] : a.lse.strides_elems[2];
+    }
+    if (N == 0) {  // no keys: every row is empty
+      launch_zero_rows(o.base, p.dtype, M, o.row_stride, p.h_q, o.head_stride, p.d_v, ctx.stream);
+      launch_probabilities(prm, scores, probs, p.dtype, lse, ctx.stream);
+      continue;
+    }
+    PointerTable t;
+    const int64_t iq = t.add(head_rows(q, p.h_q, 1)), ik = t.add(head_rows(k, p.h_q, group));
+    const int64_t is = t.add(slices(scores, p.h_q, M * N * 4)), ip = t.add(slices(probs, p.h_q, M * N * elem));
+    const int64_t iv = t.add(head_rows(v, p.h_q, group)), io = t.add(head_rows(o, p.h_q, 1));
+    const void** dev = table + cursor;
+    t.upload(dev, ctx.stream);
+    cursor += t.size();
+
+    BatchedGemm qk;  // S^T (N x M, col-major) = K (N x d) . Q^T (d x M)
+    qk.trans_a = true;
+    qk.m = static_cast<int>(N), qk.n = static_cast<int>(M), qk.k = static_cast<int>(p.d_qk);
+    qk.alpha = static_cast<float>(p.softmax_scale);
+    qk.a_type = qk.b_type = p.dtype;
+    qk.c_type = DType::f32;
+    qk.lda = leading(k.row_stride, N, p.d_qk), qk.ldb = leading(q.row_stride, M, p.d_qk), qk.ldc = N;
+    qk.batch = static_cast<int>(p.h_q);
+    qk.a = dev + ik, qk.b = dev + iq, qk.c = const_cast<void* const*>(dev + is);
+    run_gemm(qk, device, ctx.stream);
+
+    launch_probabilities(prm, scores, probs, p.dtype, lse, ctx.stream);
+
+    BatchedGemm pv;  // O^T (d_v x M) = V^T (d_v x N) . P^T (N x M)
+    pv.m = static_cast<int>(p.d_v), pv.n = static_cast<int>(M), pv.k = static_cast<int>(N);
+    pv.a_type = pv.b_type = pv.c_type = p.dtype;
+    pv.lda = leading(v.row_stride, N, p.d_v), pv.ldb = N, pv.ldc = leading(o.row_stride, M, p.d_v);
+    pv.batch = static_cast<int>(p.h_q);
+    pv.a = dev + iv, pv.b = dev + ip, pv.c = const_cast<void* const*>(dev + io);
+    run_gemm(pv, device, ctx.stream);
+  }
+  ATTN_CUDA(cudaGetLastError());
+}
+
+}  // namespace attn::unfused

@@ -1,0 +1,89 @@
+// Shared host-side pieces of the unfused backend (see unfused_steps.h).
+#include "backends/unfused/unfused_steps.h"
+
+#include <cuda_runtime.h>
+
+#include "attn/mask_rule.h"
+#include "attn/philox.h"
+#include "core/cuda_check.h"
+
+namespace attn::unfused {
+
+SeqRows seq_rows(const TensorView& t, const Problem& p, const detail::Sequences& s, int64_t b, bool is_q_side) {
+  SeqRows r;
+  r.dtype = t.dtype;
+  const int64_t start = is_q_side ? s.start_q[b] : s.start_kv[b];
+  const int64_t off = detail::row_offset(t, p.qkv_format, start, b, 0, 0);
+  r.base = static_cast<char*>(t.data) + off * static_cast<int64_t>(dtype_size_bytes(t.dtype));
+  switch (p.qkv_format) {
+    case QkvFormat::bshd: r.row_stride = t.strides_elems[1]; r.head_stride = t.strides_elems[2]; break;
+    case QkvFormat::sbhd: r.row_stride = t.strides_elems[0]; r.head_stride = t.strides_elems[2]; break;
+    case QkvFormat::thd: r.row_stride = t.strides_elems[0]; r.head_stride = t.strides_elems[1]; break;
+  }
+  return r;
+}
+
+int64_t score_rows(const Problem& p, const detail::Sequences& s, int64_t b) {
+  return p.qkv_format == QkvFormat::thd ? s.len_q[b] : p.s_q;
+}
+
+int64_t score_cols(const Problem& p, const detail::Sequences& s, int64_t b) {
+  return p.qkv_format == QkvFormat::thd ? s.len_kv[b] : p.s_kv;
+}
+
+RowParams row_params(const Problem& p, const Inputs& in, const detail::Sequences& s, int64_t b) {
+  RowParams r;
+  r.batch_index = b;
+  r.h_q = static_cast<int>(p.h_q);
+  r.rows = static_cast<int>(score_rows(p, s, b));
+  r.cols = static_cast<int>(score_cols(p, s, b));
+  r.len_q = s.len_q[b];
+  r.len_kv = s.len_kv[b];
+  r.shift = alignment_shift<int64_t>(p.bottom_right, r.len_q, r.len_kv);
+  r.window_left = p.window_left;
+  r.window_right = p.window_right;
+  r.softcap = static_cast<float>(p.softcap);
+  auto broadcast = [](const TensorView& t) {
+    BroadcastTensor bt;
+    bt.data = t.data;
+    bt.dtype = t.dtype;
+    for (int d = 0; d < 4; ++d) bt.stride[d] = t.shape[d] == 1 ? 0 : t.strides_elems[d];
+    return bt;
+  };
+  if (p.bias == BiasType::post_scale_bias) {
+    r.bias_kind = 1;
+    r.bias = broadcast(in.bias);
+  } else if (p.bias == BiasType::alibi) {
+    r.bias_kind = 2;
+    const TensorView& a = in.alibi_slopes;
+    r.alibi = static_cast<const float*>(a.data) + (p.alibi_per_batch ? b * a.strides_elems[0] : 0);
+    r.alibi_stride_h = p.alibi_per_batch ? a.strides_elems[1] : a.strides_elems[0];
+  }
+  if (p.mask == MaskType::arbitrary) {
+    r.has_mask = true;
+    r.mask_additive = p.mask_additive;
+    r.mask = broadcast(in.attn_mask);
+  }
+  if (p.dropout_p > 0.0) {
+    r.dropout_threshold = dropout_threshold(p.dropout_p);
+    r.dropout_scale = static_cast<float>(1.0 / (1.0 - p.dropout_p));
+    r.seed = p.seed;
+    r.offset = static_cast<uint32_t>(p.offset);
+  }
+  return r;
+}
+
+int64_t PointerTable::add(const std::vector<const void*>& ptrs) {
+  const int64_t at = size();
+  host_.insert(host_.end(), ptrs.begin(), ptrs.end());
+  return at;
+}
+
+void PointerTable::upload(const void** device_table, void* stream) const {
+  if (host_.empty()) return;
+  // From pageable memory: returns once the data is staged, so host_ may go away after.
+  ATTN_CUDA(cudaMemcpyAsync(device_table, host_.data(), host_.size() * sizeof(void*), cudaMemcpyHostToDevice,
+                            static_cast<cudaStream_t>(stream)));
+}
+
+}  // namespace attn::unfused
