@@ -54,13 +54,18 @@ void TensorBuffer::copy_from(const std::vector<double>& values) {
   copy_from_bytes(host.data(), host.size());
 }
 
-std::vector<double> TensorBuffer::to_doubles() const {
+std::vector<unsigned char> TensorBuffer::host_bytes() const {
   std::vector<unsigned char> host(bytes());
   if (view_.device.is_cuda())
     check_cuda(cudaMemcpy(host.data(), data(), host.size(), cudaMemcpyDeviceToHost),
                "cudaMemcpy to host");
   else if (!host.empty())
     std::memcpy(host.data(), data(), host.size());
+  return host;
+}
+
+std::vector<double> TensorBuffer::to_doubles() const {
+  const std::vector<unsigned char> host = host_bytes();
   std::vector<double> out(static_cast<size_t>(numel()));
   for (int64_t i = 0; i < numel(); ++i) out[i] = detail::load_as_double(host.data(), view_.dtype, i);
   return out;
@@ -81,12 +86,7 @@ void TensorBuffer::fill_zero() { copy_from(std::vector<double>(static_cast<size_
 
 TensorBuffer TensorBuffer::to(Device device) const {
   TensorBuffer copy(view_.dtype, shape_, device);
-  std::vector<unsigned char> host(bytes());
-  if (view_.device.is_cuda())
-    check_cuda(cudaMemcpy(host.data(), data(), host.size(), cudaMemcpyDeviceToHost),
-               "cudaMemcpy to host");
-  else if (!host.empty())
-    std::memcpy(host.data(), data(), host.size());
+  const std::vector<unsigned char> host = host_bytes();
   copy.copy_from_bytes(host.data(), host.size());
   return copy;
 }

@@ -34,6 +34,8 @@ class TensorBuffer {
   std::vector<double> to_doubles() const;
   // Raw bytes from a host vector of the buffer's dtype (e.g. int32 cu_seqlens).
   void copy_from_bytes(const void* src, size_t bytes);
+  // The raw bytes, copied to the host.
+  std::vector<unsigned char> host_bytes() const;
   // A copy of this buffer on another device.
   TensorBuffer to(Device device) const;
 
