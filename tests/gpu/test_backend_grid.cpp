@@ -1,0 +1,172 @@
+// The shared GPU test grid: every GPU backend in the build runs every grid case
+// it claims, on fresh random inputs with poisoned outputs, and must match the
+// fp64 CPU reference within DESIGN.md's tolerances. A new backend joins by
+// being registered (src/select/registry.cpp), not by copying tests.
+#include <string>
+#include <vector>
+
+#include "attn/attn.h"
+#include "gpu/gpu_test_util.h"
+#include "testing/case.h"
+#include "testing/compare.h"
+
+namespace attn {
+namespace {
+
+using testing::CaseSpec;
+
+std::vector<CaseSpec> grid() {
+  std::vector<CaseSpec> cases;
+  auto add = [&](CaseSpec s) { cases.push_back(s); };
+  const MaskType masks[] = {MaskType::no_mask, MaskType::causal, MaskType::causal_bottom_right,
+                            MaskType::padding, MaskType::padding_causal, MaskType::padding_causal_bottom_right};
+  // Every format x mask, s_q != s_kv both ways, GQA 2, lengths that are not tile multiples.
+  for (QkvFormat f : {QkvFormat::bshd, QkvFormat::sbhd, QkvFormat::thd})
+    for (MaskType m : masks)
+      for (auto [sq, skv] : {std::pair<int64_t, int64_t>{77, 133}, {133, 77}}) {
+        CaseSpec s;
+        s.format = f;
+        s.mask = m;
+        s.batch = 2;
+        s.s_q = sq;
+        s.s_kv = skv;
+        s.h_q = 4;
+        s.h_kv = 2;
+        s.d_qk = s.d_v = 64;
+        const bool padded = m == MaskType::padding || m == MaskType::padding_causal ||
+                            m == MaskType::padding_causal_bottom_right;
+        if (f == QkvFormat::thd) {
+          s.seqlens_q = {sq, 0, 1, sq / 2};  // an empty sequence and a length-1 one
+          s.seqlens_kv = {skv, 5, 0, skv};   // and one whose queries see no key
+          s.batch = 4;
+        } else if (padded) {
+          s.seqlens_q = {sq, sq / 3};
+          s.seqlens_kv = {skv / 2, skv};
+        }
+        s.backward = true;
+        add(s);
+      }
+  // Windows at their boundaries, both alignments.
+  for (auto [l, r] : {std::pair<int64_t, int64_t>{0, 0}, {1, 0}, {63, 0}, {64, 0}, {0, 64}, {64, 64}, {-1, 3}})
+    for (MaskType m : {MaskType::no_mask, MaskType::causal}) {
+      CaseSpec s;
+      s.mask = m;
+      s.window = {l, r};
+      s.batch = 1;
+      s.s_q = 150;
+      s.s_kv = 200;
+      s.h_q = s.h_kv = 2;
+      s.backward = true;
+      add(s);
+    }
+  // GQA ratios 1 / 2 / 8 and head dims 32..256, 192/128, in each dtype.
+  for (int64_t g : {1, 2, 8})
+    for (auto [dqk, dv] : {std::pair<int64_t, int64_t>{32, 32}, {96, 96}, {128, 128}, {192, 128}, {256, 256}})
+      for (DType t : {DType::bf16, DType::f16, DType::f32}) {
+        CaseSpec s;
+        s.dtype = t;
+        s.mask = MaskType::causal;
+        s.batch = 2;
+        s.s_q = s.s_kv = 65;
+        s.h_kv = 1;
+        s.h_q = g;
+        s.d_qk = dqk;
+        s.d_v = dv;
+        s.backward = true;
+        add(s);
+      }
+  // Length 1 on either side, fully masked rows (bottom-right causal with s_q > s_kv).
+  for (auto [sq, skv] : {std::pair<int64_t, int64_t>{1, 1}, {1, 300}, {300, 1}, {40, 10}}) {
+    CaseSpec s;
+    s.mask = MaskType::causal_bottom_right;
+    s.s_q = sq;
+    s.s_kv = skv;
+    s.h_q = 4;
+    s.h_kv = 1;
+    s.backward = true;
+    add(s);
+  }
+  // Softcap, bias (with its gradient), ALiBi, dropout, arbitrary masks.
+  {
+    CaseSpec s;
+    s.softcap = 30.0;
+    s.mask = MaskType::causal;
+    s.backward = true;
+    add(s);
+    s.softcap = 0.0;
+    s.bias = BiasType::post_scale_bias;
+    s.bias_shape = {1, 0, 0, 0};
+    add(s);
+    s.bias = BiasType::alibi;
+    add(s);
+    s.bias = BiasType::none;
+    s.dropout_p = 0.15;
+    s.seed = 1234;
+    s.offset = 5;
+    add(s);
+    s.dropout_p = 0.0;
+    s.mask = MaskType::arbitrary;
+    add(s);
+  }
+  return cases;
+}
+
+std::vector<std::string> gpu_backends() {
+  std::vector<std::string> names;
+  for (const Backend* b : registered_backends())
+    if (std::string(b->name()) != "reference") names.push_back(b->name());
+  return names;
+}
+
+class BackendGrid : public ::testing::TestWithParam<std::string> {};
+
+void run(testing::Case& c, const std::string& backend) {
+  Policy force;
+  force.forced = backend;
+  forward(c.opts, c.fwd, {}, force);
+  if (c.spec.backward) backward(c.opts, c.bwd, {}, force);
+}
+
+TEST_P(BackendGrid, MatchesTheReference) {
+  ATTN_REQUIRE_GPU();
+  const std::string backend = GetParam();
+  const DeviceInfo dev = query_device(Device::cuda(0));
+  int ran = 0, index = 0;
+  for (const CaseSpec& spec : grid()) {
+    SCOPED_TRACE("grid case " + std::to_string(index++));
+    const Problem p = testing::problem_of(spec, spec.backward ? Pass::backward : Pass::forward, Device::cuda(0));
+    if (!find_backend(backend)->supports(p, dev).empty()) continue;
+    testing::Case gpu = testing::make_case(spec, Device::cuda(0), 1000 + index);
+    testing::Case ref = testing::copy_inputs_to(gpu, Device::cpu(), DType::f64);
+    run(ref, "reference");
+    run(gpu, backend);
+    ATTN_CUDA_OK(cudaDeviceSynchronize());
+    SCOPED_TRACE(describe_problem(p));
+    struct Out {
+      const char* name;
+      const testing::TensorBuffer *x, *r;
+      bool grad;
+    };
+    std::vector<Out> outs = {{"out", &gpu.out, &ref.out, false}, {"lse", &gpu.lse, &ref.lse, false}};
+    if (spec.backward) {
+      outs.push_back({"dq", &gpu.dq, &ref.dq, true});
+      outs.push_back({"dk", &gpu.dk, &ref.dk, true});
+      outs.push_back({"dv", &gpu.dv, &ref.dv, true});
+      if (spec.bias == BiasType::post_scale_bias) outs.push_back({"dbias", &gpu.dbias, &ref.dbias, true});
+    }
+    for (const Out& o : outs) {
+      const auto cmp = testing::compare(o.x->to_doubles(), o.r->to_doubles(), testing::tolerance_for(spec.dtype, o.grad));
+      EXPECT_TRUE(cmp.pass) << o.name << ": max abs " << cmp.max_abs << ", rel frob " << cmp.rel_frobenius
+                            << ", bad " << cmp.bad << ", nan " << cmp.nan << " of " << cmp.count;
+    }
+    ++ran;
+  }
+  EXPECT_GT(ran, 0) << backend << " claimed no grid case";
+  std::printf("%s: %d grid cases compared with the reference\n", backend.c_str(), ran);
+}
+
+INSTANTIATE_TEST_SUITE_P(Registered, BackendGrid, ::testing::ValuesIn(gpu_backends()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace attn
