@@ -1,0 +1,464 @@
+"""attn: an attention engine for NVIDIA GPUs (and an exact CPU reference).
+
+    import attn
+    out = attn.forward(q, k, v, mask="causal")            # NumPy, PyTorch, JAX or CuPy arrays
+    out, lse = attn.forward(q, k, v, return_lse=True)
+    dq, dk, dv = attn.backward(q, k, v, out, dout, lse)
+    print(attn.explain(q, k, v, mask="causal", device="sm80"))   # every backend's verdict
+    attn.backends()                                        # what this build and machine offer
+
+Tensors travel through DLPack without copies; outputs are allocated in the
+caller's framework on the caller's device (or passed in: out=, lse=, dq=, ...).
+Semantics: docs/SEMANTICS.md; this layer: docs/PYTHON.md. `attn.torch` adds
+autograd, a torch.library custom op and TransformerEngine-style modules.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Iterator, NamedTuple, Optional, Sequence, Tuple, Union
+
+from . import _C
+from . import _arrays
+from ._C import BackendUnavailableError, ExecutionError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "forward",
+    "backward",
+    "explain",
+    "backends",
+    "cuda_device_count",
+    "device_info",
+    "Explanation",
+    "Verdict",
+    "BackendInfo",
+    "BackendUnavailableError",
+    "ExecutionError",
+]
+
+_U64 = 1 << 64
+
+
+# ---- options ---------------------------------------------------------------
+
+
+def _mask_name(mask: Optional[str]) -> str:
+    """TransformerEngine spellings too: "padding,causal", "causal,padding", "causal_padding"."""
+    if mask is None:
+        return "no_mask"
+    if not isinstance(mask, str):
+        raise TypeError(f"attn: mask must be a string such as \"causal\", got {type(mask).__name__}")
+    name = mask.replace(",", "_")
+    if name == "causal_padding":
+        name = "padding_causal"
+    if name == "causal_bottom_right_padding":
+        name = "padding_causal_bottom_right"
+    return name
+
+
+def _window(window: Any) -> Tuple[int, int]:
+    if window is None:
+        return (-1, -1)
+    try:
+        left, right = window
+        return (int(left), int(right))
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"attn: window must be a pair (left, right), -1 for an unbounded side; got {window!r}"
+        ) from None
+
+
+def _uint(value: Any, name: str, limit: int = _U64) -> int:
+    v = int(value)
+    if not 0 <= v < limit:
+        raise ValueError(f"attn: {name} must be an integer in [0, {limit}), got {value!r}")
+    return v
+
+
+def _options(
+    qkv_format: str,
+    mask: Optional[str],
+    window: Any,
+    softmax_scale: Optional[float],
+    softcap: float,
+    max_seqlen_q: Optional[int],
+    max_seqlen_kv: Optional[int],
+    dropout_p: float,
+    seed: int,
+    offset: int,
+    deterministic: bool,
+    check_seqlens: bool,
+) -> _C.Options:
+    o = _C.Options()
+    if not isinstance(qkv_format, str):
+        raise TypeError(f"attn: qkv_format must be \"bshd\", \"sbhd\" or \"thd\", got {qkv_format!r}")
+    o.qkv_format = qkv_format
+    o.mask = _mask_name(mask)
+    o.window = _window(window)
+    o.softmax_scale = None if softmax_scale is None else float(softmax_scale)
+    o.softcap = float(softcap)
+    o.max_seqlen_q = 0 if max_seqlen_q is None else int(max_seqlen_q)  # 0: derive from cu_seqlens
+    o.max_seqlen_kv = 0 if max_seqlen_kv is None else int(max_seqlen_kv)
+    o.dropout_p = float(dropout_p)
+    o.seed = _uint(seed, "seed")
+    o.offset = _uint(offset, "offset")  # the core checks offset < 2^32 with its own message
+    o.deterministic = bool(deterministic)
+    o.check_seqlens = bool(check_seqlens)
+    return o
+
+
+# ---- shapes of outputs -----------------------------------------------------
+
+
+def _out_shape(q: Any, v: Any) -> tuple:
+    qs, vs = _arrays.shape_of(q), _arrays.shape_of(v)
+    return qs[:-1] + vs[-1:] if qs and vs else qs
+
+
+def _lse_shape(q_shape: tuple, qkv_format: str) -> Optional[tuple]:
+    """[b, h_q, s_q] (bshd, sbhd) or [h_q, t_q] (thd); None when q's rank does
+    not fit the format (the core then reports q's shape, the real problem)."""
+    if qkv_format == "thd" and len(q_shape) == 3:
+        return (q_shape[1], q_shape[0])
+    if qkv_format == "bshd" and len(q_shape) == 4:
+        return (q_shape[0], q_shape[2], q_shape[1])
+    if qkv_format == "sbhd" and len(q_shape) == 4:
+        return (q_shape[1], q_shape[2], q_shape[0])
+    return None
+
+
+def _stream(q: Any, stream: Optional[int]) -> int:
+    return _arrays.stream_of(q) if stream is None else int(stream)
+
+
+def _inputs(cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask) -> dict:
+    d = _arrays.as_dlpack
+    return dict(
+        cu_seqlens_q=d(cu_seqlens_q),
+        cu_seqlens_kv=d(cu_seqlens_kv),
+        bias=d(bias),
+        alibi_slopes=d(alibi_slopes),
+        attn_mask=d(attn_mask),
+    )
+
+
+# ---- the functional API ----------------------------------------------------
+
+
+def forward(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    qkv_format: str = "bshd",
+    mask: str = "no_mask",
+    window: Tuple[int, int] = (-1, -1),
+    softmax_scale: Optional[float] = None,
+    softcap: float = 0.0,
+    cu_seqlens_q: Any = None,
+    cu_seqlens_kv: Any = None,
+    max_seqlen_q: Optional[int] = None,
+    max_seqlen_kv: Optional[int] = None,
+    bias: Any = None,
+    alibi_slopes: Any = None,
+    dropout_p: float = 0.0,
+    seed: int = 0,
+    offset: int = 0,
+    backend: Optional[str] = None,
+    return_lse: bool = False,
+    attn_mask: Any = None,
+    out: Any = None,
+    lse: Any = None,
+    deterministic: bool = False,
+    check_seqlens: bool = True,
+    disable: Sequence[str] = (),
+    stream: Optional[int] = None,
+) -> Any:
+    """Attention forward: softmax(softmax_scale * q k^T [softcap, bias, mask]) v.
+
+    q: bshd [b, s_q, h_q, d_qk] | sbhd [s_q, b, h_q, d_qk] | thd [t_q, h_q, d_qk];
+    k, v likewise with s_kv, h_kv (h_q % h_kv == 0) and d_qk / d_v. Any strides
+    with a contiguous last dimension. Returns out (like q with d_v), or
+    (out, lse) with return_lse=True (float32 [b, h_q, s_q], thd: [h_q, t_q]).
+
+    mask: no_mask, causal, causal_bottom_right, padding, padding_causal,
+    padding_causal_bottom_right, arbitrary (with attn_mask, true = visible).
+    window=(left, right), -1 unbounded. thd needs cu_seqlens_q/kv (int32,
+    [b + 1]); max_seqlen_* None derives them. backend="name" forces a backend
+    (as ATTN_BACKEND does); disable=[...] removes some (as ATTN_DISABLE).
+    out= / lse= take preallocated outputs. stream: a CUDA stream handle; by
+    default the current stream of q's framework (PyTorch, CuPy), else 0.
+    Raises ValueError / TypeError for bad calls, BackendUnavailableError when
+    no backend can run it, with the core's full message.
+    """
+    for x, name in ((q, "q"), (k, "k"), (v, "v")):
+        _arrays.require_array(x, name)
+    opts = _options(qkv_format, mask, window, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
+                    dropout_p, seed, offset, deterministic, check_seqlens)
+    if out is None:
+        out = _arrays.empty(q, _out_shape(q, v))
+    if lse is None and return_lse:
+        shape = _lse_shape(_arrays.shape_of(q), qkv_format)
+        if shape is not None:
+            lse = _arrays.empty(q, shape, "float32")
+    d = _arrays.as_dlpack
+    _C.forward(
+        opts, d(q), d(k), d(v), out, lse,
+        **_inputs(cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask),
+        backend=backend, disable=list(disable), stream=_stream(q, stream),
+    )
+    out = _arrays.finish(q, out)
+    return (out, _arrays.finish(q, lse)) if return_lse else out
+
+
+def backward(
+    q: Any,
+    k: Any,
+    v: Any,
+    out: Any,
+    dout: Any,
+    lse: Any,
+    *,
+    qkv_format: str = "bshd",
+    mask: str = "no_mask",
+    window: Tuple[int, int] = (-1, -1),
+    softmax_scale: Optional[float] = None,
+    softcap: float = 0.0,
+    cu_seqlens_q: Any = None,
+    cu_seqlens_kv: Any = None,
+    max_seqlen_q: Optional[int] = None,
+    max_seqlen_kv: Optional[int] = None,
+    bias: Any = None,
+    alibi_slopes: Any = None,
+    dropout_p: float = 0.0,
+    seed: int = 0,
+    offset: int = 0,
+    backend: Optional[str] = None,
+    return_lse: bool = False,
+    attn_mask: Any = None,
+    dq: Any = None,
+    dk: Any = None,
+    dv: Any = None,
+    dbias: Any = None,
+    return_dbias: bool = False,
+    deterministic: bool = False,
+    check_seqlens: bool = True,
+    disable: Sequence[str] = (),
+    stream: Optional[int] = None,
+) -> Tuple[Any, ...]:
+    """Attention backward: (dq, dk, dv) from the forward's q, k, v, out, its lse
+    (forward(..., return_lse=True)) and dout, with the same keywords as the
+    forward (dropout needs the same seed and offset; return_lse is accepted and
+    ignored so one keyword dict serves both passes). With a bias and
+    return_dbias=True (or a preallocated dbias=) returns (dq, dk, dv, dbias).
+    dq= / dk= / dv= take preallocated gradients.
+    """
+    del return_lse
+    for x, name in ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (dout, "dout"), (lse, "lse")):
+        _arrays.require_array(x, name)
+    opts = _options(qkv_format, mask, window, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
+                    dropout_p, seed, offset, deterministic, check_seqlens)
+    dq = _arrays.empty(q, _arrays.shape_of(q)) if dq is None else dq
+    dk = _arrays.empty(k, _arrays.shape_of(k)) if dk is None else dk
+    dv = _arrays.empty(v, _arrays.shape_of(v)) if dv is None else dv
+    want_dbias = return_dbias or dbias is not None
+    if want_dbias and bias is None:
+        raise ValueError("attn: return_dbias=True (or dbias=) needs the forward's bias=")
+    if want_dbias and dbias is None:
+        dbias = _arrays.empty(bias, _arrays.shape_of(bias))
+    d = _arrays.as_dlpack
+    _C.backward(
+        opts, d(q), d(k), d(v), d(out), d(dout), d(lse), dq, dk, dv, dbias,
+        **_inputs(cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask),
+        backend=backend, disable=list(disable), stream=_stream(q, stream),
+    )
+    grads = tuple(_arrays.finish(q, g) for g in (dq, dk, dv))
+    return grads + (_arrays.finish(q, dbias),) if want_dbias else grads
+
+
+# ---- explain ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One backend's answer: can it run the call, and if not, why (each reason
+    names the value and the limit)."""
+
+    backend: str
+    ok: bool
+    in_build: bool
+    reasons: Tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{self.backend}: yes" if self.ok else f"{self.backend}: no: " + "; ".join(self.reasons)
+
+
+class Explanation(Sequence[Verdict]):
+    """Every backend's verdict on one call, in the device's preference order,
+    and the backend attn would choose. A sequence of Verdict (also indexable by
+    backend name); str() gives the readable table of `attn explain`."""
+
+    def __init__(self, data: dict):
+        self.problem: str = data["problem"]
+        self.device: str = data["device"]
+        self.sm: int = data["sm"]
+        self.simulated: bool = data["simulated"]
+        self.chosen: Optional[str] = data["chosen"]
+        self.why: str = data["why"]
+        self.verdicts: Tuple[Verdict, ...] = tuple(
+            Verdict(name, in_build and not reasons, in_build, tuple(reasons))
+            for name, in_build, reasons in data["verdicts"]
+        )
+        self._table: str = data["table"]
+
+    def __len__(self) -> int:
+        return len(self.verdicts)
+
+    def __iter__(self) -> Iterator[Verdict]:
+        return iter(self.verdicts)
+
+    def __getitem__(self, key: Union[int, str, slice]) -> Any:
+        if isinstance(key, str):
+            for v in self.verdicts:
+                if v.backend == key:
+                    return v
+            raise KeyError(f"attn knows no backend named {key!r}; known: {[v.backend for v in self.verdicts]}")
+        return self.verdicts[key]
+
+    @property
+    def supported(self) -> Tuple[str, ...]:
+        """Backends that can run the call, in preference order."""
+        return tuple(v.backend for v in self.verdicts if v.ok)
+
+    def __str__(self) -> str:
+        chosen = f"chosen: {self.chosen} ({self.why})" if self.chosen else f"chosen: none ({self.why})"
+        return f"{self.problem}\ndevice: {self.device}\n{self._table}{chosen}"
+
+    def __repr__(self) -> str:
+        return f"<attn.Explanation chosen={self.chosen!r} supported={list(self.supported)} device={self.device!r}>"
+
+
+def _spec(x: Any, dtype: str) -> Any:
+    """A shape (tuple of ints) becomes a (shape, dtype) pair; arrays pass as they are."""
+    if x is None:
+        return None
+    if isinstance(x, (tuple, list)):
+        if len(x) == 2 and isinstance(x[1], str):
+            return (tuple(int(s) for s in x[0]), x[1])
+        return (tuple(int(s) for s in x), dtype)
+    return _arrays.as_dlpack(x)
+
+
+def explain(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    qkv_format: str = "bshd",
+    mask: str = "no_mask",
+    window: Tuple[int, int] = (-1, -1),
+    softmax_scale: Optional[float] = None,
+    softcap: float = 0.0,
+    cu_seqlens_q: Any = None,
+    cu_seqlens_kv: Any = None,
+    max_seqlen_q: Optional[int] = None,
+    max_seqlen_kv: Optional[int] = None,
+    bias: Any = None,
+    alibi_slopes: Any = None,
+    dropout_p: float = 0.0,
+    seed: int = 0,
+    offset: int = 0,
+    backend: Optional[str] = None,
+    return_lse: bool = False,
+    attn_mask: Any = None,
+    backward: bool = False,
+    return_dbias: bool = False,
+    device: Optional[str] = None,
+    dtype: str = "bfloat16",
+    deterministic: bool = False,
+    check_seqlens: bool = True,
+    disable: Sequence[str] = (),
+) -> Explanation:
+    """Every backend's verdict on the call forward(q, k, v, **same keywords)
+    would make (backward=True: the backward pass), without running anything.
+
+    q, k, v (and bias, alibi_slopes, attn_mask) may be arrays or shapes:
+    explain((2, 4096, 16, 192), (2, 4096, 16, 192), (2, 4096, 16, 128),
+    dtype="bfloat16", device="sm80"). device: None (the arrays' device; for
+    shapes a CUDA GPU if there is one, else the CPU), "cpu", "cuda:N", or a
+    simulated architecture "sm80", "sm86", "sm89", "sm90". cu_seqlens must be
+    arrays (their values decide the sequence lengths) unless check_seqlens=False
+    with max_seqlen_q/kv given. Validation errors raise as in forward().
+    """
+    opts = _options(qkv_format, mask, window, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
+                    dropout_p, seed, offset, deterministic, check_seqlens)
+    d = _arrays.as_dlpack
+    data = _C.explain(
+        opts, "backward" if backward else "forward", _spec(q, dtype), _spec(k, dtype), _spec(v, dtype),
+        cu_seqlens_q=d(cu_seqlens_q), cu_seqlens_kv=d(cu_seqlens_kv), bias=_spec(bias, dtype),
+        alibi_slopes=_spec(alibi_slopes, "float32"), attn_mask=_spec(attn_mask, "bool"),
+        return_lse=bool(return_lse), bias_grad=bool(return_dbias), device=device, backend=backend,
+        disable=list(disable),
+    )
+    return Explanation(data)
+
+
+# ---- what this build and machine offer --------------------------------------
+
+
+class BackendInfo(NamedTuple):
+    name: str
+    in_build: bool  # compiled into this build
+    available: bool  # in the build and its device is on this machine
+    device: str  # "cpu" or "cuda"
+
+
+@functools.lru_cache(maxsize=None)
+def _backend_infos() -> Tuple[BackendInfo, ...]:
+    # A backend is available when it says yes to a tiny problem on a device
+    # this machine has: the CPU (float32), and the first GPU (bfloat16) if any.
+    gpu = cuda_device_count() > 0
+
+    def probe(device: str, dtype: str) -> Tuple[str, ...]:
+        shape = (1, 1, 1, 64)
+        return explain(shape, shape, shape, dtype=dtype, device=device).supported
+
+    on_cpu = probe("cpu", "float32")
+    on_gpu = probe("cuda:0", "bfloat16") + probe("cuda:0", "float16") if gpu else ()
+    infos = []
+    for name, in_build in _C.backends():
+        device = "cpu" if name in on_cpu else "cuda"
+        infos.append(BackendInfo(name, in_build, name in on_cpu or name in on_gpu, device))
+    return tuple(infos)
+
+
+def backends(detail: bool = False) -> Any:
+    """The backends that can run calls on this machine with this build, in
+    preference order (e.g. ["reference"] on a machine without a GPU).
+    detail=True: every backend attn knows, as BackendInfo(name, in_build,
+    available, device)."""
+    infos = _backend_infos()
+    return list(infos) if detail else [b.name for b in infos if b.available]
+
+
+def cuda_device_count() -> int:
+    """CUDA devices this process can use (0 without a GPU or driver)."""
+    return _C.cuda_device_count()
+
+
+def device_info(device: str = "cpu") -> dict:
+    """What backend selection knows about a device: "cpu", "cuda:N", or a
+    simulated architecture such as "sm80" (name, sm, sm_count, shared memory)."""
+    return _C.device_info(device)
+
+
+def __getattr__(name: str) -> Any:
+    # attn.torch imports PyTorch: only when asked for.
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'attn' has no attribute {name!r}")

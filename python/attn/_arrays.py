@@ -1,0 +1,166 @@
+"""Arrays of the caller's framework: which one a tensor belongs to, how to make
+an empty one beside it (outputs live where the inputs live, in the same
+framework), how to hand it to attn._C without a copy, and which CUDA stream
+its framework is working on. NumPy, PyTorch, CuPy and JAX are known; any other
+DLPack producer works on the CPU with NumPy outputs, or with preallocated ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+
+def framework(x: Any) -> str:
+    """'torch', 'numpy', 'cupy', 'jax' or 'dlpack' (anything else with __dlpack__)."""
+    module = type(x).__module__.split(".", 1)[0]
+    if module in ("torch", "numpy", "cupy"):
+        return module
+    if module in ("jax", "jaxlib"):
+        return "jax"
+    return "dlpack"
+
+
+def _is_cuda(x: Any) -> bool:
+    fw = framework(x)
+    if fw == "torch":
+        return x.is_cuda
+    if fw == "cupy":
+        return True
+    if fw == "numpy":
+        return False
+    if fw == "jax":
+        return _jax_device(x).platform == "gpu"
+    device_type, _ = x.__dlpack_device__()
+    return device_type in (2, 13)  # kDLCUDA, kDLCUDAManaged
+
+
+def _jax_device(x: Any) -> Any:
+    devices = x.devices() if callable(getattr(x, "devices", None)) else {x.device}
+    return next(iter(devices))
+
+
+def as_dlpack(x: Any) -> Any:
+    """What attn._C receives: the array itself, or a view that can export DLPack."""
+    if x is None:
+        return None
+    fw = framework(x)
+    if fw == "torch" and x.requires_grad:
+        return x.detach()  # a view: DLPack refuses tensors that require grad
+    if fw == "jax":
+        # JAX computes asynchronously on its own streams; attn runs on the
+        # legacy default stream, so the inputs must be ready first.
+        x.block_until_ready()
+    return x
+
+
+def stream_of(x: Any) -> int:
+    """The CUDA stream (as an integer handle) x's framework is working on; 0 on the CPU."""
+    fw = framework(x)
+    if fw == "torch" and x.is_cuda:
+        import torch
+
+        return torch.cuda.current_stream(x.device).cuda_stream
+    if fw == "cupy":
+        import cupy
+
+        with x.device:
+            return cupy.cuda.get_current_stream().ptr
+    # JAX and other producers: the legacy default stream (0).
+    return 0
+
+
+_FLOAT32 = "float32"
+
+
+def empty(like: Any, shape: Sequence[int], dtype: Any = None) -> Any:
+    """An uninitialised array of `shape` in like's framework and on like's device.
+
+    dtype None means like's dtype; "float32" means float32 in that framework.
+    JAX arrays are immutable: for them this returns a NumPy (CPU) or CuPy /
+    PyTorch (GPU) buffer, which `finish` turns into a JAX array without a copy.
+    """
+    shape = tuple(int(s) for s in shape)
+    fw = framework(like)
+    if fw == "torch":
+        import torch
+
+        dt = like.dtype if dtype is None else torch.float32
+        return torch.empty(shape, dtype=dt, device=like.device)
+    if fw == "numpy":
+        import numpy
+
+        return numpy.empty(shape, dtype=like.dtype if dtype is None else numpy.float32)
+    if fw == "cupy":
+        import cupy
+
+        with like.device:
+            return cupy.empty(shape, dtype=like.dtype if dtype is None else cupy.float32)
+    if fw == "jax":
+        return _jax_buffer(like, shape, dtype)
+    # Another DLPack producer: NumPy on the CPU; on a GPU the caller must preallocate.
+    if not _is_cuda(like):
+        import numpy
+
+        dt = numpy.float32 if dtype is not None else numpy.from_dlpack(like).dtype
+        return numpy.empty(shape, dtype=dt)
+    raise TypeError(
+        f"attn: cannot allocate outputs for a {type(like).__module__}.{type(like).__name__} on a GPU; "
+        "pass preallocated out= (and lse=, dq=, dk=, dv=) arrays, e.g. from CuPy or PyTorch"
+    )
+
+
+def _jax_buffer(like: Any, shape: tuple, dtype: Any) -> Any:
+    name = _FLOAT32 if dtype is not None else str(like.dtype)
+    if not _is_cuda(like):
+        import numpy
+
+        if name == "bfloat16":
+            import ml_dtypes  # JAX's own dependency: NumPy's bfloat16
+
+            return numpy.empty(shape, dtype=ml_dtypes.bfloat16)
+        return numpy.empty(shape, dtype=numpy.dtype(name))
+    device_id = getattr(_jax_device(like), "id", 0)
+    try:
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, name), device=f"cuda:{device_id}")
+    except ImportError:
+        pass
+    try:
+        import cupy
+
+        if name == "bfloat16":
+            raise ImportError("CuPy has no bfloat16")
+        with cupy.cuda.Device(device_id):
+            return cupy.empty(shape, dtype=name)
+    except ImportError:
+        pass
+    raise TypeError(
+        "attn: JAX arrays on the GPU need PyTorch or CuPy to allocate outputs; "
+        "install one, or pass preallocated out= (and lse=) arrays"
+    )
+
+
+def finish(like: Any, buf: Any) -> Any:
+    """buf as an array of like's framework (a no-op except for JAX)."""
+    if buf is None or framework(like) != "jax":
+        return buf
+    import jax.numpy as jnp
+
+    try:
+        return jnp.from_dlpack(buf)  # zero-copy where JAX can alias the buffer
+    except Exception:  # noqa: BLE001 - older JAX or an unaligned buffer: copy
+        return jnp.asarray(buf)
+
+
+def shape_of(x: Any) -> tuple:
+    return tuple(int(s) for s in x.shape)
+
+
+def require_array(x: Any, name: str) -> None:
+    """A clear TypeError for lists, scalars and None where a tensor belongs."""
+    if not (hasattr(x, "__dlpack__") or hasattr(x, "__array_interface__")) or not hasattr(x, "shape"):
+        raise TypeError(
+            f"attn: {name} must be an array (NumPy, PyTorch, JAX, CuPy or another DLPack producer), "
+            f"got {type(x).__module__}.{type(x).__qualname__}"
+        )

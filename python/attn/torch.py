@@ -1,0 +1,411 @@
+"""attn for PyTorch: autograd, torch.compile and TransformerEngine-style modules.
+
+    from attn.torch import attention, DotProductAttention
+    out = attention(q, k, v, mask="causal")          # differentiable, any attn.forward keyword
+    dpa = DotProductAttention(16, 128, num_gqa_groups=4, attn_mask_type="causal")
+    out = dpa(q, k, v)                               # sbhd in, [s, b, h*d] out, as in TransformerEngine
+
+The passes are the torch.library custom ops `attn::forward` and `attn::backward`
+(opaque to torch.compile: no graph breaks), with fake (meta) implementations
+for tracing and autograd registered through torch.library.register_autograd,
+which wraps them in a torch.autograd.Function. Dropout draws a fresh 64-bit
+seed per call from PyTorch's default CPU generator (so torch.manual_seed
+reproduces it), offset 0, and the backward reuses it.
+"""
+# No `from __future__ import annotations` here: torch.library reads the op
+# signatures from real type annotations.
+
+import math
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+import attn as _attn
+
+__all__ = ["attention", "DotProductAttention", "alibi_slopes"]
+
+Tensor = torch.Tensor
+
+
+def _lse_shape(q: Tensor, qkv_format: str) -> List[int]:
+    if qkv_format == "thd" and q.dim() == 3:
+        return [q.shape[1], q.shape[0]]
+    if qkv_format == "bshd" and q.dim() == 4:
+        return [q.shape[0], q.shape[2], q.shape[1]]
+    if qkv_format == "sbhd" and q.dim() == 4:
+        return [q.shape[1], q.shape[2], q.shape[0]]
+    return [0]  # a rank that does not fit the format: the real op reports it
+
+
+def _seed_offset(rng_state: Optional[Tensor]) -> Tuple[int, int]:
+    """rng_state: int64 CPU tensor [seed_lo32, seed_hi32, offset], or None (no dropout)."""
+    if rng_state is None:
+        return 0, 0
+    lo, hi, offset = (int(x) for x in rng_state.tolist())
+    return lo | (hi << 32), offset
+
+
+def _keywords(qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q,
+              max_seqlen_kv, dropout_p, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, bias,
+              alibi_slopes, attn_mask, rng_state) -> dict:
+    seed, offset = _seed_offset(rng_state)
+    return dict(qkv_format=qkv_format, mask=mask, window=(window_left, window_right), softmax_scale=softmax_scale,
+                softcap=softcap, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, dropout_p=dropout_p,
+                seed=seed, offset=offset, deterministic=deterministic, backend=backend,
+                cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
+                attn_mask=attn_mask)
+
+
+# ---- the custom ops ------------------------------------------------------------
+
+
+@torch.library.custom_op("attn::forward", mutates_args=())
+def _forward_op(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_kv: Optional[Tensor],
+    bias: Optional[Tensor],
+    alibi_slopes: Optional[Tensor],
+    attn_mask: Optional[Tensor],
+    rng_state: Optional[Tensor],
+    qkv_format: str,
+    mask: str,
+    window_left: int,
+    window_right: int,
+    softmax_scale: Optional[float],
+    softcap: float,
+    max_seqlen_q: int,
+    max_seqlen_kv: int,
+    dropout_p: float,
+    deterministic: bool,
+    backend: Optional[str],
+) -> Tuple[Tensor, Tensor]:
+    kw = _keywords(qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q,
+                   max_seqlen_kv, dropout_p, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, bias,
+                   alibi_slopes, attn_mask, rng_state)
+    out, lse = _attn.forward(q, k, v, return_lse=True, **kw)
+    if lse is None:  # unreachable after validation; keeps the op's output types fixed
+        lse = q.new_empty(_lse_shape(q, qkv_format), dtype=torch.float32)
+    return out, lse
+
+
+@_forward_op.register_fake
+def _forward_fake(q, k, v, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state, qkv_format,
+                  mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv, dropout_p,
+                  deterministic, backend):
+    out = q.new_empty(list(q.shape[:-1]) + [v.shape[-1]])
+    return out, q.new_empty(_lse_shape(q, qkv_format), dtype=torch.float32)
+
+
+@torch.library.custom_op("attn::backward", mutates_args=())
+def _backward_op(
+    dout: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    cu_seqlens_q: Optional[Tensor],
+    cu_seqlens_kv: Optional[Tensor],
+    bias: Optional[Tensor],
+    alibi_slopes: Optional[Tensor],
+    attn_mask: Optional[Tensor],
+    rng_state: Optional[Tensor],
+    qkv_format: str,
+    mask: str,
+    window_left: int,
+    window_right: int,
+    softmax_scale: Optional[float],
+    softcap: float,
+    max_seqlen_q: int,
+    max_seqlen_kv: int,
+    dropout_p: float,
+    deterministic: bool,
+    backend: Optional[str],
+    bias_grad: bool,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    # Gradients arriving from reductions are often expanded (stride 0); attn
+    # needs a contiguous last dimension.
+    if dout.dim() and dout.shape[-1] > 1 and dout.stride(-1) != 1:
+        dout = dout.contiguous()
+    kw = _keywords(qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q,
+                   max_seqlen_kv, dropout_p, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, bias,
+                   alibi_slopes, attn_mask, rng_state)
+    grads = _attn.backward(q, k, v, out, dout, lse, return_dbias=bias_grad, **kw)
+    dbias = grads[3] if bias_grad else q.new_empty([0])
+    return grads[0], grads[1], grads[2], dbias
+
+
+@_backward_op.register_fake
+def _backward_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state,
+                   qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
+                   dropout_p, deterministic, backend, bias_grad):
+    dbias = torch.empty_like(bias, memory_format=torch.contiguous_format) if bias_grad else q.new_empty([0])
+    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+            torch.empty_like(k, memory_format=torch.contiguous_format),
+            torch.empty_like(v, memory_format=torch.contiguous_format), dbias)
+
+
+_TENSOR_INPUTS = 9  # q, k, v, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state
+_BIAS_INDEX = 5
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, cu_q, cu_kv, bias, alibi, attn_mask, rng_state = inputs[:_TENSOR_INPUTS]
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_kv, bias, alibi, attn_mask, rng_state)
+    ctx.options = inputs[_TENSOR_INPUTS:]
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward(ctx, dout, dlse):
+    del dlse  # lse is not differentiable (marked so in _setup_context)
+    q, k, v, out, lse, cu_q, cu_kv, bias, alibi, attn_mask, rng_state = ctx.saved_tensors
+    bias_grad = bias is not None and ctx.needs_input_grad[_BIAS_INDEX]
+    dq, dk, dv, dbias = torch.ops.attn.backward(dout, q, k, v, out, lse, cu_q, cu_kv, bias, alibi, attn_mask,
+                                                rng_state, *ctx.options, bias_grad)
+    grads = [dq, dk, dv, None, None, dbias if bias_grad else None, None, None, None]
+    return tuple(grads) + (None,) * len(ctx.options)
+
+
+torch.library.register_autograd("attn::forward", _backward, setup_context=_setup_context)
+
+
+# ---- the functional API ----------------------------------------------------------
+
+
+def _draw_rng_state(seed: Optional[int], offset: int) -> Tensor:
+    """[seed_lo32, seed_hi32, offset]: a fresh seed from PyTorch's default CPU
+    generator unless one is given."""
+    if seed is None:
+        halves = torch.randint(0, 1 << 32, (2,), dtype=torch.int64)  # consumes the default generator
+        return torch.cat([halves, torch.tensor([int(offset)], dtype=torch.int64)])
+    seed = int(seed)
+    if not 0 <= seed < (1 << 64):
+        raise ValueError(f"attn: seed must be an integer in [0, 2^64), got {seed}")
+    return torch.tensor([seed & 0xFFFFFFFF, seed >> 32, int(offset)], dtype=torch.int64)
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    qkv_format: str = "bshd",
+    mask: str = "no_mask",
+    window: Tuple[int, int] = (-1, -1),
+    softmax_scale: Optional[float] = None,
+    softcap: float = 0.0,
+    cu_seqlens_q: Optional[Tensor] = None,
+    cu_seqlens_kv: Optional[Tensor] = None,
+    max_seqlen_q: Optional[int] = None,
+    max_seqlen_kv: Optional[int] = None,
+    bias: Optional[Tensor] = None,
+    alibi_slopes: Optional[Tensor] = None,
+    attn_mask: Optional[Tensor] = None,
+    dropout_p: float = 0.0,
+    seed: Optional[int] = None,
+    offset: int = 0,
+    backend: Optional[str] = None,
+    return_lse: bool = False,
+    deterministic: bool = False,
+) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """Differentiable attention on PyTorch tensors (CPU or CUDA): attn.forward's
+    keywords and semantics, gradients for q, k, v (and bias when it requires
+    grad) through attn.backward. With dropout_p > 0 and seed=None, a fresh seed
+    comes from PyTorch's default generator; pass seed= to fix it. Returns out,
+    or (out, lse) with return_lse=True (lse carries no gradient)."""
+    left, right = _attn._window(window)
+    rng_state = _draw_rng_state(seed, offset) if dropout_p > 0 else None
+    out, lse = torch.ops.attn.forward(
+        q, k, v, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state, qkv_format,
+        _attn._mask_name(mask), left, right, None if softmax_scale is None else float(softmax_scale),
+        float(softcap), 0 if max_seqlen_q is None else int(max_seqlen_q),
+        0 if max_seqlen_kv is None else int(max_seqlen_kv), float(dropout_p), bool(deterministic), backend)
+    return (out, lse) if return_lse else out
+
+
+def alibi_slopes(num_heads: int, device: Any = None) -> Tensor:
+    """ALiBi's standard slopes (Press et al.): a geometric sequence per head,
+    as TransformerEngine and FlashAttention use, float32 [num_heads]."""
+    def power_of_2(n: int) -> List[float]:
+        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    if math.log2(num_heads).is_integer():
+        slopes = power_of_2(num_heads)
+    else:
+        closest = 2 ** math.floor(math.log2(num_heads))
+        slopes = power_of_2(closest) + power_of_2(2 * closest)[0::2][: num_heads - closest]
+    return torch.tensor(slopes, dtype=torch.float32, device=device)
+
+
+# ---- TransformerEngine-style module -----------------------------------------------
+
+
+def _seqlens_from_padding_mask(m: Tensor) -> Tensor:
+    """TE's padding mask [b, 1, 1, s] (True = padded, padding at the end) -> cu_seqlens int32 [b + 1]."""
+    lengths = (~m.reshape(m.shape[0], -1)).sum(dim=1, dtype=torch.int32)
+    return torch.nn.functional.pad(torch.cumsum(lengths, 0, dtype=torch.int32), (1, 0))
+
+
+class DotProductAttention(torch.nn.Module):
+    """Core attention with TransformerEngine's DotProductAttention interface, so
+    TE code switches by changing the import.
+
+    Constructor arguments, in TE's order: num_attention_heads, kv_channels (an
+    int, or (d_qk, d_v)), num_gqa_groups (KV heads; default = query heads),
+    attention_dropout (applied in training mode only), qkv_format ("sbhd",
+    "bshd" or "thd"), attn_mask_type (TE's names, "padding,causal" too),
+    window_size ((left, right), None = unbounded), then keyword-only
+    softmax_scale (default 1/sqrt(d_qk)), softcap, deterministic, and attn's
+    backend (force one by name), layer_number and attention_type ("self" or
+    "cross", accepted for compatibility).
+
+    forward(query_layer, key_layer, value_layer, attention_mask=None, *,
+    qkv_format, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,
+    attn_mask_type, window_size, core_attention_bias_type ("no_bias",
+    "post_scale_bias", "alibi"), core_attention_bias, alibi_slopes). Inputs
+    are split into heads ([s, b, h, d] for sbhd); the output, as in TE, merges
+    heads and head_dim: [s, b, h*d_v] (sbhd), [b, s, h*d_v] (bshd), [t, h*d_v]
+    (thd). attention_mask follows TE: True marks a position that is masked
+    out; for padding masks a [b, 1, 1, s] tensor (or a (q, kv) pair) of
+    right-padded sequences, converted to cu_seqlens.
+    """
+
+    def __init__(
+        self,
+        num_attention_heads: int,
+        kv_channels: Union[int, Tuple[int, int]],
+        num_gqa_groups: Optional[int] = None,
+        attention_dropout: float = 0.0,
+        qkv_format: str = "sbhd",
+        attn_mask_type: str = "causal",
+        window_size: Optional[Tuple[int, int]] = None,
+        *,
+        softmax_scale: Optional[float] = None,
+        softcap: float = 0.0,
+        deterministic: bool = False,
+        backend: Optional[str] = None,
+        layer_number: Optional[int] = None,
+        attention_type: str = "self",
+    ) -> None:
+        super().__init__()
+        self.num_attention_heads = int(num_attention_heads)
+        if isinstance(kv_channels, int):
+            self.head_dim_qk = self.head_dim_v = kv_channels
+        else:
+            self.head_dim_qk, self.head_dim_v = (int(x) for x in kv_channels)
+        self.num_gqa_groups = self.num_attention_heads if num_gqa_groups is None else int(num_gqa_groups)
+        if self.num_attention_heads % self.num_gqa_groups != 0:
+            raise ValueError(
+                f"attn: num_attention_heads={self.num_attention_heads} is not a multiple of "
+                f"num_gqa_groups={self.num_gqa_groups}; choose a number of KV heads that divides it"
+            )
+        self.attention_dropout = float(attention_dropout)
+        self.qkv_format = qkv_format
+        self.attn_mask_type = _attn._mask_name(attn_mask_type)
+        self.window_size = window_size
+        self.softmax_scale = 1.0 / math.sqrt(self.head_dim_qk) if softmax_scale is None else float(softmax_scale)
+        self.softcap = float(softcap)
+        self.deterministic = bool(deterministic)
+        self.backend = backend
+        self.layer_number = 1 if layer_number is None else layer_number
+        if attention_type not in ("self", "cross"):
+            raise ValueError(f"attn: attention_type must be \"self\" or \"cross\", got {attention_type!r}")
+        self.attention_type = attention_type
+
+    def extra_repr(self) -> str:
+        return (f"heads={self.num_attention_heads}, kv_heads={self.num_gqa_groups}, "
+                f"head_dim={self.head_dim_qk}/{self.head_dim_v}, qkv_format={self.qkv_format}, "
+                f"attn_mask_type={self.attn_mask_type}, window_size={self.window_size}, "
+                f"attention_dropout={self.attention_dropout}")
+
+    def _check_heads(self, q: Tensor, k: Tensor, v: Tensor, qkv_format: str) -> None:
+        rank = 3 if qkv_format == "thd" else 4
+        for t, name, heads, dim in ((q, "query_layer", self.num_attention_heads, self.head_dim_qk),
+                                    (k, "key_layer", self.num_gqa_groups, self.head_dim_qk),
+                                    (v, "value_layer", self.num_gqa_groups, self.head_dim_v)):
+            if t.dim() == rank and t.shape[-2] == heads and t.shape[-1] == dim:
+                continue
+            if t.dim() == rank - 1:
+                fix = f"split the hidden dimension into heads first: {name}.view(*{name}.shape[:-1], {heads}, {dim})"
+            elif t.dim() == rank:
+                fix = "build the module with the heads and head sizes of the tensors, or pass matching tensors"
+            else:
+                continue  # another rank: attn's own validation names the format and the fix
+            raise ValueError(
+                f"attn: {name} of shape {list(t.shape)} does not fit this DotProductAttention "
+                f"(qkv_format={qkv_format}, {heads} heads of size {dim}); {fix}"
+            )
+
+    def forward(
+        self,
+        query_layer: Tensor,
+        key_layer: Tensor,
+        value_layer: Tensor,
+        attention_mask: Optional[Union[Tensor, Tuple[Tensor, Tensor]]] = None,
+        *,
+        qkv_format: Optional[str] = None,
+        cu_seqlens_q: Optional[Tensor] = None,
+        cu_seqlens_kv: Optional[Tensor] = None,
+        max_seqlen_q: Optional[int] = None,
+        max_seqlen_kv: Optional[int] = None,
+        attn_mask_type: Optional[str] = None,
+        window_size: Optional[Tuple[int, int]] = None,
+        core_attention_bias_type: str = "no_bias",
+        core_attention_bias: Optional[Tensor] = None,
+        alibi_slopes: Optional[Tensor] = None,
+    ) -> Tensor:
+        qkv_format = self.qkv_format if qkv_format is None else qkv_format
+        mask = self.attn_mask_type if attn_mask_type is None else _attn._mask_name(attn_mask_type)
+        window = self.window_size if window_size is None else window_size
+        self._check_heads(query_layer, key_layer, value_layer, qkv_format)
+
+        arbitrary = None
+        if attention_mask is not None:
+            if mask == "arbitrary":
+                # TE: True = masked out; attn (like PyTorch's SDPA): True = visible.
+                m = attention_mask
+                arbitrary = ~m if m.dtype == torch.bool else m
+            elif "padding" in mask and qkv_format != "thd" and cu_seqlens_q is None:
+                m_q, m_kv = attention_mask if isinstance(attention_mask, (tuple, list)) else (attention_mask,) * 2
+                cu_seqlens_q = _seqlens_from_padding_mask(m_q)
+                cu_seqlens_kv = _seqlens_from_padding_mask(m_kv)
+        if cu_seqlens_q is not None and cu_seqlens_kv is None and self.attention_type == "self":
+            cu_seqlens_kv = cu_seqlens_q
+
+        bias = slopes = None
+        if core_attention_bias_type == "post_scale_bias":
+            bias = core_attention_bias
+        elif core_attention_bias_type == "alibi":
+            slopes = alibi_slopes if alibi_slopes is not None else _alibi_cached(
+                self.num_attention_heads, query_layer.device)
+        elif core_attention_bias_type != "no_bias":
+            raise ValueError(
+                f"attn: core_attention_bias_type={core_attention_bias_type!r} is not supported; "
+                "use \"no_bias\", \"post_scale_bias\" (scores + bias) or \"alibi\""
+            )
+
+        out = attention(
+            query_layer, key_layer, value_layer, qkv_format=qkv_format, mask=mask, window=window,
+            softmax_scale=self.softmax_scale, softcap=self.softcap, cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_kv=cu_seqlens_kv, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, bias=bias,
+            alibi_slopes=slopes, attn_mask=arbitrary,
+            dropout_p=self.attention_dropout if self.training else 0.0, backend=self.backend,
+            deterministic=self.deterministic,
+        )
+        # TE's output convention: ...hd -> ...(hd)
+        return out.reshape(*out.shape[:-2], out.shape[-2] * out.shape[-1])
+
+
+_ALIBI_CACHE: dict = {}
+
+
+def _alibi_cached(num_heads: int, device: Any) -> Tensor:
+    key = (num_heads, str(device))
+    if key not in _ALIBI_CACHE:
+        _ALIBI_CACHE[key] = alibi_slopes(num_heads, device)
+    return _ALIBI_CACHE[key]

@@ -1,0 +1,101 @@
+"""Validation errors surface as ValueError / TypeError with the core's message;
+backend problems as attn.BackendUnavailableError (a RuntimeError)."""
+
+import numpy as np
+import pytest
+
+import attn
+
+
+def arrays(*shapes, dtype=np.float32):
+    return [np.zeros(s, dtype=dtype) for s in shapes]
+
+
+def test_hidden_dimension_not_split_is_a_value_error():
+    q, k, v = arrays((2, 8, 64), (2, 8, 64), (2, 8, 64))
+    with pytest.raises(ValueError, match="split the hidden dimension into heads first") as e:
+        attn.forward(q, k, v, qkv_format="bshd")
+    msg = str(e.value)
+    assert msg.startswith("attn: q has rank 3 but qkv_format=bshd needs rank 4")
+    assert "[2, 8, 64]" in msg
+    assert e.value.kind == "value" and e.value.got == "[2, 8, 64]" and "split the hidden" in e.value.fix
+
+
+def test_bad_dtypes_are_type_errors():
+    q, k, v = arrays((1, 4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8), dtype=np.int32)
+    with pytest.raises(TypeError, match="q has an unsupported dtype"):
+        attn.forward(q, k, v)
+    q, k, v = arrays((1, 4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8))
+    with pytest.raises(TypeError, match="k's dtype differs from q's"):
+        attn.forward(q, k.astype(np.float64), v)
+    with pytest.raises(TypeError, match="q has a dtype attn does not take"):
+        attn.forward(q.astype(np.complex64), k, v)
+    cu = np.array([0, 4], dtype=np.int64)
+    with pytest.raises(TypeError, match="cu_seqlens_q has the wrong dtype"):
+        attn.forward(q[0], k[0], v[0], qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu)
+
+
+def test_not_an_array_is_a_type_error():
+    with pytest.raises(TypeError, match="q must be an array"):
+        attn.forward([[1.0]], np.zeros(1), np.zeros(1))
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(mask="causl"), "unknown mask type"),
+    (dict(qkv_format="bsd"), "unknown qkv_format"),
+    (dict(dropout_p=1.0), r"dropout probability outside \[0, 1\)"),
+    (dict(offset=1 << 33), "offset does not fit"),
+    (dict(window=(-3, 0)), "window left is below -1"),
+    (dict(backend="nope"), "names an unknown backend"),
+    (dict(seed=-1), "seed must be an integer"),
+])
+def test_bad_values_are_value_errors(kw, match):
+    q, k, v = arrays((1, 4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8))
+    with pytest.raises(ValueError, match=match):
+        attn.forward(q, k, v, **kw)
+
+
+def test_bad_window_type():
+    q, k, v = arrays((1, 4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8))
+    with pytest.raises(TypeError, match="window must be a pair"):
+        attn.forward(q, k, v, window=3)
+
+
+def test_shape_mismatches():
+    q, k, v = arrays((1, 4, 3, 8), (1, 4, 2, 8), (1, 4, 2, 8))
+    with pytest.raises(ValueError, match="h_q is not a multiple of h_kv"):
+        attn.forward(q, k, v)
+    q, k, v = arrays((6, 2, 8), (6, 2, 8), (6, 2, 8))
+    with pytest.raises(ValueError, match="qkv_format=thd needs cu_seqlens_q and cu_seqlens_kv"):
+        attn.forward(q, k, v, qkv_format="thd")
+    q, k, v = arrays((1, 4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8))
+    with pytest.raises(ValueError, match="out has the wrong shape"):
+        attn.forward(q, k, v, out=np.zeros((1, 4, 2, 9), np.float32))
+    with pytest.raises(ValueError, match="last dimension is not contiguous"):
+        attn.forward(q, k, np.zeros((1, 4, 2, 16), np.float32)[..., ::2])
+
+
+def test_backward_needs_lse():
+    q, k, v = arrays((1, 4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8))
+    with pytest.raises(ValueError, match="lse has the wrong shape"):
+        attn.backward(q, k, v, q, q, np.zeros((1, 2), np.float32))
+    with pytest.raises(ValueError, match="needs the forward's bias"):
+        attn.backward(q, k, v, q, q, np.zeros((1, 2, 4), np.float32), return_dbias=True)
+
+
+def test_forcing_a_backend_missing_from_the_build():
+    q, k, v = arrays((1, 4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8))
+    assert issubclass(attn.BackendUnavailableError, RuntimeError)
+    with pytest.raises(attn.BackendUnavailableError, match="the forced backend unfused cannot run this call") as e:
+        attn.forward(q, k, v, backend="unfused")
+    assert "not part of this build" in str(e.value) and e.value.kind == "unsupported"
+
+
+def test_disabling_every_backend(monkeypatch):
+    q, k, v = arrays((1, 4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8))
+    with pytest.raises(attn.BackendUnavailableError, match="no attention backend can run this call") as e:
+        attn.forward(q, k, v, disable=["reference"])
+    assert "disabled by ATTN_DISABLE" in str(e.value)
+    monkeypatch.setenv("ATTN_DISABLE", "reference")
+    with pytest.raises(attn.BackendUnavailableError):
+        attn.forward(q, k, v)
