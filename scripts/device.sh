@@ -31,6 +31,11 @@ while IFS= read -r line; do
 done < scripts/gpu_checks.txt
 t3=$(date +%s)
 
+# The Python package on the GPU: CUDA tensors from PyTorch, CuPy and JAX.
+bash scripts/test_python.sh >"$out/python.log" 2>&1
+py_rc=$?
+t4=$(date +%s)
+
 echo "== failures / skips"
 grep -E '\*\*\*|\(Skipped\)|Not Run' "$out/ctest.log" | head -40
 echo "== attn check cases"
@@ -41,4 +46,5 @@ echo "commit:  $(cat .carry/commit 2>/dev/null || echo unknown)"
 echo "build:   $((t1 - t0)) s"
 echo "ctest:   $(grep -E 'tests passed|tests failed' "$out/ctest.log") ($((t2 - t1)) s)"
 echo "checks:  $checks_pass passed, $checks_fail failed ($((t3 - t2)) s)"
-[ $ctest_rc -eq 0 ] && [ $checks_fail -eq 0 ]
+echo "python:  $(grep -E '[0-9]+ (passed|failed)' "$out/python.log" | tail -1) ($((t4 - t3)) s)"
+[ $ctest_rc -eq 0 ] && [ $checks_fail -eq 0 ] && [ $py_rc -eq 0 ]
