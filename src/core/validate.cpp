@@ -49,7 +49,7 @@ void require_device(const TensorView& t, const char* name, const Device& expecte
 }
 
 void require_last_dim_contiguous(const TensorView& t, const char* name) {
-  if (t.rank > 0 && t.size(-1) > 1 && t.stride(-1) != 1)
+  if (t.numel() > 0 && t.size(-1) > 1 && t.stride(-1) != 1)  // empty views (DLPack may give stride 0) are fine
     bad_value(std::string(name) + "'s last dimension is not contiguous",
               "stride " + str(t.stride(-1)) + " in shape " + t.shape_str(), "stride 1 along head_dim",
               std::string("make it contiguous (e.g. ") + name + ".contiguous()); other strides may be anything");

@@ -395,3 +395,17 @@ TEST(Validate, CheckProblemCatchesNumbersWithoutTensors) {
 
 }  // namespace
 }  // namespace attn
+
+namespace attn {
+namespace {
+
+TEST(Validate, EmptyTensorsMayHaveAnyStride) {
+  // NumPy exports size-0 arrays over DLPack with stride 0: nothing to read, nothing to reject.
+  Call c = make_call(QkvFormat::bshd, 0, 8, 8, 2, 2, 16, 16);
+  c.fwd.in.q.strides_elems = {0, 0, 0, 0, 0, 0};
+  const Problem p = validate_forward(c.opts, c.fwd);
+  EXPECT_EQ(p.batch, 0);
+}
+
+}  // namespace
+}  // namespace attn
