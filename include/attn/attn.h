@@ -18,4 +18,8 @@ Selection backward(const Options& opts, const BackwardArgs& args, const RunConte
 Selection backward(const Options& opts, const BackwardArgs& args, const RunContext& ctx,
                    const Policy& policy);
 
+// The library's version and the commit it was built from (for benchmark records).
+const char* version();
+const char* git_commit();
+
 }  // namespace attn

@@ -25,4 +25,7 @@ Selection backward(const Options& opts, const BackwardArgs& args, const RunConte
   return backward(opts, args, ctx, Policy::from_env());
 }
 
+const char* version() { return ATTN_VERSION; }
+const char* git_commit() { return ATTN_GIT_COMMIT; }
+
 }  // namespace attn

@@ -42,6 +42,18 @@ struct CheckFlags {
   std::optional<int> fd_samples;  // finite-difference samples per gradient tensor
 };
 
+struct BenchFlags {
+  ProblemFlags problem;  // the base problem; the sweep overrides mask, seqlen, batch, heads, head_dim
+  std::string seqlens = "1024,4096,16384";
+  std::string head_dims = "64,128,256";
+  std::string masks = "no_mask,causal";
+  int64_t tokens = 16384;  // batch = tokens / seqlen
+  int64_t hidden = 2048;   // heads = hidden / head_dim
+  int64_t gqa_ratio = 1;   // kv_heads = heads / gqa_ratio
+  std::optional<int> warmup, iters;
+  std::string json_path;  // empty or "-": JSON to stdout
+};
+
 // Presets: name, one-line description.
 const std::vector<std::pair<std::string, std::string>>& presets();
 
@@ -61,5 +73,6 @@ Policy policy_from(const ProblemFlags& f);
 int run_command(const RunFlags& f);
 int explain_command(const ExplainFlags& f);
 int check_command(const CheckFlags& f);
+int bench_command(const BenchFlags& f);
 
 }  // namespace attn::cli

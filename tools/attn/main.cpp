@@ -97,11 +97,26 @@ int main(int argc, char** argv) {
       "finite-difference samples per gradient tensor [up to 6 when only the reference runs, else 0]")
       ->check(CLI::NonNegativeNumber);
 
+  BenchFlags bench;
+  CLI::App* bench_cmd = app.add_subcommand(
+      "bench", "time a sweep (seqlens x head dims x masks; batch = tokens/seqlen, heads = hidden/head_dim); JSON out");
+  add_problem_flags(bench_cmd, bench.problem, "where the tensors live: cpu, cuda or cuda:N [cuda if a GPU exists, else cpu]");
+  bench_cmd->add_option("--sweep-seqlens", bench.seqlens, "sequence lengths, comma-separated")->capture_default_str();
+  bench_cmd->add_option("--sweep-head-dims", bench.head_dims, "head dims, comma-separated")->capture_default_str();
+  bench_cmd->add_option("--sweep-masks", bench.masks, "mask types, comma-separated")->capture_default_str();
+  bench_cmd->add_option("--tokens", bench.tokens, "tokens per problem: batch = tokens / seqlen")->capture_default_str();
+  bench_cmd->add_option("--hidden", bench.hidden, "query hidden size: heads = hidden / head_dim")->capture_default_str();
+  bench_cmd->add_option("--gqa-ratio", bench.gqa_ratio, "query heads per KV head")->capture_default_str();
+  add(bench_cmd, "--warmup", bench.warmup, "untimed runs first [3 on a GPU, 0 on the CPU]")->check(CLI::NonNegativeNumber);
+  add(bench_cmd, "--iters", bench.iters, "timed runs per pass [20 on a GPU, 2 on the CPU]")->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--json", bench.json_path, "write JSON here and print a table (default: JSON to stdout)");
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*run_cmd) return run_command(run);
     if (*explain_cmd) return explain_command(explain);
     if (*check_cmd) return check_command(check);
+    if (*bench_cmd) return bench_command(bench);
   } catch (const attn::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
