@@ -3,7 +3,9 @@
 same bf16 tensors. Prints a TFLOP/s table with ratios, writes JSON and a PNG.
 
 Default sweep: the grid of shared/ANCHORS.md (d 64/128/256, seqlen 1k/4k/16k,
-causal or not, batch = 16384/seqlen, heads = 2048/d), forward and backward.
+causal or not, batch = 16384/seqlen, heads = 2048/d), forward and backward;
+then ANCHORS.md's FlexAttention cases (sliding window 1024 + causal, five packed
+documents), forward, in useful TFLOP/s.
 FLOPs: 4*b*h*s*s*d forward (halved for causal), backward 2.5x (DESIGN.md).
 Timing: CUDA events, warm-up, median of repeats (~200 ms per point), two input
 sets alternated (each set is hundreds of MB, far beyond L2).
@@ -112,9 +114,68 @@ def time_impl(fns, sets):
     return result
 
 
+def flex_cases(device_name):
+    """ANCHORS.md's FlexAttention points (d 128, 8k tokens per row, b 2, h 16, bf16,
+    forward): sliding window 1024 + causal, and five packed causal documents.
+    Useful TFLOP/s count only the visible pairs."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    flex = torch.compile(flex_attention)
+    b, h, s, d = 2, 16, 8192, 128
+    bounds = [0, 1000, 2800, 4100, 6500, 8192]  # five documents of unequal length
+    doc = torch.zeros(s, dtype=torch.int32, device="cuda")
+    for i in range(5):
+        doc[bounds[i]:bounds[i + 1]] = i
+    rows = []
+    for name in ("window1024_causal", "packed5_causal"):
+        if name.startswith("window"):
+            def mask_mod(bb, hh, qi, kj):
+                return (qi >= kj) & (qi - kj < 1024)
+            pairs = sum(min(i + 1, 1024) for i in range(s))
+        else:
+            def mask_mod(bb, hh, qi, kj):
+                return (doc[qi] == doc[kj]) & (qi >= kj)
+            pairs = sum((n * (n + 1)) // 2 for n in (bounds[i + 1] - bounds[i] for i in range(5)))
+        flops = 4.0 * b * h * pairs * d
+        block = create_block_mask(mask_mod, None, None, s, s, device="cuda")
+        sets = make_sets(b, s, h, d)
+        row = {"case": name, "batch": b, "heads": h, "seqlen": s, "d": d, "fwd_flops": flops}
+
+        def flex_fwd(t):
+            q, k, v, _ = t
+            flex(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=block)
+
+        if name.startswith("window"):
+            def attn_fwd(t):
+                q, k, v, _ = t
+                attn.forward(q, k, v, mask="causal", window=(1023, 0))
+        else:
+            # The same tokens as thd: each row's five documents are separate sequences.
+            lens = [bounds[i + 1] - bounds[i] for i in range(5)] * b
+            cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device="cuda")
+
+            def attn_fwd(t):
+                q, k, v, _ = t
+                attn.forward(q.reshape(b * s, h, d), k.reshape(b * s, h, d), v.reshape(b * s, h, d),
+                             qkv_format="thd", mask="padding_causal", cu_seqlens_q=cu, cu_seqlens_kv=cu,
+                             max_seqlen_q=max(lens), max_seqlen_kv=max(lens))
+
+        for impl, fn in (("attn", attn_fwd), ("flex", flex_fwd)):
+            try:
+                ms = median_ms(fn, sets)
+                row[impl] = {"fwd_ms": ms, "fwd_tflops": flops / (ms * 1e-3) / 1e12}
+            except (RuntimeError, ValueError) as e:
+                row[impl] = {"error": str(e).splitlines()[0][:160]}
+        rows.append(row)
+        del sets
+        torch.cuda.empty_cache()
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="seqlen 1k and 4k only")
+    ap.add_argument("--no-flex", action="store_true", help="skip the FlexAttention cases")
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for compare.json and compare.png")
     args = ap.parse_args()
     dev = torch.cuda.get_device_name()
@@ -143,8 +204,9 @@ def main():
         torch.cuda.empty_cache()
         print(f"done d={d} s={s} causal={causal}", file=sys.stderr, flush=True)
 
+    flex_rows = [] if args.no_flex else flex_cases(dev)
     record = {"device": dev, "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-              "attn_backends": attn.backends(), "rows": rows}
+              "attn_backends": attn.backends(), "rows": rows, "flex_rows": flex_rows}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "compare.json"), "w") as f:
         json.dump(record, f, indent=1)
@@ -163,6 +225,12 @@ def main():
                      else "     -")
             line += f" {fmt(a, p)} {fmt(c, p)} {fmt(r['sdpa_flash'], p)} {ratio} |"
         print(line)
+    if flex_rows:
+        print("FlexAttention cases (d 128, b 2, h 16, 8k tokens per row; useful TFLOP/s, forward)")
+        for r in flex_rows:
+            a, fl = r["attn"], r["flex"]
+            ratio = (f"{a['fwd_tflops'] / fl['fwd_tflops']:.2f}" if "fwd_tflops" in a and "fwd_tflops" in fl else "-")
+            print(f"  {r['case']:20s} attn {fmt(a, 'fwd')}  flex {fmt(fl, 'fwd')}  ratio {ratio}")
 
 
 def plot(rows, path, dev):
