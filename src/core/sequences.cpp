@@ -18,8 +18,15 @@ std::vector<int32_t> read_int32(const TensorView& t) {
     for (int64_t i = 0; i < n; ++i) host[i] = t.as<const int32_t>()[i * stride];
     return host;
   }
-  cudaError_t err = cudaMemcpy2D(host.data(), sizeof(int32_t), t.data, stride * sizeof(int32_t),
-                                 sizeof(int32_t), n, cudaMemcpyDeviceToHost);
+  // The values may come from work on any stream, including non-blocking ones
+  // (PyTorch's side streams) that a copy on the default stream would not wait
+  // for: wait for the whole device first. Callers that cannot afford this turn
+  // check_seqlens off and pass max_seqlen.
+  cudaError_t err = cudaSetDevice(t.device.index);
+  if (err == cudaSuccess) err = cudaDeviceSynchronize();
+  if (err == cudaSuccess)
+    err = cudaMemcpy2D(host.data(), sizeof(int32_t), t.data, stride * sizeof(int32_t),
+                       sizeof(int32_t), n, cudaMemcpyDeviceToHost);
   if (err != cudaSuccess)
     fail(ErrorKind::runtime, "reading an int32 tensor from " + device_name(t.device) + " failed",
          cudaGetErrorString(err), "a readable device pointer",
