@@ -11,22 +11,6 @@
 
 namespace attn::unfused {
 
-namespace {
-
-std::vector<const void*> rows_of_heads(const SeqRows& r, int64_t first, int64_t count, int64_t step, int64_t divide) {
-  std::vector<const void*> ptrs(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) ptrs[i] = r.row((first + i * step) / divide);
-  return ptrs;
-}
-
-std::vector<const void*> slices(const void* base, int64_t first, int64_t count, int64_t step, int64_t bytes_each) {
-  std::vector<const void*> ptrs(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) ptrs[i] = static_cast<const char*>(base) + (first + i * step) * bytes_each;
-  return ptrs;
-}
-
-}  // namespace
-
 void backward(const Problem& p, const BackwardArgs& a, const RunContext& ctx) {
   const int device = p.device.index;
   ATTN_CUDA(cudaSetDevice(device));

@@ -10,23 +10,6 @@
 
 namespace attn::unfused {
 
-namespace {
-
-// Pointers to the per-head rows of one sequence, for a batch over query heads.
-std::vector<const void*> head_rows(const SeqRows& r, int64_t h_q, int64_t group) {
-  std::vector<const void*> ptrs(static_cast<size_t>(h_q));
-  for (int64_t h = 0; h < h_q; ++h) ptrs[h] = r.row(h / group);
-  return ptrs;
-}
-
-std::vector<const void*> slices(const void* base, int64_t count, int64_t bytes_each) {
-  std::vector<const void*> ptrs(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) ptrs[i] = static_cast<const char*>(base) + i * bytes_each;
-  return ptrs;
-}
-
-}  // namespace
-
 void forward(const Problem& p, const ForwardArgs& a, const RunContext& ctx) {
   const int device = p.device.index;
   ATTN_CUDA(cudaSetDevice(device));
@@ -59,9 +42,9 @@ void forward(const Problem& p, const ForwardArgs& a, const RunContext& ctx) {
       continue;
     }
     PointerTable t;
-    const int64_t iq = t.add(head_rows(q, p.h_q, 1)), ik = t.add(head_rows(k, p.h_q, group));
-    const int64_t is = t.add(slices(scores, p.h_q, M * N * 4)), ip = t.add(slices(probs, p.h_q, M * N * elem));
-    const int64_t iv = t.add(head_rows(v, p.h_q, group)), io = t.add(head_rows(o, p.h_q, 1));
+    const int64_t iq = t.add(rows_of_heads(q, 0, p.h_q, 1, 1)), ik = t.add(rows_of_heads(k, 0, p.h_q, 1, group));
+    const int64_t is = t.add(slices(scores, 0, p.h_q, 1, M * N * 4)), ip = t.add(slices(probs, 0, p.h_q, 1, M * N * elem));
+    const int64_t iv = t.add(rows_of_heads(v, 0, p.h_q, 1, group)), io = t.add(rows_of_heads(o, 0, p.h_q, 1, 1));
     const void** dev = table + cursor;
     t.upload(dev, ctx.stream);
     cursor += t.size();

@@ -73,6 +73,18 @@ RowParams row_params(const Problem& p, const Inputs& in, const detail::Sequences
   return r;
 }
 
+std::vector<const void*> rows_of_heads(const SeqRows& r, int64_t first, int64_t count, int64_t step, int64_t divide) {
+  std::vector<const void*> ptrs(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) ptrs[i] = r.row((first + i * step) / divide);
+  return ptrs;
+}
+
+std::vector<const void*> slices(const void* base, int64_t first, int64_t count, int64_t step, int64_t bytes_each) {
+  std::vector<const void*> ptrs(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) ptrs[i] = static_cast<const char*>(base) + (first + i * step) * bytes_each;
+  return ptrs;
+}
+
 int64_t PointerTable::add(const std::vector<const void*>& ptrs) {
   const int64_t at = size();
   host_.insert(host_.end(), ptrs.begin(), ptrs.end());

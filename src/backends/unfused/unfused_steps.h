@@ -61,6 +61,12 @@ class PointerTable {
   std::vector<const void*> host_;
 };
 
+// Pointer arrays of batched products. Heads first, first + step, ... (count of
+// them), each mapped to the tensor head (head / divide: GQA's query -> KV head).
+std::vector<const void*> rows_of_heads(const SeqRows& r, int64_t first, int64_t count, int64_t step, int64_t divide);
+// Slices first, first + step, ... of a dense workspace array of bytes_each-sized slices.
+std::vector<const void*> slices(const void* base, int64_t first, int64_t count, int64_t step, int64_t bytes_each);
+
 // ld for a strided operand: its row stride, or the dimension when one row makes the stride meaningless.
 inline int64_t leading(int64_t row_stride, int64_t rows, int64_t dim) {
   return rows <= 1 && row_stride < dim ? dim : row_stride;
