@@ -270,6 +270,18 @@ Data make_data(const Dims& n, uint64_t seed, double lo, double hi) {
   return d;
 }
 
+Data probe_data(Dims n, uint64_t seed) {
+  n.d_v = n.s_kv;
+  Data d = make_data(n, seed);
+  std::fill(d.q.begin(), d.q.end(), 0.0);
+  std::fill(d.k.begin(), d.k.end(), 0.0);
+  for (int64_t b = 0; b < n.b; ++b)
+    for (int64_t j = 0; j < n.s_kv; ++j)
+      for (int64_t h = 0; h < n.h_kv; ++h)
+        for (int64_t c = 0; c < n.d_v; ++c) d.v[d.iv(b, j, h, c)] = c == j ? 1.0 : 0.0;
+  return d;
+}
+
 Broadcast4 random_broadcast4(std::array<int64_t, 4> shape, uint64_t seed, double lo, double hi) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> dist(lo, hi);

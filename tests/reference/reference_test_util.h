@@ -64,6 +64,9 @@ struct Data {
 
 // Random q, k, v, dout uniform in [lo, hi); no bias, mask or ALiBi.
 Data make_data(const Dims& dims, uint64_t seed, double lo = -1.0, double hi = 1.0);
+// q = k = 0 (every score 0) and v[j] = e_j (d_v = s_kv), so out[i] is row i of
+// the probabilities (times the dropout factors): the matrix made visible.
+Data probe_data(Dims dims, uint64_t seed);
 Broadcast4 random_broadcast4(std::array<int64_t, 4> shape, uint64_t seed, double lo = -1.0, double hi = 1.0);
 
 struct Spec {

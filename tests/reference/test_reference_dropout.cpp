@@ -14,19 +14,6 @@
 namespace attn::reftest {
 namespace {
 
-// q = k = 0 (every score 0) and v[j] = e_j, so out[i] is row i of p * z.
-Data probe(Dims n, uint64_t seed) {
-  n.d_v = n.s_kv;
-  Data d = make_data(n, seed);
-  std::fill(d.q.begin(), d.q.end(), 0.0);
-  std::fill(d.k.begin(), d.k.end(), 0.0);
-  for (int64_t b = 0; b < n.b; ++b)
-    for (int64_t j = 0; j < n.s_kv; ++j)
-      for (int64_t h = 0; h < n.h_kv; ++h)
-        for (int64_t c = 0; c < n.d_v; ++c) d.v[d.iv(b, j, h, c)] = c == j ? 1.0 : 0.0;
-  return d;
-}
-
 Options with_dropout(double p, uint64_t seed, uint64_t offset) {
   Options o;
   o.dropout_p = p;
@@ -57,7 +44,7 @@ double check_elements(const Data& d, const Options& o, const Result& r, const st
 }
 
 TEST(ReferenceDropout, EveryElementFollowsPhilox) {
-  Data d = probe({3, 5, 6, 2, 1, 1, 1}, 41);
+  Data d = probe_data({3, 5, 6, 2, 1, 1, 1}, 41);
   d.len_q = {5, 2, 4};
   d.len_kv = {6, 3, 1};
   const Options o = with_dropout(0.4, 0x0123456789abcdefull, 12345);
@@ -73,7 +60,7 @@ TEST(ReferenceDropout, EveryElementFollowsPhilox) {
 }
 
 TEST(ReferenceDropout, KeepRateAndScale) {
-  const Data d = probe({2, 64, 64, 2, 2, 1, 1}, 42);
+  const Data d = probe_data({2, 64, 64, 2, 2, 1, 1}, 42);
   Spec spec;
   spec.backward = false;
   for (double p : {0.1, 0.5}) {

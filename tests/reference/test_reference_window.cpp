@@ -25,19 +25,6 @@ bool is_padding(MaskType m) {
 }
 bool top_left(MaskType m) { return m == MaskType::causal || m == MaskType::padding_causal; }
 
-// q = k = 0 (every score 0) and v[j] = e_j, so out[i] is row i of p.
-Data probe(Dims n) {
-  n.d_v = n.s_kv;
-  Data d = make_data(n, 31);
-  std::fill(d.q.begin(), d.q.end(), 0.0);
-  std::fill(d.k.begin(), d.k.end(), 0.0);
-  for (int64_t b = 0; b < n.b; ++b)
-    for (int64_t j = 0; j < n.s_kv; ++j)
-      for (int64_t h = 0; h < n.h_kv; ++h)
-        for (int64_t c = 0; c < n.d_v; ++c) d.v[d.iv(b, j, h, c)] = c == j ? 1.0 : 0.0;
-  return d;
-}
-
 // Checks p against the rule for every (b, h, i, j); returns the number of
 // visible pairs seen, so callers can tell the case is not vacuous.
 int64_t check_rule(const Data& d, const Result& r, MaskType mask, Window w, const std::string& what) {
@@ -81,7 +68,7 @@ TEST(ReferenceWindow, BruteForceEveryPairAtTheBoundaries) {
   for (auto [s_q, s_kv] : {std::pair<int64_t, int64_t>{4, 7}, {7, 4}, {5, 5}}) {
     for (MaskType mask : masks) {
       for (QkvFormat f : {QkvFormat::bshd, QkvFormat::thd}) {
-        Data d = probe({2, s_q, s_kv, 2, 1, 1, 1});
+        Data d = probe_data({2, s_q, s_kv, 2, 1, 1, 1}, 31);
         if (is_padding(mask) || f == QkvFormat::thd) {  // unequal true lengths
           d.len_q = {s_q, s_q - 1};
           d.len_kv = {s_kv - 2, s_kv};
@@ -117,7 +104,7 @@ TEST(ReferenceWindow, BruteForceEveryPairAtTheBoundaries) {
 // (log of the number of visible keys).
 TEST(ReferenceWindow, CausalAlignment) {
   auto counts = [](int64_t s_q, int64_t s_kv, MaskType mask) {
-    const Data d = probe({1, s_q, s_kv, 1, 1, 1, 1});
+    const Data d = probe_data({1, s_q, s_kv, 1, 1, 1, 1}, 31);
     Options o;
     o.mask = mask;
     Spec spec;
@@ -136,7 +123,7 @@ TEST(ReferenceWindow, CausalAlignment) {
 // A causal mask with a window keeps the window's left and clips its right to
 // 0: with s_q == s_kv (both alignments agree) causal + (2, 3) is the window (2, 0).
 TEST(ReferenceWindow, CausalWithWindowClipsRightToZero) {
-  const Data d = probe({1, 6, 6, 1, 1, 1, 1});
+  const Data d = probe_data({1, 6, 6, 1, 1, 1, 1}, 31);
   Spec spec;
   spec.backward = false;
   Options causal;
