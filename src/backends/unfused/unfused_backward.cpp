@@ -78,9 +78,7 @@ void backward(const Problem& p, const BackwardArgs& a, const RunContext& ctx) {
     const int64_t ldq = leading(q.row_stride, M, p.d_qk), ldk = leading(k.row_stride, N, p.d_qk);
     const int64_t ldv = leading(v.row_stride, N, p.d_v), lddo = leading(dout.row_stride, M, p.d_v);
 
-    BatchedGemm s{true, false, n, m, dqk, static_cast<float>(p.softmax_scale), 0.f, p.dtype, p.dtype, DType::f32,
-                  ldk, ldq, N, hq, dev + ik, dev + iq, mut(is)};
-    run_gemm(s, device, stream);  // S^T = K . Q^T
+    run_gemm(scores_product(p, M, N, ldk, ldq, dev + ik, dev + iq, mut(is)), device, stream);
     BatchedGemm dp{true, false, n, m, dvv, 1.f, 0.f, p.dtype, p.dtype, DType::f32, ldv, lddo, N, hq,
                    dev + iv, dev + ido, mut(idp)};
     run_gemm(dp, device, stream);  // dP^T = V . dO^T

@@ -49,16 +49,9 @@ void forward(const Problem& p, const ForwardArgs& a, const RunContext& ctx) {
     t.upload(dev, ctx.stream);
     cursor += t.size();
 
-    BatchedGemm qk;  // S^T (N x M, col-major) = K (N x d) . Q^T (d x M)
-    qk.trans_a = true;
-    qk.m = static_cast<int>(N), qk.n = static_cast<int>(M), qk.k = static_cast<int>(p.d_qk);
-    qk.alpha = static_cast<float>(p.softmax_scale);
-    qk.a_type = qk.b_type = p.dtype;
-    qk.c_type = DType::f32;
-    qk.lda = leading(k.row_stride, N, p.d_qk), qk.ldb = leading(q.row_stride, M, p.d_qk), qk.ldc = N;
-    qk.batch = static_cast<int>(p.h_q);
-    qk.a = dev + ik, qk.b = dev + iq, qk.c = const_cast<void* const*>(dev + is);
-    run_gemm(qk, device, ctx.stream);
+    run_gemm(scores_product(p, M, N, leading(k.row_stride, N, p.d_qk), leading(q.row_stride, M, p.d_qk), dev + ik,
+                            dev + iq, const_cast<void* const*>(dev + is)),
+             device, ctx.stream);
 
     launch_probabilities(prm, scores, probs, p.dtype, lse, ctx.stream);
 

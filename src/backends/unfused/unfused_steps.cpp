@@ -85,6 +85,20 @@ std::vector<const void*> slices(const void* base, int64_t first, int64_t count, 
   return ptrs;
 }
 
+BatchedGemm scores_product(const Problem& p, int64_t M, int64_t N, int64_t ldk, int64_t ldq, const void* const* k_ptrs,
+                           const void* const* q_ptrs, void* const* s_ptrs) {
+  BatchedGemm g;
+  g.trans_a = true;
+  g.m = static_cast<int>(N), g.n = static_cast<int>(M), g.k = static_cast<int>(p.d_qk);
+  g.alpha = static_cast<float>(p.softmax_scale);
+  g.a_type = g.b_type = p.dtype;
+  g.c_type = DType::f32;
+  g.lda = ldk, g.ldb = ldq, g.ldc = N;
+  g.batch = static_cast<int>(p.h_q);
+  g.a = k_ptrs, g.b = q_ptrs, g.c = s_ptrs;
+  return g;
+}
+
 int64_t PointerTable::add(const std::vector<const void*>& ptrs) {
   const int64_t at = size();
   host_.insert(host_.end(), ptrs.begin(), ptrs.end());

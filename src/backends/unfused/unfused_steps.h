@@ -67,6 +67,12 @@ std::vector<const void*> rows_of_heads(const SeqRows& r, int64_t first, int64_t 
 // Slices first, first + step, ... of a dense workspace array of bytes_each-sized slices.
 std::vector<const void*> slices(const void* base, int64_t first, int64_t count, int64_t step, int64_t bytes_each);
 
+// S = scale * Q.K^T of one sequence, fp32 [h_q, M, N] (as col-major S^T = K . Q^T),
+// batched over query heads: the first product of both passes. k_ptrs / q_ptrs /
+// s_ptrs are device pointer arrays of h_q entries.
+BatchedGemm scores_product(const Problem& p, int64_t M, int64_t N, int64_t ldk, int64_t ldq, const void* const* k_ptrs,
+                           const void* const* q_ptrs, void* const* s_ptrs);
+
 // ld for a strided operand: its row stride, or the dimension when one row makes the stride meaningless.
 inline int64_t leading(int64_t row_stride, int64_t rows, int64_t dim) {
   return rows <= 1 && row_stride < dim ? dim : row_stride;
