@@ -34,23 +34,33 @@ def grid(quick):
                 yield d, s, causal
 
 
-def median_ms(fn, sets, budget_ms=200.0, warmup=3):
-    for i in range(warmup):
+def interleaved_medians(fns, calls_per_sample=8, budget_ms=600.0, min_rounds=5, max_rounds=60):
+    """Median time of one call for each implementation: {name: (fn, input_sets)}.
+    A sample times several back-to-back calls between two CUDA events (rotating
+    input sets that do not fit in L2), as a training loop issues them: the host's
+    per-call overhead counts only where it exceeds the GPU's time. Samples of the
+    implementations alternate, so clock and power changes hit all of them alike."""
+    samples = {name: [] for name in fns}
+    spent, rounds, i = 0.0, 0, 0
+    while (spent < budget_ms or rounds < min_rounds) and rounds < max_rounds:
+        for name, (fn, sets) in fns.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for j in range(calls_per_sample):
+                fn(sets[(i + j) % len(sets)])
+            end.record()
+            end.synchronize()
+            samples[name].append(start.elapsed_time(end) / calls_per_sample)
+            spent += start.elapsed_time(end)
+        i += calls_per_sample
+        rounds += 1
+    return {name: statistics.median(t) for name, t in samples.items()}
+
+
+def warm(fn, sets, n=3):
+    for i in range(n):
         fn(sets[i % len(sets)])
     torch.cuda.synchronize()
-    times, spent, i = [], 0.0, 0
-    while spent < budget_ms or len(times) < 5:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(sets[i % len(sets)])
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-        spent += times[-1]
-        i += 1
-        if len(times) >= 200:
-            break
-    return statistics.median(times)
 
 
 def make_sets(b, s, h, d, n=2):
@@ -61,19 +71,20 @@ def make_sets(b, s, h, d, n=2):
     return sets
 
 
-def attn_fns(causal):
+def attn_fns(causal, backend=None):
     mask = "causal" if causal else "no_mask"
 
     def fwd(t):
         q, k, v, _ = t
-        attn.forward(q, k, v, mask=mask)
+        attn.forward(q, k, v, mask=mask, backend=backend)
 
     def bwd_prep(sets):
-        return [(q, k, v, dout) + attn.forward(q, k, v, mask=mask, return_lse=True) for q, k, v, dout in sets]
+        return [(q, k, v, dout) + attn.forward(q, k, v, mask=mask, return_lse=True, backend=backend)
+                for q, k, v, dout in sets]
 
     def bwd(t):
         q, k, v, dout, out, lse = t
-        attn.backward(q, k, v, out, dout, lse, mask=mask)
+        attn.backward(q, k, v, out, dout, lse, mask=mask, backend=backend)
 
     return fwd, bwd_prep, bwd
 
@@ -85,34 +96,44 @@ def sdpa_fns(backend, causal):
         with sdpa_kernel(backend):
             F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal)
 
+    # Backward alone: the forward runs once per input set here, and each timed
+    # call replays its saved graph (retain_graph), as attn.backward reads a saved out/lse.
     def bwd_prep(sets):
         prepared = []
         for q, k, v, dout in sets:
             qg, kg, vg = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
-            prepared.append((qg, kg, vg, dout.transpose(1, 2)))
+            with sdpa_kernel(backend):
+                out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+            prepared.append((qg, kg, vg, dout.transpose(1, 2), out))
         return prepared
 
     def bwd(t):
-        q, k, v, dout = t
-        with sdpa_kernel(backend):
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        torch.autograd.grad(out, (q, k, v), dout)
+        q, k, v, dout, out = t
+        torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
 
     return fwd, bwd_prep, bwd
 
 
-def time_impl(fns, sets):
-    fwd, bwd_prep, bwd = fns
-    result = {}
-    try:
-        result["fwd_ms"] = median_ms(fwd, sets)
-        prepared = bwd_prep(sets)
-        result["bwd_ms"] = median_ms(bwd, prepared)
-        del prepared
-    except (RuntimeError, ValueError) as e:  # unsupported or out of memory: record why
-        result["error"] = str(e).splitlines()[0][:160]
-    torch.cuda.empty_cache()
-    return result
+def time_row(impls, sets):
+    """{name: (fwd, bwd_prep, bwd)} -> {name: {fwd_ms, bwd_ms} or {error}}, each
+    pass timed with the implementations interleaved."""
+    results = {name: {} for name in impls}
+    for p in ("fwd", "bwd"):
+        runnable = {}
+        for name, (fwd, bwd_prep, bwd) in impls.items():
+            if "error" in results[name]:
+                continue
+            try:
+                fn, fn_sets = (fwd, sets) if p == "fwd" else (bwd, bwd_prep(sets))
+                warm(fn, fn_sets)
+                runnable[name] = (fn, fn_sets)
+            except (RuntimeError, ValueError) as e:  # unsupported or out of memory: record why
+                results[name]["error"] = str(e).splitlines()[0][:160]
+        for name, ms in interleaved_medians(runnable).items():
+            results[name][p + "_ms"] = ms
+        del runnable
+        torch.cuda.empty_cache()
+    return results
 
 
 def flex_cases(device_name):
@@ -161,12 +182,15 @@ def flex_cases(device_name):
                              qkv_format="thd", mask="padding_causal", cu_seqlens_q=cu, cu_seqlens_kv=cu,
                              max_seqlen_q=max(lens), max_seqlen_kv=max(lens))
 
+        runnable = {}
         for impl, fn in (("attn", attn_fwd), ("flex", flex_fwd)):
             try:
-                ms = median_ms(fn, sets)
-                row[impl] = {"fwd_ms": ms, "fwd_tflops": flops / (ms * 1e-3) / 1e12}
+                warm(fn, sets)
+                runnable[impl] = (fn, sets)
             except (RuntimeError, ValueError) as e:
                 row[impl] = {"error": str(e).splitlines()[0][:160]}
+        for impl, ms in interleaved_medians(runnable).items():
+            row[impl] = {"fwd_ms": ms, "fwd_tflops": flops / (ms * 1e-3) / 1e12}
         rows.append(row)
         del sets
         torch.cuda.empty_cache()
@@ -177,11 +201,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="seqlen 1k and 4k only")
     ap.add_argument("--no-flex", action="store_true", help="skip the FlexAttention cases")
+    ap.add_argument("--backend", default=None, help="force this attn backend (default: attn's choice)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for compare.json and compare.png")
     args = ap.parse_args()
     dev = torch.cuda.get_device_name()
     impls = {
-        "attn": lambda c: attn_fns(c),
+        "attn": lambda c: attn_fns(c, args.backend),
         "sdpa_cudnn": lambda c: sdpa_fns(SDPBackend.CUDNN_ATTENTION, c),
         "sdpa_flash": lambda c: sdpa_fns(SDPBackend.FLASH_ATTENTION, c),
     }
@@ -191,15 +216,14 @@ def main():
         sets = make_sets(b, s, h, d)
         flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
         row = {"d": d, "seqlen": s, "batch": b, "heads": h, "causal": causal, "fwd_flops": flops}
-        for name, make in impls.items():
-            r = time_impl(make(causal), sets)
+        for name, r in time_row({name: make(causal) for name, make in impls.items()}, sets).items():
             for p, mult in (("fwd", 1.0), ("bwd", 2.5)):
                 if f"{p}_ms" in r:
                     r[f"{p}_tflops"] = mult * flops / (r[f"{p}_ms"] * 1e-3) / 1e12
             row[name] = r
         if "attn" in row and "fwd_ms" in row["attn"]:
-            row["attn_backend"] = attn.explain(sets[0][0], sets[0][1], sets[0][2],
-                                               mask="causal" if causal else "no_mask").chosen
+            row["attn_backend"] = args.backend or attn.explain(sets[0][0], sets[0][1], sets[0][2],
+                                                               mask="causal" if causal else "no_mask").chosen
         rows.append(row)
         del sets
         torch.cuda.empty_cache()
@@ -216,16 +240,23 @@ def main():
     def fmt(r, p):
         return f"{r[p + '_tflops']:7.1f}" if p + "_tflops" in r else "      -"
 
-    print(f"device: {dev}; TFLOP/s (bf16), ratio = attn / sdpa_cudnn")
-    print(" d  seqlen causal |  fwd attn  cudnn  flash  ratio |  bwd attn  cudnn  flash  ratio")
+    def ratio(a, b, p):
+        return f"{a[p + '_tflops'] / b[p + '_tflops']:5.2f}" if p + "_tflops" in a and p + "_tflops" in b else "    -"
+
+    print(f"device: {dev}; TFLOP/s (bf16); /cud = attn / sdpa_cudnn, /fl = attn / sdpa_flash")
+    print(" d  seqlen causal backend    |  fwd attn  cudnn  flash  /cud   /fl |  bwd attn  cudnn  flash  /cud   /fl")
     for r in rows:
-        line = f"{r['d']:3d} {r['seqlen']:6d} {str(r['causal'])[0]:>6} |"
+        line = f"{r['d']:3d} {r['seqlen']:6d} {str(r['causal'])[0]:>6} {r.get('attn_backend', '-'):10s} |"
         for p in ("fwd", "bwd"):
-            a, c = r["attn"], r["sdpa_cudnn"]
-            ratio = (f"{a[p + '_tflops'] / c[p + '_tflops']:6.2f}" if p + "_tflops" in a and p + "_tflops" in c
-                     else "     -")
-            line += f" {fmt(a, p)} {fmt(c, p)} {fmt(r['sdpa_flash'], p)} {ratio} |"
+            a, c, fl = r["attn"], r["sdpa_cudnn"], r["sdpa_flash"]
+            line += f" {fmt(a, p)} {fmt(c, p)} {fmt(fl, p)} {ratio(a, c, p)} {ratio(a, fl, p)} |"
         print(line)
+    for p in ("fwd", "bwd"):
+        rs = [r["attn"][p + "_tflops"] / r["sdpa_cudnn"][p + "_tflops"] for r in rows
+              if p + "_tflops" in r["attn"] and p + "_tflops" in r["sdpa_cudnn"]]
+        if rs:
+            print(f"{p}: attn / sdpa_cudnn geomean {statistics.geometric_mean(rs):.3f}, min {min(rs):.3f} "
+                  f"over {len(rs)} points")
     if flex_rows:
         print("FlexAttention cases (d 128, b 2, h 16, 8k tokens per row; useful TFLOP/s, forward)")
         for r in flex_rows:

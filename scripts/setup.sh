@@ -30,5 +30,21 @@ if ! command -v nvcc >/dev/null; then
   fi
 fi
 
+# cudnn-frontend: header-only, pinned; only its include/ is used (no Python module).
+fe_version=1.32.0
+fe_dir=.deps/cudnn_frontend
+if [ "$(cat "$fe_dir/VERSION" 2>/dev/null)" != "$fe_version" ]; then
+  echo "setup: fetching cudnn-frontend $fe_version headers"
+  rm -rf "$fe_dir" .deps/wheels && mkdir -p .deps/wheels
+  python3 -m pip download -q --no-deps --only-binary=:all: -d .deps/wheels "nvidia-cudnn-frontend==$fe_version"
+  python3 - "$fe_dir" .deps/wheels/nvidia_cudnn_frontend-*.whl <<'PY'
+import sys, zipfile
+dest, wheel = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as z:
+    z.extractall(dest, [n for n in z.namelist() if n.startswith("include/")])
+PY
+  echo "$fe_version" > "$fe_dir/VERSION"
+fi
+
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build_dir" -j "$(nproc)"

@@ -43,6 +43,9 @@ class Backend {
   // Empty when the backend can run p on dev; otherwise one reason per obstacle,
   // each naming the value and the limit ("head_dim_qk=192 > 128 on sm80").
   virtual std::vector<std::string> supports(const Problem& p, const DeviceInfo& dev) const = 0;
+  // True when its dropout drops exactly the elements the reference drops (attn's
+  // Philox pattern). cuDNN draws its own pattern: tests check its statistics instead.
+  virtual bool matches_reference_dropout() const { return true; }
   // Called only after validation and a positive supports(); may trust both.
   virtual void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) const = 0;
   virtual void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx) const = 0;

@@ -5,6 +5,9 @@
 #include "attn/select.h"
 #include "backends/reference/reference.h"
 #include "backends/unfused/unfused.h"
+#ifdef ATTN_HAVE_CUDNN
+#include "backends/cudnn/cudnn.h"
+#endif
 
 namespace attn {
 namespace {
@@ -19,7 +22,11 @@ const std::vector<std::string>& known_backends() {
 }  // namespace
 
 const std::vector<const Backend*>& registered_backends() {
-  static const std::vector<const Backend*> built = {&unfused::backend(), &reference::backend()};
+  static const std::vector<const Backend*> built = {
+#ifdef ATTN_HAVE_CUDNN
+      &cudnn::backend(),
+#endif
+      &unfused::backend(), &reference::backend()};
   return built;
 }
 

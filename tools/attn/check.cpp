@@ -259,9 +259,16 @@ std::vector<std::string> gpu_candidates(const CheckFlags& f, const CaseSpec& spe
   Policy policy = Policy::from_env();
   policy.forced.clear();
   std::vector<std::string> names;
-  for (const Verdict& v : explain(p, query_device(device), policy))
-    if (v.ok() && v.backend != "reference" && (!f.problem.backend || *f.problem.backend == v.backend))
-      names.push_back(v.backend);
+  for (const Verdict& v : explain(p, query_device(device), policy)) {
+    if (!v.ok() || v.backend == "reference" || (f.problem.backend && *f.problem.backend != v.backend)) continue;
+    if (spec.dropout_p > 0 && !find_backend(v.backend)->matches_reference_dropout()) {
+      std::printf("skipped:    %s: its dropout draws its own random pattern, not attn's, so it cannot match\n"
+                  "            the reference element by element (its tests check the statistics)\n",
+                  v.backend.c_str());
+      continue;
+    }
+    names.push_back(v.backend);
+  }
   return names;
 }
 

@@ -30,23 +30,6 @@ int64_t score_cols(const Problem& p, const detail::Sequences& s, int64_t b);
 
 RowParams row_params(const Problem& p, const Inputs& in, const detail::Sequences& s, int64_t b);
 
-// Carves the cached workspace into aligned regions, in order.
-class Carver {
- public:
-  explicit Carver(char* base) : base_(base) {}
-  template <typename T>
-  T* take(int64_t count) {
-    T* p = reinterpret_cast<T*>(base_ + used_);
-    used_ += (count * static_cast<int64_t>(sizeof(T)) + 255) / 256 * 256;
-    return p;
-  }
-  void* take_bytes(int64_t bytes) { return take<char>(bytes); }
-  int64_t used() const { return used_; }
-
- private:
-  char* base_;
-  int64_t used_ = 0;
-};
 
 // Collects the pointer arrays of many batched products on the host, then
 // uploads them in one copy; each product then reads its slice on the device.

@@ -1,0 +1,73 @@
+// cuDNN SDPA graphs: described by a GraphSpec (plain numbers, hashable), built
+// once with cudnn-frontend and kept in a bounded least-recently-used cache, so
+// steady-state calls build nothing. Only cudnn_graph.cpp includes the frontend
+// (its headers are heavy to compile).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "attn/problem.h"
+#include "backends/cudnn/cudnn_kernels.h"
+#include "backends/cudnn/cudnn_rules.h"
+
+namespace attn::cudnn {
+
+// One tensor as cuDNN sees it: dims [b, h, s, d] and element strides.
+struct TensorDesc {
+  std::array<int64_t, 4> dim{}, stride{};
+};
+
+struct GraphSpec {
+  Pass pass = Pass::forward;
+  DType dtype = DType::bf16;
+  int device = 0;
+  int64_t batch = 0, h_q = 0, h_kv = 0, s_q = 0, s_kv = 0, d_qk = 0, d_v = 0;  // s: rows of the views
+  MaskPlan mask;
+  float scale = 1.0f;
+  bool bias = false, dbias = false;
+  TensorDesc bias_desc;  // also dbias's
+  float dropout_p = 0.0f;
+  bool stats = false;  // forward: produce stats (lse); backward: always reads them
+  bool deterministic = false;
+  TensorDesc q, k, v, o, d_o, dq, dk, dv;  // o, d_o... used per pass
+  TensorDesc stats_desc;                  // [b, h, s, 1] fp32
+  std::string key() const;
+};
+
+// Device pointers (and host scalars) for one execution, by role.
+struct Pointers {
+  const void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *d_o = nullptr;
+  void *out = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  void* stats = nullptr;  // forward writes, backward reads
+  const void* bias = nullptr;
+  void* dbias = nullptr;
+  int32_t *len_q = nullptr, *len_kv = nullptr;
+  int32_t* ragged[kRoles] = {};
+  int64_t seed = 0, offset = 0;  // host values, passed by value
+};
+
+class Plan;  // a built graph and its workspace size
+
+struct PlanResult {
+  std::shared_ptr<const Plan> plan;  // nullptr: cuDNN could not build it
+  std::string error;                 // why not: "<stage>: <cuDNN's message>"
+};
+
+// The cached plan for spec, building it on first use (also remembers failures).
+PlanResult get_plan(const GraphSpec& spec);
+int64_t workspace_bytes(const Plan& plan);
+// Runs the plan on `stream`; throws attn::Error(runtime) naming the problem on failure.
+void execute(const Plan& plan, const Pointers& ptrs, void* workspace, void* stream, const std::string& problem);
+
+// For `attn bench` and tests: builds so far, cache hits, entries, and the last build's time.
+struct CacheStats {
+  int64_t builds = 0, hits = 0, entries = 0, capacity = 0;
+  double last_build_ms = 0.0, total_build_ms = 0.0;
+};
+CacheStats cache_stats();
+void clear_cache();
+
+}  // namespace attn::cudnn

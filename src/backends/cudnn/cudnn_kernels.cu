@@ -1,0 +1,124 @@
+// attn's kernels around a cuDNN call (see cudnn_kernels.h). All are one thread
+// per row or per sequence: they touch O(rows) memory, next to cuDNN's O(rows * s_kv) work.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "attn/mask_rule.h"
+#include "backends/cudnn/cudnn_kernels.h"
+#include "core/cuda_check.h"
+
+namespace attn::cudnn {
+namespace {
+
+constexpr int kThreads = 256;
+
+int blocks_for(int64_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
+
+__global__ void prepare_sequences(SequenceArgs a) {
+  const int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (b > a.batch) return;
+  const int64_t start_q = a.cu_q ? a.cu_q[b] : b * a.s_q;
+  const int64_t start_kv = a.cu_kv ? a.cu_kv[b] : b * a.s_kv;
+  if (b < a.batch) {
+    a.len_q[b] = a.cu_q ? a.cu_q[b + 1] - a.cu_q[b] : static_cast<int32_t>(a.s_q);
+    a.len_kv[b] = a.cu_kv ? a.cu_kv[b + 1] - a.cu_kv[b] : static_cast<int32_t>(a.s_kv);
+  }
+  for (int r = 0; r < kRoles; ++r) {
+    if (!a.ragged[r]) continue;
+    const bool is_kv = r == kK || r == kV || r == kdK || r == kdV;
+    a.ragged[r][b] = static_cast<int32_t>((is_kv ? start_kv : start_q) * a.token_stride[r]);
+  }
+}
+
+template <typename T>
+__device__ void zero_row(const RowLayout& t, int64_t row_offset, int64_t dim) {
+  T* p = static_cast<T*>(t.data) + row_offset;
+  for (int64_t e = 0; e < dim; ++e) p[e] = T(0.0f);
+}
+
+__device__ void zero_row_of(DType dtype, const RowLayout& t, int64_t offset, int64_t dim) {
+  if (dtype == DType::bf16)
+    zero_row<__nv_bfloat16>(t, offset, dim);
+  else
+    zero_row<__half>(t, offset, dim);
+}
+
+__device__ int64_t row_offset(const RowLayout& t, bool ragged, int64_t start, int64_t b, int64_t pos, int64_t h) {
+  const int64_t token = ragged ? (start + pos) * t.token_stride : b * t.batch_stride + pos * t.token_stride;
+  return token + h * t.head_stride;
+}
+
+__global__ void finish_forward_rows(ForwardRows a) {
+  const int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (idx >= a.batch * a.heads * a.rows) return;
+  const int64_t i = idx % a.rows, h = idx / a.rows % a.heads, b = idx / (a.rows * a.heads);
+  const bool ragged = a.cu_q != nullptr;
+  const int64_t len_q = a.len_q ? a.len_q[b] : a.s_q, len_kv = a.len_kv ? a.len_kv[b] : a.s_kv;
+  if (ragged && i >= len_q) return;  // no such token in a packed batch
+  const int64_t start = ragged ? a.cu_q[b] : 0;
+  const int64_t shift = alignment_shift<int64_t>(a.bottom_right, len_q, len_kv);
+  const bool empty = visible_keys<int64_t>(i, len_q, len_kv, shift, a.left, a.right).empty();
+  float* lse = a.lse ? a.lse + b * a.lse_b + h * a.lse_h + (start + i) * a.lse_i : nullptr;
+  if (empty && a.fix_empty) {
+    zero_row_of(a.dtype, a.out, row_offset(a.out, ragged, start, b, i, h), a.d_v);
+    if (lse) *lse = -INFINITY;
+  } else if (lse && a.stats) {
+    *lse = a.stats[(b * a.heads + h) * a.rows + i];
+  }
+}
+
+__global__ void backward_stats(BackwardStats a) {
+  const int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (idx >= a.batch * a.heads * a.rows) return;
+  const int64_t i = idx % a.rows, h = idx / a.rows % a.heads, b = idx / (a.rows * a.heads);
+  const bool ragged = a.cu_q != nullptr;
+  const int64_t len_q = a.len_q ? a.len_q[b] : a.s_q;
+  float v = 0.0f;
+  if (i < len_q || !ragged) {
+    const int64_t start = ragged ? a.cu_q[b] : 0;
+    v = a.lse[b * a.lse_b + h * a.lse_h + (start + i) * a.lse_i];
+    if (!isfinite(v)) v = 0.0f;
+  }
+  a.stats[idx] = v;
+}
+
+__global__ void zero_padded_rows(PaddedRows a) {
+  const int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (idx >= a.batch * a.heads * a.rows) return;
+  const int64_t i = idx % a.rows, h = idx / a.rows % a.heads, b = idx / (a.rows * a.heads);
+  if (i < a.len[b]) return;
+  zero_row_of(a.dtype, a.t, row_offset(a.t, false, 0, b, i, h), a.dim);
+}
+
+}  // namespace
+
+void launch_prepare_sequences(const SequenceArgs& a, void* stream) {
+  prepare_sequences<<<blocks_for(a.batch + 1), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  ATTN_CUDA(cudaGetLastError());
+}
+
+void launch_finish_forward_rows(const ForwardRows& a, void* stream) {
+  const int64_t n = a.batch * a.heads * a.rows;
+  if (n == 0) return;
+  finish_forward_rows<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  ATTN_CUDA(cudaGetLastError());
+}
+
+void launch_backward_stats(const BackwardStats& a, void* stream) {
+  const int64_t n = a.batch * a.heads * a.rows;
+  if (n == 0) return;
+  backward_stats<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  ATTN_CUDA(cudaGetLastError());
+}
+
+void launch_zero_padded_rows(const PaddedRows& a, void* stream) {
+  const int64_t n = a.batch * a.heads * a.rows;
+  if (n == 0) return;
+  zero_padded_rows<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  ATTN_CUDA(cudaGetLastError());
+}
+
+}  // namespace attn::cudnn

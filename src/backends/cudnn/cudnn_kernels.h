@@ -1,0 +1,74 @@
+// attn's own small kernels around a cuDNN call: sequence lengths and ragged
+// offsets from cu_seqlens, and the rows whose answer attn defines itself
+// (rows that see no key: out = 0, lse = -inf; padded rows of gradients: 0).
+#pragma once
+
+#include <cstdint>
+
+#include "attn/problem.h"
+
+namespace attn::cudnn {
+
+// Tensors whose ragged (thd) offsets cuDNN reads, one int32 [b + 1] array each.
+enum Role : int { kQ, kK, kV, kO, kdO, kdQ, kdK, kdV, kRoles };
+
+// Where the lengths come from and where the prepared arrays go.
+struct SequenceArgs {
+  const int32_t* cu_q = nullptr;  // nullptr: every sequence is s_q long
+  const int32_t* cu_kv = nullptr;
+  int64_t batch = 0, s_q = 0, s_kv = 0;
+  int32_t* len_q = nullptr;   // [batch]
+  int32_t* len_kv = nullptr;  // [batch]
+  int32_t* ragged[kRoles] = {};         // [batch + 1] element offsets, nullptr: not needed
+  int64_t token_stride[kRoles] = {};    // elements between consecutive tokens of that tensor
+};
+void launch_prepare_sequences(const SequenceArgs& a, void* stream);
+
+// A q-like tensor's row layout: element offset of (b, pos, head) is
+// (ragged ? (start_b + pos) * token : b * batch_stride + pos * token) + head * head_stride.
+struct RowLayout {
+  void* data = nullptr;
+  int64_t batch_stride = 0, token_stride = 0, head_stride = 0;
+};
+
+// One pass over every (b, h, i) row of the forward's output.
+struct ForwardRows {
+  const int32_t* cu_q = nullptr;  // thd: sequence starts (nullptr otherwise)
+  const int32_t* len_q = nullptr;   // nullptr: s_q
+  const int32_t* len_kv = nullptr;  // nullptr: s_kv
+  int64_t batch = 0, heads = 0, rows = 0, s_q = 0, s_kv = 0;  // rows: s_q, or thd's max_seqlen
+  int64_t left = -1, right = -1;
+  bool bottom_right = false;
+  DType dtype = DType::bf16;
+  int64_t d_v = 0;
+  RowLayout out;
+  // lse in attn's layout: (b, h, i) at b * lse_b + h * lse_h + (start + i) * lse_i.
+  float* lse = nullptr;
+  int64_t lse_b = 0, lse_h = 0, lse_i = 0;
+  const float* stats = nullptr;  // cuDNN's [b, h, rows] packed stats to copy into lse; nullptr: lse written in place
+  bool fix_empty = true;         // zero out and set lse = -inf on rows that see no key
+};
+void launch_finish_forward_rows(const ForwardRows& a, void* stream);
+
+// attn's lse -> cuDNN's packed [b, h, rows] stats, with -inf (rows that see no
+// key) as 0 so cuDNN's exp(s - stats) of their masked scores stays 0, not NaN.
+struct BackwardStats {
+  const int32_t* cu_q = nullptr;
+  const int32_t* len_q = nullptr;
+  int64_t batch = 0, heads = 0, rows = 0, s_q = 0;
+  const float* lse = nullptr;
+  int64_t lse_b = 0, lse_h = 0, lse_i = 0;
+  float* stats = nullptr;
+};
+void launch_backward_stats(const BackwardStats& a, void* stream);
+
+// Zeroes rows pos >= len of a padded (bshd/sbhd) gradient, which cuDNN leaves unwritten.
+struct PaddedRows {
+  const int32_t* len = nullptr;
+  int64_t batch = 0, heads = 0, rows = 0, dim = 0;
+  DType dtype = DType::bf16;
+  RowLayout t;
+};
+void launch_zero_padded_rows(const PaddedRows& a, void* stream);
+
+}  // namespace attn::cudnn
