@@ -137,6 +137,20 @@ TEST(CudnnRules, BiasShapesAndGradients) {
   EXPECT_NE(joined(static_reasons(p, sm90, kV919)).find("broadcasts over a sequence"), std::string::npos);
 }
 
+TEST(CudnnRules, AForwardWithDropoutNeedsItsBackwardOnCudnnToo) {
+  const auto sm90 = simulated_device("sm90");
+  Problem p = problem();
+  p.dropout_p = 0.1;
+  p.bias = BiasType::post_scale_bias;
+  p.bias_dtype = DType::bf16;
+  p.bias_shape = {1, 16, 512, 512};
+  EXPECT_TRUE(backend().supports(p, sm90).empty());
+  p.bias_shape = {2, 16, 512, 512};  // forward fine, but no dbias for this shape
+  EXPECT_TRUE(static_reasons(p, sm90, kV919).empty());
+  const std::string r = joined(backend().supports(p, sm90));
+  EXPECT_NE(r.find("dropout: cuDNN draws its own pattern"), std::string::npos) << r;
+}
+
 TEST(CudnnRules, EmptyRowsAreFoundWithoutLengths) {
   Problem p = problem();
   EXPECT_FALSE(may_have_empty_rows(p));

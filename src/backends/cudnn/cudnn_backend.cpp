@@ -335,6 +335,22 @@ class CudnnBackend final : public Backend {
   bool matches_reference_dropout() const override { return false; }
 
   std::vector<std::string> supports(const Problem& p, const DeviceInfo& dev) const override {
+    std::vector<std::string> no = verdict(p, dev);
+    // cuDNN's dropout pattern is its own: a backward on another backend would
+    // drop different elements. So a forward with dropout runs here only if its
+    // backward (the same problem, default gradients) can run here too.
+    if (no.empty() && p.pass == Pass::forward && p.dropout_p > 0) {
+      Problem b = p;
+      b.pass = Pass::backward;
+      b.bias_grad = p.bias == BiasType::post_scale_bias;
+      for (const std::string& r : verdict(b, dev))
+        no.push_back("dropout: cuDNN draws its own pattern, so the backward must run on cudnn too, and it cannot: " + r);
+    }
+    return no;
+  }
+
+ private:
+  static std::vector<std::string> verdict(const Problem& p, const DeviceInfo& dev) {
     std::vector<std::string> no = static_reasons(p, dev, library_version());
     if (!no.empty() || dev.simulated || p.total_q == 0 || p.total_kv == 0 || p.s_kv == 0) return no;
     // The known limits passed; ask cuDNN itself (the plan is cached, so the call
@@ -343,6 +359,8 @@ class CudnnBackend final : public Backend {
     if (!r.plan) no.push_back("cuDNN " + version_string() + " builds no plan for it: " + r.error);
     return no;
   }
+
+ public:
 
   void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) const override {
     forward_pass(p, args, ctx);
