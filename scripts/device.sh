@@ -18,7 +18,7 @@ cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PA
   >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 cmake --build build-device -j "$(nproc)" >"$out/build.log" 2>&1 || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -60; exit 1; }
 t1=$(date +%s)
-ctest --test-dir build-device --output-on-failure -j 4 --output-log "$out/ctest_full.log" >"$out/ctest.log" 2>&1
+ctest --test-dir build-device -V -j 4 >"$out/ctest.log" 2>&1  # -V: the tests' printed figures too
 ctest_rc=$?
 t2=$(date +%s)
 
@@ -42,7 +42,7 @@ t4=$(date +%s)
 echo "== failures / skips"
 grep -E '\*\*\*|\(Skipped\)|Not Run' "$out/ctest.log" | head -40
 echo "== figures the GPU tests print"
-grep -hE "grid cases compared|cudnn dropout|cudnn plan cache|window boundaries" "$out/ctest_full.log" | sort -u
+grep -hE "grid cases compared|cudnn dropout|cudnn plan cache|window boundaries" "$out/ctest.log" | sort -u
 echo "== attn check cases"
 cat "$out/checks.txt"
 echo "== summary"

@@ -103,6 +103,7 @@ GraphSpec spec_for(const Problem& p, const Inputs* in, const TensorView* out, co
   s.dropout_p = static_cast<float>(p.dropout_p);
   s.stats = p.pass == Pass::backward || p.return_lse;
   s.deterministic = p.pass == Pass::backward && p.deterministic;
+  s.implementation = forward_implementation();
   const QkvFormat f = p.qkv_format;
   auto desc = [&](const TensorView* t, int64_t rows, int64_t heads, int64_t d) {
     return t ? desc_of(*t, f, p.batch, rows) : canonical(f, p.batch, rows, heads, d);

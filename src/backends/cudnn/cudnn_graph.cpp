@@ -46,7 +46,7 @@ std::string GraphSpec::key() const {
   s << int(pass) << ' ' << int(dtype) << ' ' << device << ' ' << batch << ' ' << h_q << ' ' << h_kv << ' ' << s_q
     << ' ' << s_kv << ' ' << d_qk << ' ' << d_v << ' ' << mask.padding << mask.ragged << mask.diagonal
     << mask.bottom_right << ' ' << mask.left_bound << ' ' << mask.right_bound << ' ' << scale << ' ' << bias << dbias
-    << ' ' << dropout_p << ' ' << stats << deterministic << ' ';
+    << ' ' << dropout_p << ' ' << stats << deterministic << ' ' << implementation << ' ';
   if (bias) desc(bias_desc);
   for (const TensorDesc* t : {&q, &k, &v, &o, &d_o, &dq, &dk, &dv, &stats_desc}) desc(*t);
   return s.str();
@@ -174,6 +174,8 @@ PlanResult build(const GraphSpec& s, cudnnHandle_t handle) {
 
   if (s.pass == Pass::forward) {
     auto a = fe::graph::SDPA_attributes().set_name("attn_sdpa").set_generate_stats(s.stats);
+    if (s.implementation == 1) a.set_implementation(fe::AttentionImplementation_t::COMPOSITE);
+    if (s.implementation == 2) a.set_implementation(fe::AttentionImplementation_t::UNIFIED);
     apply_common(s, *g, a);
     if (bias) a.set_bias(bias);
     auto [O, Stats] = g->sdpa(Q, K, V, a);
@@ -232,6 +234,20 @@ PlanResult build(const GraphSpec& s, cudnnHandle_t handle) {
 }
 
 }  // namespace
+
+int forward_implementation() {
+  static const int impl = [] {
+    const char* e = std::getenv("ATTN_CUDNN_IMPL");
+    const std::string v = e ? e : "auto";
+    if (v == "composite") return 1;
+    if (v == "unified") return 2;
+    if (v != "auto")
+      fail(ErrorKind::value, "ATTN_CUDNN_IMPL names an unknown cuDNN implementation", v, "auto, composite or unified",
+           "unset ATTN_CUDNN_IMPL, or set one of the expected values");
+    return 0;
+  }();
+  return impl;
+}
 
 PlanResult get_plan(const GraphSpec& spec) {
   Handles& s = state();

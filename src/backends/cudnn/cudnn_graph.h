@@ -32,10 +32,16 @@ struct GraphSpec {
   float dropout_p = 0.0f;
   bool stats = false;  // forward: produce stats (lse); backward: always reads them
   bool deterministic = false;
+  // cuDNN's forward engine family: 0 = the frontend's choice, 1 = composite,
+  // 2 = unified (forward_implementation() reads ATTN_CUDNN_IMPL).
+  int implementation = 0;
   TensorDesc q, k, v, o, d_o, dq, dk, dv;  // o, d_o... used per pass
   TensorDesc stats_desc;                  // [b, h, s, 1] fp32
   std::string key() const;
 };
+
+// ATTN_CUDNN_IMPL = auto | composite | unified, read once (default: see cudnn_graph.cpp).
+int forward_implementation();
 
 // Device pointers (and host scalars) for one execution, by role.
 struct Pointers {
