@@ -50,7 +50,9 @@ class UnfusedBackend final : public Backend {
       no.push_back("sequence lengths beyond 2^31 do not fit cuBLAS's int dimensions");
     const int64_t need = workspace_bytes(p);
     int64_t available = dev.global_mem_bytes;
-    if (!dev.simulated) {
+    // Free memory is asked only when the need is a real share of the card, so
+    // small calls do not pay for the query.
+    if (!dev.simulated && need > dev.global_mem_bytes / 16) {
       size_t free_bytes = 0, total = 0;
       if (cudaSetDevice(p.device.index) == cudaSuccess && cudaMemGetInfo(&free_bytes, &total) == cudaSuccess)
         available = static_cast<int64_t>(free_bytes);

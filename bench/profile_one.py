@@ -1,0 +1,45 @@
+"""Which GPU kernels one attention call launches, and for how long: attn
+against PyTorch's cuDNN SDPA on one ANCHORS point, under torch.profiler.
+Usage: python3 bench/profile_one.py [--d 128 --seqlen 1024 --causal]"""
+import argparse
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
+
+import attn
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--seqlen", type=int, default=1024)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--calls", type=int, default=20)
+    a = ap.parse_args()
+    b, h = 16384 // a.seqlen, 2048 // a.d
+    q, k, v = (torch.randn(b, a.seqlen, h, a.d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    mask = "causal" if a.causal else "no_mask"
+
+    def run_attn():
+        attn.forward(q, k, v, mask=mask)
+
+    def run_sdpa():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=a.causal)
+
+    for name, fn in (("attn", run_attn), ("sdpa_cudnn", run_sdpa)):
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(a.calls):
+                fn()
+            torch.cuda.synchronize()
+        print(f"== {name}: d {a.d} seqlen {a.seqlen} causal {a.causal}, {a.calls} calls")
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=6, max_name_column_width=70))
+
+
+if __name__ == "__main__":
+    main()
