@@ -38,13 +38,16 @@ def interleaved_medians(fns, calls_per_sample=8, budget_ms=600.0, min_rounds=5, 
     """Median time of one call for each implementation: {name: (fn, input_sets)}.
     A sample times several back-to-back calls between two CUDA events (rotating
     input sets that do not fit in L2), as a training loop issues them: the host's
-    per-call overhead counts only where it exceeds the GPU's time. Samples of the
+    per-call overhead counts only where it exceeds the GPU's time (one untimed call
+    before the start event keeps the GPU busy, so the host's time to issue the
+    first timed call is not an idle gap). Samples of the
     implementations alternate, so clock and power changes hit all of them alike."""
     samples = {name: [] for name in fns}
     spent, rounds, i = 0.0, 0, 0
     while (spent < budget_ms or rounds < min_rounds) and rounds < max_rounds:
         for name, (fn, sets) in fns.items():
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            fn(sets[(i + calls_per_sample) % len(sets)])  # the GPU is busy when timing starts: no idle gap at the front
             start.record()
             for j in range(calls_per_sample):
                 fn(sets[(i + j) % len(sets)])
