@@ -95,30 +95,29 @@ __global__ void zero_padded_rows(PaddedRows a) {
 
 }  // namespace
 
+namespace {
+
+// One thread per item; nothing to do for zero items.
+template <typename Args>
+void launch(void (*kernel)(Args), int64_t items, const Args& a, void* stream) {
+  if (items == 0) return;
+  kernel<<<blocks_for(items), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  ATTN_CUDA(cudaGetLastError());
+}
+
+}  // namespace
+
 void launch_prepare_sequences(const SequenceArgs& a, void* stream) {
-  prepare_sequences<<<blocks_for(a.batch + 1), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
-  ATTN_CUDA(cudaGetLastError());
+  launch(prepare_sequences, a.batch + 1, a, stream);
 }
-
 void launch_finish_forward_rows(const ForwardRows& a, void* stream) {
-  const int64_t n = a.batch * a.heads * a.rows;
-  if (n == 0) return;
-  finish_forward_rows<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
-  ATTN_CUDA(cudaGetLastError());
+  launch(finish_forward_rows, a.batch * a.heads * a.rows, a, stream);
 }
-
 void launch_backward_stats(const BackwardStats& a, void* stream) {
-  const int64_t n = a.batch * a.heads * a.rows;
-  if (n == 0) return;
-  backward_stats<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
-  ATTN_CUDA(cudaGetLastError());
+  launch(backward_stats, a.batch * a.heads * a.rows, a, stream);
 }
-
 void launch_zero_padded_rows(const PaddedRows& a, void* stream) {
-  const int64_t n = a.batch * a.heads * a.rows;
-  if (n == 0) return;
-  zero_padded_rows<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
-  ATTN_CUDA(cudaGetLastError());
+  launch(zero_padded_rows, a.batch * a.heads * a.rows, a, stream);
 }
 
 }  // namespace attn::cudnn
