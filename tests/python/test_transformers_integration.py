@@ -180,6 +180,26 @@ def test_dense_4d_mask_from_the_caller():
     torch.testing.assert_close(outs["attn"], outs["sdpa"], atol=1e-4, rtol=1e-4)
 
 
+def test_mask_hook_goes_dense_only_for_patterns_attn_cannot_express():
+    mu = transformers.masking_utils
+    valid = torch.tensor([[True] * 6, [False, False] + [True] * 4])
+    kw = dict(batch_size=2, q_length=6, kv_length=6, attention_mask=valid)
+    plain = [mu.causal_mask_function, mu.sliding_window_causal_mask_function(3), mu.bidirectional_mask_function]
+    for fn in plain:
+        got = attn_hf.attention_mask(mask_function=fn, **kw)
+        assert got.shape == (2, 6) and torch.equal(got, valid), fn  # the 2-D mask: cu_seqlens, no dense mask
+    image_block = mu.or_masks(mu.causal_mask_function, mu.blockwise_overlay(torch.tensor([[0, 0, 1, 1, 0, 0]] * 2)))
+    chunked = mu.chunked_causal_mask_function(2, torch.zeros(2, dtype=torch.long))
+    packed = mu.and_masks(mu.causal_mask_function, mu.packed_sequence_mask_function(torch.zeros(2, 6)))
+    for fn in (image_block, chunked, packed):  # packed rows in a batch of 2: dense
+        m = attn_hf.attention_mask(mask_function=fn, **kw)
+        assert m.shape == (2, 1, 6, 6) and m.dtype == torch.bool, fn
+    want = mu.sdpa_mask(mask_function=image_block, allow_is_causal_skip=False, **kw)
+    assert torch.equal(attn_hf.attention_mask(mask_function=image_block, **kw), want)
+    packed_one = mu.and_masks(mu.causal_mask_function, mu.packed_sequence_mask_function(torch.zeros(1, 6)))
+    assert attn_hf.attention_mask(mask_function=packed_one, batch_size=1, q_length=6, kv_length=6) is None
+
+
 class _Spy:
     """Records what attn.torch.attention receives from the integration."""
 

@@ -9,8 +9,9 @@ Written for transformers 5.x (AttentionInterface and AttentionMaskInterface),
 tested with 5.17.0. register() adds "attn" to both interfaces:
 - the mask function hands the attention function transformers' 2-D padding
   mask (or None), as for flash_attention_2, never a dense [b, 1, s_q, s_kv]
-  mask; only models that overlay their own mask functions (use_vmap, e.g.
-  bidirectional image tokens) get the dense boolean mask, which attn runs as
+  mask, for causal, bidirectional, sliding-window and packed sequences; a
+  model whose mask is more than that (bidirectional image blocks, chunked
+  attention, custom overlays) gets the dense boolean mask, which attn runs as
   an "arbitrary" mask (slow paths only, but correct);
 - the attention function takes q/k/v as transformers passes them ([b, h, s,
   d] strided views) and gives attn their bshd transposes: no copies. Causal
@@ -51,18 +52,45 @@ def register(name: str = NAME) -> str:
 # ---- the mask function ---------------------------------------------------------------
 
 
+# Mask functions attn expresses without a dense mask: causal or bidirectional,
+# the sliding window (the attention function gets its size), and packed
+# sequences in one row (read from position_ids). Anything else (or_masks,
+# chunked attention, image blocks, custom overlays) gets the dense mask.
+_EXPRESSED = ("causal_mask_function", "bidirectional_mask_function", "sliding_window_overlay.<locals>.inner_mask",
+              "sliding_window_bidirectional_overlay.<locals>.inner_mask")
+_PACKED = "packed_sequence_mask_function.<locals>.inner_mask"
+
+
+def _leaves(fn: Any) -> list:
+    """Qualified names of the functions an and_masks() combination is made of."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    if name != "and_masks.<locals>.and_mask":
+        return [name]
+    parts = [c.cell_contents for c in (fn.__closure__ or ())]
+    funcs = [f for p in parts for f in (p if isinstance(p, (tuple, list)) else (p,)) if callable(f)]
+    return [leaf for f in funcs for leaf in _leaves(f)]
+
+
+def _expressible(mask_function: Any, batch_size: int) -> bool:
+    if mask_function is None:
+        return True
+    leaves = _leaves(mask_function)
+    ok = set(_EXPRESSED) | ({_PACKED} if batch_size == 1 else set())
+    return all(leaf in ok for leaf in leaves)
+
+
 def attention_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, kv_offset: int = 0,
                    mask_function: Any = None, attention_mask: Optional[Tensor] = None, use_vmap: bool = False,
                    **kwargs: Any) -> Optional[Tensor]:
     """transformers' mask hook: the 2-D padding mask (or None), or a dense
-    boolean mask where a model overlays mask functions attn cannot express."""
+    boolean mask where a model's mask function is more than attn expresses."""
     from transformers import masking_utils as mu
 
-    if use_vmap:  # or/and overlays on the causal pattern (create_causal_mask sets use_vmap for them)
+    if use_vmap or not _expressible(mask_function, batch_size):
         kwargs.update(allow_is_causal_skip=False, allow_is_bidirectional_skip=False)
         return mu.sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
-                            kv_offset=kv_offset, mask_function=mask_function or mu.causal_mask_function,
-                            attention_mask=attention_mask, use_vmap=True, **kwargs)
+                            kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
+                            use_vmap=use_vmap, **kwargs)
     return mu.flash_attention_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length,
                                    q_offset=q_offset, kv_offset=kv_offset, attention_mask=attention_mask)
 
