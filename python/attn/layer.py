@@ -35,14 +35,17 @@ class RotaryPositionEmbedding(torch.nn.Module):
     """TE's RotaryPositionEmbedding: forward(max_seq_len) returns the angles
     [max_seq_len, 1, 1, dim] (float32, the two halves repeated, "rotate half"
     convention) that TransformerLayer.forward takes as rotary_pos_emb.
-    dim = kv_channels for full rotation; rotary_percent < 1 rotates a prefix."""
+    dim = kv_channels for full rotation; rotary_percent < 1 rotates a prefix.
+    device: as TE, the current CUDA device when there is one, else the CPU."""
 
     def __init__(self, dim: int, rotary_percent: float = 1.0, seq_len_interpolation_factor: Optional[float] = None,
-                 rotary_base: float = 10000.0) -> None:
+                 rotary_base: float = 10000.0, device: Union[str, torch.device, None] = None) -> None:
         super().__init__()
         dim = int(dim * rotary_percent)
         self.seq_len_interpolation_factor = seq_len_interpolation_factor
-        inv_freq = 1.0 / (rotary_base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        inv_freq = 1.0 / (rotary_base ** (torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, max_seq_len: int, offset: int = 0) -> Tensor:

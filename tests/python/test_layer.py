@@ -25,6 +25,11 @@ def gen():
     return torch.Generator().manual_seed(seed)
 
 
+def rotary(dim, **kw):
+    """TE-style angles on the CPU (RotaryPositionEmbedding's default is the GPU when there is one)."""
+    return at.RotaryPositionEmbedding(dim, device="cpu", **kw)
+
+
 # ---- the plain reference ---------------------------------------------------------
 
 
@@ -182,7 +187,7 @@ def _split(kw):
 def test_layer_matches_reference_float32(gen, fmt, variant):
     kw, rope = _split(VARIANTS[variant])
     layer = make(fmt, **kw)
-    freqs = at.RotaryPositionEmbedding(layer.kv_channels)(16) if rope else None
+    freqs = rotary(layer.kv_channels)(16) if rope else None
     got, want = run_both(layer, hidden(gen, fmt, 2, 7), fmt, mask_type=layer.self_attn_mask_type,
                          window=layer.window_size, freqs=freqs)
     check(got, want, **FP32)
@@ -191,7 +196,7 @@ def test_layer_matches_reference_float32(gen, fmt, variant):
 def test_layer_thd_packed_with_empty_sequence_and_rope(gen):
     layer = make("thd", normalization="RMSNorm", activation="swiglu", self_attn_mask_type="padding_causal")
     cu = torch.tensor([0, 3, 3, 10, 11], dtype=torch.int32)
-    freqs = at.RotaryPositionEmbedding(layer.kv_channels, rotary_percent=0.5)(16)  # partial rotary
+    freqs = rotary(layer.kv_channels, rotary_percent=0.5)(16)  # partial rotary
     got, want = run_both(layer, hidden(gen, "thd", 0, 0, t=11), "thd", cu=cu, mask_type="padding_causal",
                          freqs=freqs, cu_seqlens_q=cu)
     check(got, want, **FP32)
@@ -202,7 +207,7 @@ def test_layer_padding_mask_right_padded(gen, fmt):
     layer = make(fmt, self_attn_mask_type="padding_causal")
     lengths = [5, 2, 7]
     valid = torch.arange(7)[None, :] < torch.tensor(lengths)[:, None]
-    freqs = at.RotaryPositionEmbedding(layer.kv_channels)(7)
+    freqs = rotary(layer.kv_channels)(7)
     got, want = run_both(layer, hidden(gen, fmt, 3, 7), fmt, lengths=lengths, mask_type="padding_causal",
                          freqs=freqs, attention_mask=~valid[:, None, None, :])
     check(got, want, **FP32)
@@ -263,7 +268,7 @@ def check_bf16_against_pytorch(layer, x, fmt, monkeypatch, **kw):
 @pytest.mark.parametrize("fmt", ["bshd", "sbhd"])
 def test_layer_bfloat16_within_tolerance(gen, fmt, monkeypatch):
     layer = make(fmt, dtype=torch.bfloat16, normalization="RMSNorm", activation="swiglu")
-    freqs = at.RotaryPositionEmbedding(layer.kv_channels)(8)
+    freqs = rotary(layer.kv_channels)(8)
     check_bf16_against_pytorch(layer, hidden(gen, fmt, 2, 8, dtype=torch.bfloat16), fmt, monkeypatch, freqs=freqs)
 
 
@@ -378,8 +383,8 @@ def test_check_masks():
 def test_check_rotary_and_dtype():
     layer = make("bshd")
     x = torch.randn(2, 6, 32)
-    _raises(layer, x, ["covers 4 positions", "has 6"], rotary_pos_emb=at.RotaryPositionEmbedding(8)(4))
-    _raises(layer, x, ["at most kv_channels=8"], rotary_pos_emb=at.RotaryPositionEmbedding(16)(6))
+    _raises(layer, x, ["covers 4 positions", "has 6"], rotary_pos_emb=rotary(8)(4))
+    _raises(layer, x, ["at most kv_channels=8"], rotary_pos_emb=rotary(16)(6))
     _raises(layer, x, ["angle tensor"], rotary_pos_emb=torch.zeros(6, 8))
     _raises(layer, x.double(), ["dtype", "torch.float64", "params_dtype"])
 
@@ -402,7 +407,7 @@ def test_layer_cuda_bfloat16_against_reference(gen, fmt, monkeypatch):
                  self_attn_mask_type="padding_causal")
     lengths = [64, 17]
     valid = torch.arange(64)[None, :] < torch.tensor(lengths)[:, None]
-    freqs = at.RotaryPositionEmbedding(layer.kv_channels)(64).cuda()
+    freqs = rotary(layer.kv_channels)(64).cuda()
     x = hidden(gen, fmt, 2, 64, dtype=torch.bfloat16).cuda()
     check_bf16_against_pytorch(layer, x, fmt, monkeypatch, lengths=lengths, mask_type="padding_causal",
                                freqs=freqs, attention_mask=~valid.cuda()[:, None, None, :])
