@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs what attn's Python tests need (pip: nanobind, scikit-build-core,
-# numpy, pytest, PyPI's PyTorch wheel, JAX for the CPU), builds and installs
+# numpy, pytest, PyPI's PyTorch wheel, HuggingFace transformers when PyTorch is
+# there, JAX for the CPU), builds and installs
 # the package the way a user does (`pip install .`, incremental in build-py/),
 # then runs tests/python with pytest. GPU tests skip without a GPU or a GPU backend.
 # Usage: bash scripts/test_python.sh [pytest args]
 #   PYTHON=python3.12      the interpreter to use (default python3)
 #   ATTN_PY_TORCH=0        do not install PyTorch (its tests then skip)
+#   ATTN_PY_TRANSFORMERS=0 do not install transformers (its tests then skip)
 #   ATTN_PY_JAX=0          do not install JAX (its tests then skip)
 # Offline (the GPU machine): nothing is installed that is already importable.
 set -euo pipefail
@@ -35,6 +37,11 @@ if [ "${ATTN_PY_TORCH:-1}" != 0 ] && ! "$py" -c "import torch" 2>/dev/null; then
   else
     echo "test_python: only ${free_gb} GB free, not installing torch; its tests skip" >&2
   fi
+fi
+# transformers as on the GPU machine (5.17.0): attn.integrations.transformers' tests.
+if [ "${ATTN_PY_TRANSFORMERS:-1}" != 0 ] && "$py" -c "import torch" 2>/dev/null \
+    && ! "$py" -c "import transformers" 2>/dev/null; then  # ~140 MB installed
+  "$py" -m pip install -q "transformers==5.17.0" || echo "test_python: transformers did not install; its tests skip" >&2
 fi
 if [ "${ATTN_PY_JAX:-1}" != 0 ] && ! "$py" -c "import jax" 2>/dev/null; then
   "$py" -m pip install -q jax || echo "test_python: jax did not install; its tests skip" >&2  # CPU: ~10 s, ~350 MB

@@ -409,3 +409,4 @@ def _alibi_cached(num_heads: int, device: Any) -> Tensor:
     if key not in _ALIBI_CACHE:
         _ALIBI_CACHE[key] = alibi_slopes(num_heads, device)
     return _ALIBI_CACHE[key]
+from .layer import RotaryPositionEmbedding, TransformerLayer, apply_rotary_pos_emb  # noqa: E402,F401 (TransformerLayer builds on DotProductAttention)

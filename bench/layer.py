@@ -1,0 +1,245 @@
+"""Times attn where people build with it, on one CUDA GPU, bf16, forward+backward:
+
+1. a Llama-3-8B-shaped layer (hidden 4096, 32 heads, 8 KV heads, ffn 14336,
+   SwiGLU, RMSNorm, rotary, b 2, seq 4096, causal): attn.torch.TransformerLayer
+   against the same layer in plain PyTorch with SDPA forced to cuDNN
+   (torch.nn.attention.sdpa_kernel(SDPBackend.CUDNN_ATTENTION)), same weights
+   and inputs; plus the attention call alone, to show where the time goes;
+2. a small Llama-style transformers model's training step (forward, loss,
+   backward) with attn_implementation "attn" against "sdpa", without and with
+   a right-padded attention mask.
+
+CUDA events, warm-up, median of --iters runs. Prints the attn backend chosen
+(attn.explain), a table, and writes everything as JSON to --out.
+
+    python bench/layer.py --out docs/perf/layer-<date>-h100.json
+"""
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import attn
+import attn.torch as at
+from attn.layer import apply_rotary_pos_emb
+
+
+def timed(fn, warmup, iters):
+    """Median milliseconds of fn() over iters runs after warmup runs, CUDA events."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times), times
+
+
+# ---- 1. the layer -------------------------------------------------------------------
+
+
+class SdpaLayer(torch.nn.Module):
+    """The same block in plain PyTorch (weights shared with an attn layer), SDPA for attention."""
+
+    def __init__(self, ref: at.TransformerLayer, gqa: str) -> None:
+        super().__init__()
+        self.l, self.gqa = ref, gqa
+
+    def forward(self, x, freqs):
+        L = self.l
+        h, g, d = L.num_attention_heads, L.num_gqa_groups, L.kv_channels
+        b, s, _ = x.shape
+        qkv = F.linear(F.rms_norm(x, x.shape[-1:], L.input_layernorm.weight, L.input_layernorm.eps),
+                       L.qkv.weight, L.qkv.bias).view(b, s, h + 2 * g, d)
+        q, k, v = qkv[:, :, :h], qkv[:, :, h:h + g], qkv[:, :, h + g:]
+        q, k = apply_rotary_pos_emb(q, freqs, "bshd"), apply_rotary_pos_emb(k, freqs, "bshd")
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if self.gqa == "repeat_kv":
+            k, v = k.repeat_interleave(h // g, dim=1), v.repeat_interleave(h // g, dim=1)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.gqa == "enable_gqa")
+        x = x + L.proj(o.transpose(1, 2).reshape(b, s, h * d))
+        m = L.fc1(F.rms_norm(x, x.shape[-1:], L.post_attention_layernorm.weight, L.post_attention_layernorm.eps))
+        a, c = m.chunk(2, dim=-1)
+        return x + L.fc2(F.silu(a) * c)
+
+
+def bench_layer(args, report):
+    b, s, hidden, heads, groups, ffn = args.batch, args.seq, 4096, 32, 8, 14336
+    d = hidden // heads
+    torch.manual_seed(0)
+    layer = at.TransformerLayer(hidden, ffn, heads, groups, hidden_dropout=0.0, attention_dropout=0.0,
+                                normalization="RMSNorm", activation="swiglu", attn_input_format="bshd", bias=False,
+                                params_dtype=torch.bfloat16, device="cuda")
+    x = torch.randn(b, s, hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn_like(x)
+    freqs = at.RotaryPositionEmbedding(d)(s).cuda()
+
+    shape_q, shape_kv = (b, s, heads, d), (b, s, groups, d)
+    ex = attn.explain(shape_q, shape_kv, shape_kv, mask="causal", dtype="bfloat16", device="cuda:0", backward=True)
+    print(f"attn backend for the layer's attention (fwd+bwd): {ex.chosen} ({ex.why})\n{ex}\n")
+    report["attn_backend"] = {"chosen": ex.chosen, "why": ex.why, "table": str(ex)}
+
+    # SDPA's cuDNN backend with GQA: enable_gqa if this PyTorch supports it there, else K/V repeated.
+    gqa = "enable_gqa"
+    try:
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            SdpaLayer(layer, gqa)(x[:, :256].detach(), freqs)
+    except RuntimeError as e:
+        print(f"cuDNN SDPA refused enable_gqa ({str(e).splitlines()[0]}); repeating K/V instead")
+        gqa = "repeat_kv"
+    ref = SdpaLayer(layer, gqa)
+
+    def step(fn):
+        def run():
+            x.grad = None
+            for p in layer.parameters():
+                p.grad = None
+            fn().backward(dy)
+        return run
+
+    def sdpa_fwd():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return ref(x, freqs)
+
+    with torch.no_grad():  # same weights and inputs: the two layers agree
+        y_attn, y_ref = layer(x, rotary_pos_emb=freqs), sdpa_fwd()
+        rel = float((y_attn.float() - y_ref.float()).norm() / y_ref.float().norm())
+    t_attn, _ = timed(step(lambda: layer(x, rotary_pos_emb=freqs)), args.warmup, args.iters)
+    t_ref, _ = timed(step(sdpa_fwd), args.warmup, args.iters)
+
+    # The attention call alone, on the layer's shapes (q, k, v as the layer makes them).
+    q = torch.randn(b, s, heads, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(b, s, groups, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn_like(k, requires_grad=True)
+    do = torch.randn_like(q)
+
+    def attn_only():
+        at.attention(q, k, v, mask="causal").backward(do)
+
+    def sdpa_only():
+        qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if gqa == "repeat_kv":
+            kt, vt = kt.repeat_interleave(heads // groups, 1), vt.repeat_interleave(heads // groups, 1)
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=gqa == "enable_gqa")
+        o.transpose(1, 2).backward(do)
+
+    t_a1, _ = timed(attn_only, args.warmup, args.iters)
+    t_s1, _ = timed(sdpa_only, args.warmup, args.iters)
+    attn_flops = 3.5 * 4 * b * heads * s * s * d / 2  # fwd + bwd (2.5x), causal halves
+    report["layer"] = {
+        "shape": dict(batch=b, seq=s, hidden=hidden, heads=heads, kv_heads=groups, ffn=ffn, head_dim=d,
+                      activation="swiglu", normalization="RMSNorm", rotary=True, mask="causal", dtype="bfloat16"),
+        "attn_layer_ms": t_attn, "sdpa_cudnn_layer_ms": t_ref, "speedup": t_ref / t_attn,
+        "sdpa_gqa": gqa, "output_rel_frobenius_diff": rel,
+        "attention_only": {"attn_ms": t_a1, "sdpa_cudnn_ms": t_s1, "speedup": t_s1 / t_a1,
+                           "attn_tflops": attn_flops / t_a1 / 1e9, "sdpa_cudnn_tflops": attn_flops / t_s1 / 1e9},
+    }
+    del layer, ref, x, dy, q, k, v, do
+    torch.cuda.empty_cache()
+
+
+# ---- 2. a transformers model's training step ------------------------------------------
+
+
+def bench_transformers(args, report):
+    import transformers
+    import attn.integrations.transformers as attn_hf
+
+    attn_hf.register()
+    cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=8,
+                                   num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=8192)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).to(device="cuda", dtype=torch.bfloat16).train()
+    b, s = args.hf_batch, args.hf_seq
+    ids = torch.randint(0, cfg.vocab_size, (b, s), device="cuda")
+    padded = torch.ones(b, s, dtype=torch.long, device="cuda")
+    padded[1::2, s * 3 // 4:] = 0  # every other row right-padded by a quarter
+    rows = []
+    for case, mask in (("no mask", None), ("right-padded mask", padded)):
+        labels = ids if mask is None else ids.masked_fill(mask == 0, -100)
+        res = {"case": case}
+        for impl in ("attn", "sdpa"):
+            model.set_attn_implementation(impl)
+
+            def run():
+                model.zero_grad(set_to_none=True)
+                model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss.backward()
+            res[f"{impl}_ms"], _ = timed(run, args.warmup, args.iters)
+        res["speedup"] = res["sdpa_ms"] / res["attn_ms"]
+        rows.append(res)
+    report["transformers"] = {
+        "model": dict(hidden=2048, layers=8, heads=16, kv_heads=4, ffn=5632, vocab=32000, batch=b, seq=s,
+                      dtype="bfloat16", step="forward + loss + backward, no optimizer"),
+        "sdpa_backend": "PyTorch's default SDPA selection (what transformers' \"sdpa\" gets)",
+        "rows": rows,
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="JSON output path")
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--seq", type=int, default=4096)
+    p.add_argument("--hf-batch", type=int, default=4)
+    p.add_argument("--hf-seq", type=int, default=2048)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--skip-transformers", action="store_true")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench/layer.py needs a CUDA GPU")
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                                check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = None
+    report = {"device": torch.cuda.get_device_name(), "commit": commit, "python": platform.python_version(),
+              "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "attn_backends": attn.backends(),
+              "method": f"CUDA events, {args.warmup} warm-up, median of {args.iters}, bf16"}
+    try:
+        import transformers
+        report["transformers_version"] = transformers.__version__
+    except ImportError:
+        args.skip_transformers = True
+    print(f"{report['device']}, torch {report['torch']}, cuDNN {report['cudnn']}, attn backends {report['attn_backends']}")
+
+    bench_layer(args, report)
+    if not args.skip_transformers:
+        bench_transformers(args, report)
+
+    L = report["layer"]
+    print(f"\nLlama-3-8B-shaped layer, b {args.batch} s {args.seq}, bf16, fwd+bwd (median ms; speedup = SDPA / attn)")
+    print(f"| what | attn | PyTorch SDPA cuDNN ({L['sdpa_gqa']}) | speedup |\n| --- | --- | --- | --- |")
+    print(f"| layer | {L['attn_layer_ms']:.3f} | {L['sdpa_cudnn_layer_ms']:.3f} | {L['speedup']:.3f} |")
+    A = L["attention_only"]
+    print(f"| attention only | {A['attn_ms']:.3f} ({A['attn_tflops']:.0f} TFLOP/s) | {A['sdpa_cudnn_ms']:.3f} "
+          f"({A['sdpa_cudnn_tflops']:.0f} TFLOP/s) | {A['speedup']:.3f} |")
+    print(f"layer outputs differ by {L['output_rel_frobenius_diff']:.2e} (relative Frobenius)")
+    if "transformers" in report:
+        T = report["transformers"]
+        print(f"\ntransformers Llama-style model ({T['model']['layers']} layers, hidden {T['model']['hidden']}), "
+              f"b {T['model']['batch']} s {T['model']['seq']}, training step (median ms)")
+        print("| case | attn | sdpa | speedup |\n| --- | --- | --- | --- |")
+        for r in T["rows"]:
+            print(f"| {r['case']} | {r['attn_ms']:.2f} | {r['sdpa_ms']:.2f} | {r['speedup']:.3f} |")
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=2)
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

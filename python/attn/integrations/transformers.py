@@ -1,0 +1,241 @@
+"""attn as a HuggingFace transformers attention implementation.
+
+    import attn.integrations.transformers as attn_hf
+    attn_hf.register()                       # once per process
+    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="attn")
+    model.set_attn_implementation("attn")    # or switch a loaded model
+
+Written for transformers 5.x (AttentionInterface and AttentionMaskInterface),
+tested with 5.17.0. register() adds "attn" to both interfaces:
+- the mask function hands the attention function transformers' 2-D padding
+  mask (or None), as for flash_attention_2, never a dense [b, 1, s_q, s_kv]
+  mask, for causal, bidirectional, sliding-window and packed sequences; a
+  model whose mask is more than that (bidirectional image blocks, chunked
+  attention, custom overlays) gets the dense boolean mask, which attn runs as
+  an "arbitrary" mask (slow paths only, but correct);
+- the attention function takes q/k/v as transformers passes them ([b, h, s,
+  d] strided views) and gives attn their bshd transposes: no copies. Causal
+  attention is aligned bottom-right (KV-cache decoding); right-padded batches
+  become cu_seqlens over the padded tensors (no copy); other padding (left
+  padding, as in generation) gathers the real tokens into a packed thd batch,
+  as transformers' flash_attention_2 does; packed sequences (position_ids that
+  restart, or cu_seq_lens_q/k keyword arguments) run as thd. GQA, sliding
+  windows (`sliding_window`), softcap (Gemma-2) and dropout go to attn as they
+  are.
+"""
+
+import weakref
+from typing import Any, Optional, Tuple
+
+import torch
+
+from attn.torch import attention
+
+__all__ = ["register", "attention_forward", "attention_mask", "NAME"]
+
+NAME = "attn"
+Tensor = torch.Tensor
+
+
+def register(name: str = NAME) -> str:
+    """Adds attn to transformers' AttentionInterface and AttentionMaskInterface
+    under `name` (default "attn"), so attn_implementation=name selects it.
+    Idempotent. Returns the name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(name, attention_forward)
+    AttentionMaskInterface.register(name, attention_mask)
+    return name
+
+
+# ---- the mask function ---------------------------------------------------------------
+
+
+# Mask functions attn expresses without a dense mask: causal or bidirectional,
+# the sliding window (the attention function gets its size), and packed
+# sequences in one row (read from position_ids). Anything else (or_masks,
+# chunked attention, image blocks, custom overlays) gets the dense mask.
+_EXPRESSED = ("causal_mask_function", "bidirectional_mask_function", "sliding_window_overlay.<locals>.inner_mask",
+              "sliding_window_bidirectional_overlay.<locals>.inner_mask")
+_PACKED = "packed_sequence_mask_function.<locals>.inner_mask"
+
+
+def _leaves(fn: Any) -> list:
+    """Qualified names of the functions an and_masks() combination is made of."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    if name != "and_masks.<locals>.and_mask":
+        return [name]
+    parts = [c.cell_contents for c in (fn.__closure__ or ())]
+    funcs = [f for p in parts for f in (p if isinstance(p, (tuple, list)) else (p,)) if callable(f)]
+    return [leaf for f in funcs for leaf in _leaves(f)]
+
+
+def _expressible(mask_function: Any, batch_size: int) -> bool:
+    if mask_function is None:
+        return True
+    leaves = _leaves(mask_function)
+    ok = set(_EXPRESSED) | ({_PACKED} if batch_size == 1 else set())
+    return all(leaf in ok for leaf in leaves)
+
+
+def attention_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, kv_offset: int = 0,
+                   mask_function: Any = None, attention_mask: Optional[Tensor] = None, use_vmap: bool = False,
+                   **kwargs: Any) -> Optional[Tensor]:
+    """transformers' mask hook: the 2-D padding mask (or None), or a dense
+    boolean mask where a model's mask function is more than attn expresses."""
+    from transformers import masking_utils as mu
+
+    if use_vmap or not _expressible(mask_function, batch_size):
+        kwargs.update(allow_is_causal_skip=False, allow_is_bidirectional_skip=False)
+        return mu.sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
+                            kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
+                            use_vmap=use_vmap, **kwargs)
+    return mu.flash_attention_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length,
+                                   q_offset=q_offset, kv_offset=kv_offset, attention_mask=attention_mask)
+
+
+# ---- from transformers' masks to attn's sequences --------------------------------------
+
+# The same mask (and position_ids) reach every layer of a forward pass; their
+# analysis needs one host sync, so it is kept for the next layers, keyed on
+# the tensor's identity and version (a weak reference proves identity).
+_CACHE: dict = {}
+_CACHE_SIZE = 8
+
+
+def _cached(t: Tensor, extra: tuple, build: Any) -> Any:
+    if torch.compiler.is_compiling():
+        return build()
+    key = (id(t), t._version, t.data_ptr()) + extra
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0]() is t:
+        return hit[1]
+    value = build()
+    if len(_CACHE) >= _CACHE_SIZE:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[key] = (weakref.ref(t), value)
+    return value
+
+
+def _cu(lengths: Tensor) -> Tensor:
+    return torch.nn.functional.pad(torch.cumsum(lengths, 0, dtype=torch.int32), (1, 0))
+
+
+class _Padding:
+    """How a 2-D mask [b, L] (True = real token) maps onto attn's sequences.
+    Queries are the last s_q columns (transformers' convention with a cache)."""
+
+    def __init__(self, mask: Tensor, s_q: int, s_kv: int) -> None:
+        m = mask.to(torch.bool)
+        if m.shape[1] > s_kv:  # never from transformers; the keys are the last s_kv columns
+            m = m[:, -s_kv:]
+        b, L = m.shape
+        self.L = L
+        lengths = m.sum(dim=1, dtype=torch.int32)
+        prefix = torch.arange(L, device=m.device)[None, :] < lengths[:, None]
+        # Right padding with every sequence reaching the query rows: cu_seqlens
+        # over the padded tensors describe it exactly (query i of sequence b
+        # sits at column L - s_q + i, so len_q = len_kv - (L - s_q)).
+        ok = (prefix == m).all() & (lengths >= L - s_q).all()
+        self.right_padded = bool(ok)  # the one host sync
+        if self.right_padded:
+            self.cu_kv = _cu(lengths)
+            self.cu_q = _cu(lengths - (L - s_q))
+        else:
+            q_m = m[:, L - s_q:]
+            self.m, self.q_m = m, q_m
+            self.cu_kv = _cu(lengths)
+            self.cu_q = _cu(q_m.sum(dim=1, dtype=torch.int32))
+            self.max_q = int(q_m.sum(dim=1).max()) if b else 0
+            self.max_kv = int(lengths.max()) if b else 0
+
+
+def _packed_cu_seqlens(position_ids: Optional[Tensor], b: int, s_q: int, s_kv: int) -> Optional[tuple]:
+    """cu_seqlens of sequences packed into one row, told by position_ids that
+    restart (as transformers' flash_attention_2 reads them), or None."""
+    if position_ids is None or b != 1 or s_q != s_kv or s_q < 2:
+        return None
+
+    def build() -> Optional[tuple]:
+        pos = position_ids.reshape(-1)[-s_q:]
+        starts = torch.nonzero(pos[1:] != pos[:-1] + 1).reshape(-1) + 1
+        if starts.numel() == 0:
+            return None
+        bounds = torch.cat([starts.new_zeros(1), starts, starts.new_full((1,), s_q)])
+        cu, longest = bounds.to(torch.int32), int(bounds.diff().max())
+        return (cu, cu), (longest, longest)
+
+    return _cached(position_ids, ("packed", s_q), build)
+
+
+# ---- the attention function ------------------------------------------------------------
+
+
+def attention_forward(module: torch.nn.Module, query: Tensor, key: Tensor, value: Tensor,
+                      attention_mask: Optional[Tensor], dropout: float = 0.0, scaling: Optional[float] = None,
+                      sliding_window: Optional[int] = None, softcap: Optional[float] = None,
+                      is_causal: Optional[bool] = None, **kwargs: Any) -> Tuple[Tensor, None]:
+    """transformers' attention-function signature: query [b, h_q, s_q, d],
+    key/value [b, h_kv, s_kv, d] (any strides), attention_mask from
+    attention_mask() above (None, 2-D, or a 4-D mask a caller built). Returns
+    (out [b, s_q, h_q, d_v], None): attention weights are never materialized."""
+    if kwargs.get("s_aux") is not None:
+        raise NotImplementedError("attn: attention sinks (s_aux) are not supported; use attn_implementation=\"eager\"")
+    if kwargs.get("position_bias") is not None:
+        raise NotImplementedError("attn: position_bias is not supported; use attn_implementation=\"sdpa\"")
+    q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # bshd views, no copies
+    if k.dtype != q.dtype:  # e.g. float32 queries from an upcast norm (PEFT) against a bf16 cache
+        k, v = k.to(q.dtype), v.to(q.dtype)
+    b, s_q, h, _ = q.shape
+    s_kv, d_v = k.shape[1], v.shape[-1]
+    causal = bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
+    window = (-1, -1)
+    if sliding_window is not None and sliding_window > 0:
+        # transformers: key j visible when i - j < sliding_window (both sides if not causal); attn counts inclusively.
+        window = (sliding_window - 1, 0 if causal else sliding_window - 1)
+    kw = dict(softmax_scale=scaling, softcap=float(softcap or 0.0), dropout_p=float(dropout), window=window)
+
+    if attention_mask is not None and attention_mask.dim() == 4:
+        # A dense mask (True or 0 = visible, as for SDPA): attn's "arbitrary" mask. It already holds causality.
+        m = attention_mask[..., :s_kv]
+        out = attention(q, k, v, mask="arbitrary", attn_mask=m, **kw)
+        return out, None
+
+    if attention_mask is None:
+        packed = _varlen_kwargs(kwargs, b) or _packed_cu_seqlens(kwargs.get("position_ids"), b, s_q, s_kv)
+        if packed is not None:  # several sequences in one row: thd over the same memory
+            (cu_q, cu_kv), (max_q, max_kv) = packed
+            out = attention(q.reshape(-1, h, q.shape[-1]), k.reshape(-1, k.shape[2], k.shape[3]),
+                            v.reshape(-1, v.shape[2], d_v), qkv_format="thd",
+                            mask="padding_causal_bottom_right" if causal else "padding", cu_seqlens_q=cu_q,
+                            cu_seqlens_kv=cu_kv, max_seqlen_q=max_q, max_seqlen_kv=max_kv, **kw)
+            return out.view(b, s_q, h, d_v), None
+        out = attention(q, k, v, mask="causal_bottom_right" if causal else "no_mask", **kw)
+        return out, None
+
+    pad = _cached(attention_mask, (s_q, s_kv), lambda: _Padding(attention_mask, s_q, s_kv))
+    if pad.right_padded:  # cu_seqlens over the padded tensors, no copy
+        out = attention(q, k, v, mask="padding_causal_bottom_right" if causal else "padding",
+                        cu_seqlens_q=pad.cu_q, cu_seqlens_kv=pad.cu_kv, max_seqlen_q=s_q, max_seqlen_kv=s_kv, **kw)
+        return out, None
+    # Left padding or holes: gather the real tokens into a packed batch. Bottom-right
+    # alignment on the packed sequences is exact: the real queries are the last
+    # real keys of each sequence.
+    L = pad.L
+    out_t = attention(q[pad.q_m], k[:, :L][pad.m], v[:, :L][pad.m], qkv_format="thd",
+                      mask="padding_causal_bottom_right" if causal else "padding", cu_seqlens_q=pad.cu_q,
+                      cu_seqlens_kv=pad.cu_kv, max_seqlen_q=pad.max_q, max_seqlen_kv=pad.max_kv, **kw)
+    out = out_t.new_zeros(b, s_q, h, d_v).index_put((pad.q_m,), out_t)  # padding rows: 0
+    return out, None
+
+
+def _varlen_kwargs(kwargs: dict, b: int) -> Optional[tuple]:
+    """transformers' padding-free keywords (DataCollatorWithFlattening):
+    cu_seq_lens_q / cu_seq_lens_k / max_length_q / max_length_k."""
+    cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    if cu_q is None or cu_k is None:
+        return None
+    max_q, max_k = kwargs.get("max_length_q"), kwargs.get("max_length_k")
+    return ((cu_q.to(torch.int32), cu_k.to(torch.int32)),
+            (None if max_q is None else int(max_q), None if max_k is None else int(max_k)))

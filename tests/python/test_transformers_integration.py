@@ -1,0 +1,299 @@
+"""attn inside HuggingFace transformers (attn.integrations.transformers): tiny
+randomly initialised models (Llama-style with GQA, Mistral-style with a
+sliding window, Gemma-2-style with softcap and alternating sliding layers; no
+downloads) give the same logits, loss, gradients and KV-cache decoding logits
+with attn_implementation="attn" as with transformers' own "sdpa" (Gemma-2:
+"eager", since SDPA has no softcap), with and without padding. On the CPU attn
+runs its reference backend in float32; on a GPU, bf16 against the same bar as
+the layer tests (no further from float32 than twice PyTorch's own bf16)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import attn  # noqa: E402
+import attn.integrations.transformers as attn_hf  # noqa: E402
+
+HAS_GPU_BACKEND = attn.cuda_device_count() > 0 and any(
+    b.available and b.device == "cuda" for b in attn.backends(detail=True))
+needs_gpu = pytest.mark.skipif(not HAS_GPU_BACKEND, reason="needs a CUDA device and a GPU backend in this build")
+
+attn_hf.register()
+
+# model kind -> (config class, model class, config overrides, the implementation to compare with)
+MODELS = {
+    "llama_gqa": ("LlamaConfig", "LlamaForCausalLM", {}, "sdpa"),
+    "mistral_window": ("MistralConfig", "MistralForCausalLM", dict(sliding_window=4), "sdpa"),
+    "gemma2_softcap": ("Gemma2Config", "Gemma2ForCausalLM",
+                       dict(sliding_window=4, attn_logit_softcapping=2.0, final_logit_softcapping=20.0,
+                            query_pre_attn_scalar=8), "eager"),
+}
+VOCAB, SEQ = 64, 12
+
+
+def tiny_model(kind, dtype=torch.float32, device="cpu", seed=0, **over):
+    cfg_name, model_name, extra, _ = MODELS[kind]
+    cfg = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=8, max_position_embeddings=64, initializer_range=0.2,
+               pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg.update(extra)
+    cfg.update(over)
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_name)(getattr(transformers, cfg_name)(**cfg))
+    return model.to(device=device, dtype=dtype)
+
+
+def batch(padding, device="cpu", b=3, s=SEQ, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, VOCAB, (b, s), generator=g)
+    mask = torch.ones(b, s, dtype=torch.long)
+    if padding == "right":
+        mask[1, s - 5:] = 0
+        mask[2, s - 1:] = 0
+    elif padding == "left":
+        mask[1, :5] = 0
+        mask[2, :1] = 0
+    ids = ids.masked_fill(mask == 0, 0)
+    # No loss on padding, nor on a token predicted from a padding position (the
+    # first real token after left padding): padding rows' outputs are
+    # undefined (attn writes 0, SDPA and eager whatever their masks give).
+    predicted_from_pad = torch.nn.functional.pad(mask[:, :-1] == 0, (1, 0))
+    labels = ids.masked_fill((mask == 0) | predicted_from_pad, -100)
+    return ids.to(device), mask.to(device), labels.to(device)
+
+
+def run(model, impl, ids, mask, labels, train=False):
+    """logits (real tokens), loss, and every parameter's gradient."""
+    model.set_attn_implementation(impl)
+    model.train(train)
+    model.zero_grad()
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate() numbers left-padded rows
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, labels=labels)
+    out.loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return {"logits": out.logits.detach()[mask.bool()], "loss": out.loss.detach()}, grads
+
+
+def decode(model, impl, ids, mask, steps=4, seed=2):
+    """Prefill, then `steps` single-token steps through the KV cache (teacher
+    forced with fixed tokens, so both implementations see the same inputs):
+    every step's logits. The prefill's last position is padding in a
+    right-padded row: its logits are undefined and come out as 0."""
+    model.set_attn_implementation(impl)
+    model.eval()
+    g = torch.Generator().manual_seed(seed)
+    nxt = torch.randint(3, VOCAB, (ids.shape[0], steps), generator=g).to(ids.device)
+    logits = []
+    with torch.no_grad():
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        logits.append(out.logits[:, -1] * mask[:, -1:])
+        for t in range(steps):
+            mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
+            pos = pos[:, -1:] + 1
+            out = model(input_ids=nxt[:, t: t + 1], attention_mask=mask, position_ids=pos,
+                        past_key_values=out.past_key_values, use_cache=True)
+            logits.append(out.logits[:, -1])
+    return torch.stack(logits, dim=1)
+
+
+def assert_same(got, want, atol, rtol, what):
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], atol=atol, rtol=rtol, msg=lambda m: f"{what} {name}: {m}")
+
+
+# ---- CPU, float32: attn's reference backend against transformers' own --------------------
+
+
+@pytest.mark.parametrize("padding", ["none", "right", "left"])
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_logits_loss_gradients_match(kind, padding):
+    model = tiny_model(kind)
+    ids, mask, labels = batch(padding)
+    base = MODELS[kind][3]
+    want, want_g = run(model, base, ids, mask, labels)
+    got, got_g = run(model, "attn", ids, mask, labels)
+    assert_same(got, want, 1e-4, 1e-4, f"{kind} {padding}")
+    assert got_g.keys() == want_g.keys()
+    assert_same(got_g, want_g, 1e-4, 1e-3, f"{kind} {padding} grad")
+
+
+@pytest.mark.parametrize("padding", ["none", "left", "right"])
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_kv_cache_decoding_logits_match(kind, padding):
+    model = tiny_model(kind)
+    ids, mask, _ = batch(padding, s=6)  # 6 + 4 steps crosses Mistral's and Gemma-2's window of 4
+    want = decode(model, MODELS[kind][3], ids, mask)
+    got = decode(model, "attn", ids, mask)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_generate_with_left_padding():
+    model = tiny_model("llama_gqa").eval()
+    ids, mask, _ = batch("left", s=6)
+    res = {}
+    for impl in ("sdpa", "attn"):
+        model.set_attn_implementation(impl)
+        res[impl] = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5, do_sample=False,
+                                   output_logits=True, return_dict_in_generate=True)
+    assert torch.equal(res["attn"].sequences, res["sdpa"].sequences)
+    torch.testing.assert_close(torch.stack(res["attn"].logits), torch.stack(res["sdpa"].logits), atol=1e-4, rtol=1e-4)
+
+
+def test_from_pretrained_selects_attn(tmp_path):
+    tiny_model("llama_gqa").save_pretrained(tmp_path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="attn")
+    assert model.config._attn_implementation == "attn"
+    ids, mask, labels = batch("none")
+    want, _ = run(tiny_model("llama_gqa"), "sdpa", ids, mask, labels)
+    got, _ = run(model, "attn", ids, mask, labels)
+    assert_same(got, want, 1e-4, 1e-4, "from_pretrained")
+
+
+def test_packed_sequences_from_position_ids():
+    """Padding-free training: several sequences in one row, position_ids restarting."""
+    model = tiny_model("mistral_window")
+    ids = torch.randint(3, VOCAB, (1, 14), generator=torch.Generator().manual_seed(3))
+    pos = torch.tensor([[0, 1, 2, 3, 4, 5, 0, 1, 2, 0, 1, 2, 3, 4]])
+    outs = {}
+    for impl in ("sdpa", "attn"):
+        model.set_attn_implementation(impl)
+        # use_cache=False: transformers reads packing from position_ids only without a cache
+        outs[impl] = model(input_ids=ids, position_ids=pos, use_cache=False).logits.detach()
+    torch.testing.assert_close(outs["attn"], outs["sdpa"], atol=1e-4, rtol=1e-4)
+    unpacked = model(input_ids=ids, use_cache=False).logits.detach()
+    assert not torch.allclose(unpacked, outs["attn"], atol=1e-3)  # the packing mattered
+
+
+def test_dense_4d_mask_from_the_caller():
+    """A caller-built 4-D mask reaches attn as an "arbitrary" mask."""
+    model = tiny_model("llama_gqa")
+    ids, _, _ = batch("none", b=2, s=8)
+    allowed = torch.ones(8, 8, dtype=torch.bool).tril()
+    allowed[5, 2] = False  # not a pattern cu_seqlens can express
+    mask4 = allowed[None, None].expand(2, 1, 8, 8)
+    outs = {}
+    for impl in ("sdpa", "attn"):
+        model.set_attn_implementation(impl)
+        outs[impl] = model(input_ids=ids, attention_mask=mask4).logits.detach()
+    torch.testing.assert_close(outs["attn"], outs["sdpa"], atol=1e-4, rtol=1e-4)
+
+
+def test_mask_hook_goes_dense_only_for_patterns_attn_cannot_express():
+    mu = transformers.masking_utils
+    valid = torch.tensor([[True] * 6, [False, False] + [True] * 4])
+    kw = dict(batch_size=2, q_length=6, kv_length=6, attention_mask=valid)
+    plain = [mu.causal_mask_function, mu.sliding_window_causal_mask_function(3), mu.bidirectional_mask_function]
+    for fn in plain:
+        got = attn_hf.attention_mask(mask_function=fn, **kw)
+        assert got.shape == (2, 6) and torch.equal(got, valid), fn  # the 2-D mask: cu_seqlens, no dense mask
+    image_block = mu.or_masks(mu.causal_mask_function, mu.blockwise_overlay(torch.tensor([[0, 0, 1, 1, 0, 0]] * 2)))
+    chunked = mu.chunked_causal_mask_function(2, torch.zeros(2, dtype=torch.long))
+    packed = mu.and_masks(mu.causal_mask_function, mu.packed_sequence_mask_function(torch.zeros(2, 6)))
+    for fn in (image_block, chunked, packed):  # packed rows in a batch of 2: dense
+        m = attn_hf.attention_mask(mask_function=fn, **kw)
+        assert m.shape == (2, 1, 6, 6) and m.dtype == torch.bool, fn
+    want = mu.sdpa_mask(mask_function=image_block, allow_is_causal_skip=False, **kw)
+    assert torch.equal(attn_hf.attention_mask(mask_function=image_block, **kw), want)
+    packed_one = mu.and_masks(mu.causal_mask_function, mu.packed_sequence_mask_function(torch.zeros(1, 6)))
+    assert attn_hf.attention_mask(mask_function=packed_one, batch_size=1, q_length=6, kv_length=6) is None
+
+
+class _Spy:
+    """Records what attn.torch.attention receives from the integration."""
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        real = attn_hf.attention
+
+        def spy(q, k, v, **kw):
+            self.calls.append((q, k, v, kw))
+            return real(q, k, v, **kw)
+        monkeypatch.setattr(attn_hf, "attention", spy)
+
+
+def test_strided_views_reach_attn_without_copies(monkeypatch):
+    model = tiny_model("llama_gqa").eval()
+    seen = []
+
+    def outer(module, query, key, value, *args, **kwargs):
+        seen.append((query, key, value))
+        return attn_hf.attention_forward(module, query, key, value, *args, **kwargs)
+
+    transformers.AttentionInterface.register("attn_spy", outer)
+    transformers.masking_utils.AttentionMaskInterface.register("attn_spy", attn_hf.attention_mask)
+    spy = _Spy(monkeypatch)
+    model.set_attn_implementation("attn_spy")
+    for padding in ("none", "right"):
+        ids, mask, _ = batch(padding)
+        model(input_ids=ids, attention_mask=mask)
+    assert len(spy.calls) == len(seen) == 4
+    for (query, key, value), (q, k, v, kw) in zip(seen, spy.calls):
+        for a, b in ((query, q), (key, k), (value, v)):
+            assert a.data_ptr() == b.data_ptr() and b.stride(-1) == 1
+        assert kw.get("qkv_format", "bshd") == "bshd"
+    assert spy.calls[2][3]["mask"] == "padding_causal_bottom_right"  # right padding: cu_seqlens, no gather
+    assert spy.calls[2][3]["cu_seqlens_q"].tolist() == [0, 12, 19, 30]
+
+
+def test_mask_choices_reach_attn(monkeypatch):
+    spy = _Spy(monkeypatch)
+    model = tiny_model("gemma2_softcap").eval()
+    ids, mask, _ = batch("left")
+    model.set_attn_implementation("attn")
+    model(input_ids=ids, attention_mask=mask)
+    full, sliding = spy.calls[0][3], spy.calls[1][3]  # Gemma-2 alternates sliding and full layers
+    kws = sorted((c[3]["window"] for c in spy.calls))
+    assert kws == [(-1, -1), (3, 0)], kws  # transformers' sliding_window=4 is 3 keys back, inclusive
+    for kw in (full, sliding):
+        assert kw["qkv_format"] == "thd" and kw["mask"] == "padding_causal_bottom_right"  # left padding: gathered
+        assert kw["softcap"] == 2.0 and kw["softmax_scale"] == pytest.approx(8 ** -0.5)
+
+
+def test_dropout_in_training(monkeypatch):
+    model = tiny_model("llama_gqa", attention_dropout=0.3)
+    ids, mask, labels = batch("right")
+    model.set_attn_implementation("attn")
+    spy = _Spy(monkeypatch)
+    torch.manual_seed(5)
+    a, ga = run(model, "attn", ids, mask, labels, train=True)
+    torch.manual_seed(5)
+    b, gb = run(model, "attn", ids, mask, labels, train=True)
+    assert all(c[3]["dropout_p"] == 0.3 for c in spy.calls)
+    assert_same(a, b, 0, 0, "same seed")  # dropout seeds come from torch's generator
+    e, _ = run(model, "attn", ids, mask, labels, train=False)
+    assert not torch.allclose(a["logits"], e["logits"])
+    assert all(torch.isfinite(g).all() for g in ga.values())
+
+
+# ---- GPU, bf16: same models, the DESIGN.md bar ---------------------------------------------
+
+
+def _rel(got, want):
+    return float((got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-30))
+
+
+def _within_twice_pytorch(ours, theirs, ref, what):
+    for name in ref:
+        e_ours, e_theirs = _rel(ours[name], ref[name]), _rel(theirs[name], ref[name])
+        assert e_ours <= 2 * e_theirs + 2e-3, f"{what} {name}: error {e_ours:.3g} > 2 x PyTorch bf16's {e_theirs:.3g}"
+
+
+@needs_gpu
+@pytest.mark.parametrize("padding", ["none", "right", "left"])
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_cuda_bf16_training_and_decoding(kind, padding):
+    base = MODELS[kind][3]
+    ids, mask, labels = batch(padding, device="cuda", s=64, b=3)
+    over = {} if kind == "llama_gqa" else dict(sliding_window=16)  # a window that bites at s = 64
+    ref_model = tiny_model(kind, device="cuda", **over)  # float32: the yardstick
+    model = tiny_model(kind, dtype=torch.bfloat16, device="cuda", **over)  # the same weights, rounded
+    ref, ref_g = run(ref_model, base, ids, mask, labels)
+    theirs, theirs_g = run(model, base, ids, mask, labels)
+    ours, ours_g = run(model, "attn", ids, mask, labels)
+    _within_twice_pytorch(ours, theirs, ref, f"{kind} {padding}")
+    _within_twice_pytorch(ours_g, theirs_g, ref_g, f"{kind} {padding} grad")
+    d_ref = decode(ref_model, base, ids, mask)
+    _within_twice_pytorch({"decode": decode(model, "attn", ids, mask)}, {"decode": decode(model, base, ids, mask)},
+                          {"decode": d_ref}, f"{kind} {padding}")
