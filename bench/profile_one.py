@@ -17,17 +17,32 @@ def main():
     ap.add_argument("--seqlen", type=int, default=1024)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--heads", type=int, default=None)
+    ap.add_argument("--kv-heads", type=int, default=None)
+    ap.add_argument("--backward", action="store_true", help="forward + backward through autograd")
     a = ap.parse_args()
-    b, h = 16384 // a.seqlen, 2048 // a.d
-    q, k, v = (torch.randn(b, a.seqlen, h, a.d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    b, h = a.batch or 16384 // a.seqlen, a.heads or 2048 // a.d
+    hk = a.kv_heads or h
+    q = torch.randn(b, a.seqlen, h, a.d, device="cuda", dtype=torch.bfloat16, requires_grad=a.backward)
+    k, v = (torch.randn(b, a.seqlen, hk, a.d, device="cuda", dtype=torch.bfloat16, requires_grad=a.backward)
+            for _ in range(2))
+    do = torch.randn_like(q)
     mask = "causal" if a.causal else "no_mask"
 
     def run_attn():
-        attn.forward(q, k, v, mask=mask)
+        if a.backward:
+            import attn.torch as at
+            at.attention(q, k, v, mask=mask).backward(do)
+        else:
+            attn.forward(q, k, v, mask=mask)
 
     def run_sdpa():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=a.causal)
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               is_causal=a.causal, enable_gqa=hk != h)
+        if a.backward:
+            o.transpose(1, 2).backward(do)
 
     for name, fn in (("attn", run_attn), ("sdpa_cudnn", run_sdpa)):
         for _ in range(5):
@@ -38,7 +53,7 @@ def main():
                 fn()
             torch.cuda.synchronize()
         print(f"== {name}: d {a.d} seqlen {a.seqlen} causal {a.causal}, {a.calls} calls")
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=6, max_name_column_width=70))
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=10, max_name_column_width=70))
 
 
 if __name__ == "__main__":

@@ -284,7 +284,10 @@ def _within_twice_pytorch(ours, theirs, ref, what):
 @pytest.mark.parametrize("padding", ["none", "right", "left"])
 @pytest.mark.parametrize("kind", sorted(MODELS))
 def test_cuda_bf16_training_and_decoding(kind, padding):
-    base = MODELS[kind][3]
+    # transformers' "sdpa" gives NaN embedding gradients for left-padded rows in
+    # bf16 on the GPU (rows that see no key); "eager" masks with finfo.min and
+    # stays finite, so it is the yardstick there.
+    base = "eager" if padding == "left" else MODELS[kind][3]
     ids, mask, labels = batch(padding, device="cuda", s=64, b=3)
     over = {} if kind == "llama_gqa" else dict(sliding_window=16)  # a window that bites at s = 64
     ref_model = tiny_model(kind, device="cuda", **over)  # float32: the yardstick
