@@ -59,6 +59,33 @@ def _keywords(qkv_format, mask, window_left, window_right, softmax_scale, softca
 # ---- the custom ops ------------------------------------------------------------
 
 
+def _forward_impl(q, k, v, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state, qkv_format, mask,
+                  window_left, window_right, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv, dropout_p,
+                  deterministic, backend):
+    kw = _keywords(qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q,
+                   max_seqlen_kv, dropout_p, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, bias,
+                   alibi_slopes, attn_mask, rng_state)
+    out, lse = _attn.forward(q, k, v, return_lse=True, **kw)
+    if lse is None:  # unreachable after validation; keeps the op's output types fixed
+        lse = q.new_empty(_lse_shape(q, qkv_format), dtype=torch.float32)
+    return out, lse
+
+
+def _backward_impl(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state,
+                   qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
+                   dropout_p, deterministic, backend, bias_grad):
+    # Gradients arriving from reductions are often expanded (stride 0); attn
+    # needs a contiguous last dimension.
+    if dout.dim() and dout.shape[-1] > 1 and dout.stride(-1) != 1:
+        dout = dout.contiguous()
+    kw = _keywords(qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q,
+                   max_seqlen_kv, dropout_p, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, bias,
+                   alibi_slopes, attn_mask, rng_state)
+    grads = _attn.backward(q, k, v, out, dout, lse, return_dbias=bias_grad, **kw)
+    dbias = grads[3] if bias_grad else q.new_empty([0])
+    return grads[0], grads[1], grads[2], dbias
+
+
 @torch.library.custom_op("attn::forward", mutates_args=())
 def _forward_op(
     q: Tensor,
@@ -82,13 +109,9 @@ def _forward_op(
     deterministic: bool,
     backend: Optional[str],
 ) -> Tuple[Tensor, Tensor]:
-    kw = _keywords(qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q,
-                   max_seqlen_kv, dropout_p, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, bias,
-                   alibi_slopes, attn_mask, rng_state)
-    out, lse = _attn.forward(q, k, v, return_lse=True, **kw)
-    if lse is None:  # unreachable after validation; keeps the op's output types fixed
-        lse = q.new_empty(_lse_shape(q, qkv_format), dtype=torch.float32)
-    return out, lse
+    return _forward_impl(q, k, v, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state, qkv_format,
+                         mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
+                         dropout_p, deterministic, backend)
 
 
 @_forward_op.register_fake
@@ -126,16 +149,9 @@ def _backward_op(
     backend: Optional[str],
     bias_grad: bool,
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    # Gradients arriving from reductions are often expanded (stride 0); attn
-    # needs a contiguous last dimension.
-    if dout.dim() and dout.shape[-1] > 1 and dout.stride(-1) != 1:
-        dout = dout.contiguous()
-    kw = _keywords(qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q,
-                   max_seqlen_kv, dropout_p, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, bias,
-                   alibi_slopes, attn_mask, rng_state)
-    grads = _attn.backward(q, k, v, out, dout, lse, return_dbias=bias_grad, **kw)
-    dbias = grads[3] if bias_grad else q.new_empty([0])
-    return grads[0], grads[1], grads[2], dbias
+    return _backward_impl(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask,
+                          rng_state, qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q,
+                          max_seqlen_kv, dropout_p, deterministic, backend, bias_grad)
 
 
 @_backward_op.register_fake
@@ -171,6 +187,29 @@ def _backward(ctx, dout, dlse):
 
 
 torch.library.register_autograd("attn::forward", _backward, setup_context=_setup_context)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """The same passes without the custom-op dispatch, for eager mode: PyTorch's
+    Python custom-op machinery costs a few hundred microseconds of host time per
+    call, which shows when the GPU's work per call is small. torch.compile
+    traces the custom op instead (see attention())."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        out, lse = _forward_impl(*inputs)
+        _setup_context(ctx, inputs, (out, lse))
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        del dlse
+        q, k, v, out, lse, cu_q, cu_kv, bias, alibi, attn_mask, rng_state = ctx.saved_tensors
+        bias_grad = bias is not None and ctx.needs_input_grad[_BIAS_INDEX]
+        dq, dk, dv, dbias = _backward_impl(dout, q, k, v, out, lse, cu_q, cu_kv, bias, alibi, attn_mask, rng_state,
+                                           *ctx.options, bias_grad)
+        grads = [dq, dk, dv, None, None, dbias if bias_grad else None, None, None, None]
+        return tuple(grads) + (None,) * len(ctx.options)
 
 
 # ---- the functional API ----------------------------------------------------------
@@ -219,11 +258,14 @@ def attention(
     or (out, lse) with return_lse=True (lse carries no gradient)."""
     left, right = _attn._window(window)
     rng_state = _draw_rng_state(seed, offset) if dropout_p > 0 else None
-    out, lse = torch.ops.attn.forward(
-        q, k, v, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state, qkv_format,
-        _attn._mask_name(mask), left, right, None if softmax_scale is None else float(softmax_scale),
-        float(softcap), 0 if max_seqlen_q is None else int(max_seqlen_q),
-        0 if max_seqlen_kv is None else int(max_seqlen_kv), float(dropout_p), bool(deterministic), backend)
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state, qkv_format,
+            _attn._mask_name(mask), left, right, None if softmax_scale is None else float(softmax_scale),
+            float(softcap), 0 if max_seqlen_q is None else int(max_seqlen_q),
+            0 if max_seqlen_kv is None else int(max_seqlen_kv), float(dropout_p), bool(deterministic), backend)
+    if torch.compiler.is_compiling():
+        out, lse = torch.ops.attn.forward(*args)  # opaque to the compiler, with fake implementations
+    else:
+        out, lse = _EagerAttention.apply(*args)
     return (out, lse) if return_lse else out
 
 
