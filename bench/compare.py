@@ -10,7 +10,7 @@ FLOPs: 4*b*h*s*s*d forward (halved for causal), backward 2.5x (DESIGN.md).
 Timing: CUDA events, warm-up, median of repeats (~200 ms per point), two input
 sets alternated (each set is hundreds of MB, far beyond L2).
 
-    python bench/compare.py [--quick] [--out DIR]
+    python bench/compare.py [--quick] [--fwd-only] [--out DIR]
 """
 import argparse
 import itertools
@@ -101,11 +101,13 @@ def sdpa_fns(backend, causal):
     return fwd, bwd_prep, bwd
 
 
-def time_impl(fns, sets):
+def time_impl(fns, sets, fwd_only=False):
     fwd, bwd_prep, bwd = fns
     result = {}
     try:
         result["fwd_ms"] = median_ms(fwd, sets)
+        if fwd_only:
+            return result
         prepared = bwd_prep(sets)
         result["bwd_ms"] = median_ms(bwd, prepared)
         del prepared
@@ -177,6 +179,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="seqlen 1k and 4k only")
     ap.add_argument("--no-flex", action="store_true", help="skip the FlexAttention cases")
+    ap.add_argument("--fwd-only", action="store_true", help="time the forward only")
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for compare.json and compare.png")
     args = ap.parse_args()
     dev = torch.cuda.get_device_name()
@@ -192,7 +195,7 @@ def main():
         flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
         row = {"d": d, "seqlen": s, "batch": b, "heads": h, "causal": causal, "fwd_flops": flops}
         for name, make in impls.items():
-            r = time_impl(make(causal), sets)
+            r = time_impl(make(causal), sets, args.fwd_only)
             for p, mult in (("fwd", 1.0), ("bwd", 2.5)):
                 if f"{p}_ms" in r:
                     r[f"{p}_tflops"] = mult * flops / (r[f"{p}_ms"] * 1e-3) / 1e12
@@ -216,16 +219,19 @@ def main():
     def fmt(r, p):
         return f"{r[p + '_tflops']:7.1f}" if p + "_tflops" in r else "      -"
 
-    print(f"device: {dev}; TFLOP/s (bf16), ratio = attn / sdpa_cudnn")
-    print(" d  seqlen causal |  fwd attn  cudnn  flash  ratio |  bwd attn  cudnn  flash  ratio")
+    print(f"device: {dev}; TFLOP/s (bf16), ratio = attn / sdpa_cudnn, vs FA2 = attn / sdpa_flash")
+    print(" d  seqlen causal |  fwd attn  cudnn  flash  ratio vs FA2 |  bwd attn  cudnn  flash  ratio vs FA2 | fwd backend")
     for r in rows:
         line = f"{r['d']:3d} {r['seqlen']:6d} {str(r['causal'])[0]:>6} |"
         for p in ("fwd", "bwd"):
             a, c = r["attn"], r["sdpa_cudnn"]
             ratio = (f"{a[p + '_tflops'] / c[p + '_tflops']:6.2f}" if p + "_tflops" in a and p + "_tflops" in c
                      else "     -")
-            line += f" {fmt(a, p)} {fmt(c, p)} {fmt(r['sdpa_flash'], p)} {ratio} |"
-        print(line)
+            fl = r["sdpa_flash"]
+            vs_fa2 = (f"{a[p + '_tflops'] / fl[p + '_tflops']:6.2f}" if p + "_tflops" in a and p + "_tflops" in fl
+                      else "     -")
+            line += f" {fmt(a, p)} {fmt(c, p)} {fmt(fl, p)} {ratio} {vs_fa2} |"
+        print(line + f" {r.get('attn_backend', '-')}")
     if flex_rows:
         print("FlexAttention cases (d 128, b 2, h 16, 8k tokens per row; useful TFLOP/s, forward)")
         for r in flex_rows:

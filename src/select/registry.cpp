@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "attn/select.h"
+#include "backends/flash_sm80/flash_sm80.h"
 #include "backends/reference/reference.h"
 #include "backends/unfused/unfused.h"
 
@@ -19,7 +20,8 @@ const std::vector<std::string>& known_backends() {
 }  // namespace
 
 const std::vector<const Backend*>& registered_backends() {
-  static const std::vector<const Backend*> built = {&unfused::backend(), &reference::backend()};
+  static const std::vector<const Backend*> built = {&flash_sm80::backend(), &unfused::backend(),
+                                                     &reference::backend()};
   return built;
 }
 
