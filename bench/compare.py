@@ -117,11 +117,11 @@ def sdpa_fns(backend, causal):
     return fwd, bwd_prep, bwd
 
 
-def time_row(impls, sets):
+def time_row(impls, sets, fwd_only=False):
     """{name: (fwd, bwd_prep, bwd)} -> {name: {fwd_ms, bwd_ms} or {error}}, each
     pass timed with the implementations interleaved."""
     results = {name: {} for name in impls}
-    for p in ("fwd", "bwd"):
+    for p in ("fwd",) if fwd_only else ("fwd", "bwd"):
         runnable = {}
         for name, (fwd, bwd_prep, bwd) in impls.items():
             if "error" in results[name]:
@@ -205,6 +205,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="seqlen 1k and 4k only")
     ap.add_argument("--no-flex", action="store_true", help="skip the FlexAttention cases")
     ap.add_argument("--backend", default=None, help="force this attn backend (default: attn's choice)")
+    ap.add_argument("--fwd-only", action="store_true", help="time the forward only")
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for compare.json and compare.png")
     args = ap.parse_args()
     dev = torch.cuda.get_device_name()
@@ -219,7 +220,7 @@ def main():
         sets = make_sets(b, s, h, d)
         flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
         row = {"d": d, "seqlen": s, "batch": b, "heads": h, "causal": causal, "fwd_flops": flops}
-        for name, r in time_row({name: make(causal) for name, make in impls.items()}, sets).items():
+        for name, r in time_row({name: make(causal) for name, make in impls.items()}, sets, args.fwd_only).items():
             for p, mult in (("fwd", 1.0), ("bwd", 2.5)):
                 if f"{p}_ms" in r:
                     r[f"{p}_tflops"] = mult * flops / (r[f"{p}_ms"] * 1e-3) / 1e12

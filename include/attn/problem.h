@@ -137,6 +137,10 @@ struct Problem {
   uint64_t offset = 0;
   bool deterministic = false;
   bool return_lse = false;
+  // The largest power of two, at most 16, dividing the base address and every
+  // stride but the last (in bytes) of q, k, v, out (and in the backward dout,
+  // dq, dk, dv): kernels that move rows in 16-byte pieces need 16.
+  int row_alignment_bytes = 16;
 
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
 };

@@ -3,6 +3,8 @@
 // is an attn::Error saying what is wrong, what was received, what was expected
 // and how to fix it. Backends trust a Problem that passed here.
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -410,9 +412,27 @@ void check_problem(const Problem& p) {
     bad_value("an additive mask needs mask=arbitrary", mask_name(p.mask), "arbitrary", "pass mask=\"arbitrary\"");
 }
 
+// See Problem::row_alignment_bytes. Size-1 dimensions never advance, so their
+// strides do not count.
+static int row_alignment(std::initializer_list<const TensorView*> views) {
+  int64_t align = 16;
+  auto fit = [&](int64_t bytes) {
+    while (align > 1 && bytes % align != 0) align /= 2;
+  };
+  for (const TensorView* t : views) {
+    if (!t->defined()) continue;
+    const int64_t elem = static_cast<int64_t>(dtype_size_bytes(t->dtype));
+    fit(static_cast<int64_t>(reinterpret_cast<uintptr_t>(t->data)));
+    for (int d = 0; d + 1 < t->rank; ++d)
+      if (t->shape[d] > 1) fit(t->strides_elems[d] * elem);
+  }
+  return static_cast<int>(align);
+}
+
 Problem validate_forward(const Options& opts, const ForwardArgs& args) {
   Problem p = derive(opts, args.in, Pass::forward);
   check_q_like_output(args.out, "out", p, p.h_q, p.total_q, p.s_q, p.d_v, "seq_q", "heads_q", "head_dim_v");
+  p.row_alignment_bytes = row_alignment({&args.in.q, &args.in.k, &args.in.v, &args.out});
   if (args.lse.defined()) {
     check_lse(args.lse, p);
     p.return_lse = true;
@@ -428,6 +448,8 @@ Problem validate_backward(const Options& opts, const BackwardArgs& args) {
   check_q_like_output(args.dq, "dq", p, p.h_q, p.total_q, p.s_q, p.d_qk, sq, hq, "head_dim_qk");
   check_q_like_output(args.dk, "dk", p, p.h_kv, p.total_kv, p.s_kv, p.d_qk, skv, hkv, "head_dim_qk");
   check_q_like_output(args.dv, "dv", p, p.h_kv, p.total_kv, p.s_kv, p.d_v, skv, hkv, "head_dim_v");
+  p.row_alignment_bytes = row_alignment(
+      {&args.in.q, &args.in.k, &args.in.v, &args.out, &args.dout, &args.dq, &args.dk, &args.dv});
   require_defined(args.lse, "lse", "the forward's log-sum-exp (call forward with an lse output)");
   check_lse(args.lse, p);
   if (args.dbias.defined()) {

@@ -1,0 +1,91 @@
+// The `flash_sm80` backend object: what its kernels can run (supports(), with
+// the value and the limit in each reason) and the entry points.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attn/error.h"
+#include "backends/flash_sm80/flash_sm80.h"
+#include "backends/flash_sm80/fwd_config.h"
+#include "backends/flash_sm80/fwd_table.h"
+
+namespace attn::flash_sm80 {
+namespace {
+
+std::string kib(int64_t bytes) { return std::to_string(bytes / 1024) + " KiB"; }
+
+// Shared memory of the table row for (d_qk, d_v); 0 when the table lacks it.
+int64_t smem_bytes_for(int64_t d_qk, int64_t d_v) {
+#define ATTN_SMEM_ROW(dqk, dv) \
+  if (d_qk == (dqk) && d_v == (dv)) return FwdConfig<dqk, dv>::kSmemBytes;
+  ATTN_FLASH_SM80_FWD_TABLE(ATTN_SMEM_ROW)
+#undef ATTN_SMEM_ROW
+  return 0;
+}
+
+std::string head_dim_list() {
+  std::string s;
+#define ATTN_LIST_ROW(dqk, dv) s += std::string(s.empty() ? "" : ", ") + (dqk == dv ? #dqk : #dqk "/" #dv);
+  ATTN_FLASH_SM80_FWD_TABLE(ATTN_LIST_ROW)
+#undef ATTN_LIST_ROW
+  return s;
+}
+
+class FlashSm80Backend final : public Backend {
+ public:
+  const char* name() const override { return "flash_sm80"; }
+
+  std::vector<std::string> supports(const Problem& p, const DeviceInfo& dev) const override {
+    if (p.pass == Pass::backward) return {"backward not implemented yet"};
+    return forward_obstacles(p, dev);
+  }
+
+  void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) const override {
+    flash_sm80::forward(p, args, ctx);
+  }
+  void backward(const Problem&, const BackwardArgs&, const RunContext&) const override {
+    fail(ErrorKind::unsupported, "flash_sm80 has no backward yet", "a backward call", "a forward call",
+         "let attn choose a backend for the backward (unfused runs it)");
+  }
+};
+
+}  // namespace
+
+std::vector<std::string> forward_obstacles(const Problem& p, const DeviceInfo& dev) {
+  std::vector<std::string> no;
+  if (!p.device.is_cuda()) {
+    no.push_back("runs on CUDA tensors; the tensors are on " + device_name(p.device));
+    return no;
+  }
+  if (!(dev.sm / 10 == 8 || dev.sm == 90))
+    no.push_back("this build has kernels for sm_80 (runs on sm_8x) and sm_90a; the device is sm" +
+                 std::to_string(dev.sm));
+  if (p.dtype != DType::bf16 && p.dtype != DType::f16)
+    no.push_back(std::string("dtype ") + dtype_name(p.dtype) + ": flash_sm80 runs bfloat16 and float16");
+  const int64_t smem = smem_bytes_for(p.d_qk, p.d_v);
+  if (smem == 0)
+    no.push_back("head_dim " + std::to_string(p.d_qk) + "/" + std::to_string(p.d_v) +
+                 " has no kernel; flash_sm80 has " + head_dim_list());
+  else if (dev.smem_per_block_optin_bytes > 0 && smem > dev.smem_per_block_optin_bytes)
+    no.push_back("head_dim " + std::to_string(p.d_qk) + "/" + std::to_string(p.d_v) + " needs " + kib(smem) +
+                 " of shared memory per block; sm" + std::to_string(dev.sm) + " allows " +
+                 kib(dev.smem_per_block_optin_bytes));
+  if (p.mask == MaskType::arbitrary) no.push_back("mask=arbitrary (a mask tensor) is not supported; unfused runs it");
+  if (p.bias == BiasType::post_scale_bias)
+    no.push_back("post_scale_bias (a bias tensor) is not supported; ALiBi slopes are");
+  if (p.row_alignment_bytes < 16)
+    no.push_back("q/k/v/out rows are aligned to " + std::to_string(p.row_alignment_bytes) +
+                 " bytes; flash_sm80 needs 16 (base addresses and strides multiples of 8 elements)");
+  if (p.s_q > INT32_MAX || p.s_kv > INT32_MAX || p.total_q > INT32_MAX || p.total_kv > INT32_MAX)
+    no.push_back("sequence lengths beyond 2^31 tokens");
+  if (p.h_q > 65535 || p.batch > 65535)
+    no.push_back("more than 65535 heads or sequences (the kernel's grid dimensions)");
+  return no;
+}
+
+const Backend& backend() {
+  static const FlashSm80Backend instance;
+  return instance;
+}
+
+}  // namespace attn::flash_sm80

@@ -1,0 +1,40 @@
+// Tile shapes of flash_sm80's forward per head dim: compile-time numbers the
+// kernel is built on and the host reads (shared-memory need in supports()).
+// Plain C++: no CUDA needed to include it.
+#pragma once
+
+namespace attn::flash_sm80 {
+
+// One CTA computes kBlockM query rows of one (sequence, head) against KV tiles
+// of kBlockN keys. Each warp owns kBlockM / kWarps rows (kRowBlocks blocks of
+// 16) and every column of the tile, so softmax statistics never leave a quad.
+// Choices follow the register budget (<= 255 per thread): per thread the S
+// tile holds 4 * kRowBlocks * kBlockN / 8 floats and O 4 * kRowBlocks * d_v / 8.
+//   d <= 64:   128 x 128, 4 warps  (S 128, O <= 64 registers)
+//   d 96, 128: 128 x 64,  4 warps  (S 64,  O <= 128)
+//   d >= 160:  128 x 64,  8 warps  (S 32,  O <= 128)
+template <int kDQK, int kDV>
+struct FwdConfig {
+  static constexpr int kHeadDimQK = kDQK;
+  static constexpr int kHeadDimV = kDV;
+  static constexpr int kBlockM = 128;
+  static constexpr int kBlockN = kDQK <= 64 ? 128 : 64;
+  static constexpr int kWarps = kDQK >= 160 ? 8 : 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kRowBlocks = kBlockM / (16 * kWarps);  // 16-row mma blocks per warp
+  static constexpr int kColBlocksS = kBlockN / 8;            // 8-column mma blocks of S
+  static constexpr int kColBlocksO = kDV / 8;                // of O
+  // One buffer each for Q, K and V (2-byte elements); the output tile reuses
+  // Q's. K and V alternate in flight (K[n-1] loads during softmax and P.V of
+  // tile n, V[n] during Q.K^T of tile n), as in FlashAttention-2.
+  static constexpr int kSmemQ = kBlockM * kDQK * 2;
+  static constexpr int kSmemK = kBlockN * kDQK * 2;
+  static constexpr int kSmemV = kBlockN * kDV * 2;
+  static constexpr int kSmemBytes = kSmemQ + kSmemK + kSmemV;
+
+  static_assert(kDQK % 32 == 0 && kDV % 32 == 0, "head dims are multiples of 32 (64-byte rows)");
+  static_assert(kDV <= kDQK, "the output tile is staged in Q's shared memory");
+  static_assert(kRowBlocks >= 1 && kBlockM % (16 * kWarps) == 0, "rows split evenly into 16-row blocks");
+};
+
+}  // namespace attn::flash_sm80

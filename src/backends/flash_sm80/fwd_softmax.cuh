@@ -1,0 +1,179 @@
+// Scores of one S tile in registers -> probabilities, in DESIGN.md's order:
+// softcap and ALiBi (score_mods), the visibility mask (boundary tiles only),
+// the online softmax (running max and sum, rescaling O), then dropout on the
+// probabilities that feed P.V (the sum, hence lse, is taken before dropout).
+//
+// Register layout (mma.cuh): s[ma][na][2 * half + e] is row
+// row0 + 16 ma + 8 half + lane / 4, column n0 + 8 na + 2 (lane % 4) + e.
+#pragma once
+
+#include <cstdint>
+
+#include "attn/philox.h"
+#include "backends/flash_sm80/fwd_params.h"
+#include "backends/flash_sm80/fwd_schedule.cuh"
+#include "kernels/sm80/mma.cuh"
+
+namespace attn::flash_sm80 {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// softcap and ALiBi (natural units), then into log2 units: the caller then
+// exponentiates with scale 1.
+template <int MA, int NA>
+__device__ __forceinline__ void apply_score_mods(float (&s)[MA][NA][4], const FwdParams& p, float slope, int row0,
+                                                 int n0, int shift, int lane) {
+#pragma unroll
+  for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+    for (int na = 0; na < NA; ++na)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = row0 + 16 * ma + 8 * (e >> 1) + (lane >> 2);
+        const int j = n0 + 8 * na + 2 * (lane & 3) + (e & 1);
+        float x = s[ma][na][e] * p.scale;
+        if (p.softcap > 0.f) x = p.softcap * sm80::fast_tanh(x * p.softcap_inv);
+        if (p.alibi) x += alibi_bias<float, int>(slope, i, j, shift);
+        s[ma][na][e] = x * kLog2e;
+      }
+}
+
+// Pairs outside a row's visible keys become -inf (boundary tiles only). The
+// ranges are recomputed here rather than kept in registers across the loop.
+template <int MA, int NA>
+__device__ __forceinline__ void apply_mask(float (&s)[MA][NA][4], const FwdParams& p, const SeqExtent& seq, int row0,
+                                           int n0, int lane) {
+#pragma unroll
+  for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const KeyRange<int> keys = row_keys(p, seq, row0 + 16 * ma + 8 * h + (lane >> 2));
+#pragma unroll
+      for (int na = 0; na < NA; ++na)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = n0 + 8 * na + 2 * (lane & 3) + e;
+          if (!keys.contains(j)) s[ma][na][2 * h + e] = -INFINITY;
+        }
+    }
+}
+
+// Running max (in score units: times `unit` gives log2 units) and this
+// thread's part of the running sum, per owned row. The quad's four parts are
+// added once, at the end.
+template <int MA>
+struct OnlineSoftmax {
+  float max[MA][2];
+  float sum[MA][2];
+
+  __device__ __forceinline__ OnlineSoftmax() {
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        max[ma][h] = -INFINITY;
+        sum[ma][h] = 0.f;
+      }
+  }
+
+  // s -> exp2(unit * s - unit * new max); O's rows rescaled to the new max.
+  // A row that has seen only -inf keeps max -inf and uses 0 as its base, so
+  // exp2(-inf) = 0 and no NaN appears.
+  template <int NA, int NO>
+  __device__ __forceinline__ void step(float (&s)[MA][NA][4], float (&o)[MA][NO][4], float unit) {
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float m = max[ma][h];
+#pragma unroll
+        for (int na = 0; na < NA; ++na) m = fmaxf(m, fmaxf(s[ma][na][2 * h], s[ma][na][2 * h + 1]));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        const float base = m == -INFINITY ? 0.f : m * unit;
+        const float correction = sm80::fast_exp2(max[ma][h] * unit - base);
+        max[ma][h] = m;
+        float part = sum[ma][h] * correction;
+#pragma unroll
+        for (int no = 0; no < NO; ++no) {
+          o[ma][no][2 * h] *= correction;
+          o[ma][no][2 * h + 1] *= correction;
+        }
+#pragma unroll
+        for (int na = 0; na < NA; ++na)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pr = sm80::fast_exp2(s[ma][na][2 * h + e] * unit - base);
+            s[ma][na][2 * h + e] = pr;
+            part += pr;
+          }
+        sum[ma][h] = part;
+      }
+  }
+
+  // Completes the quad's sums; returns per row 1 / sum (0 for a row that saw
+  // no key: out = 0) times `out_scale`, and writes lse (natural log) when wanted.
+  __device__ __forceinline__ void finish(float (&inv)[MA][2], float (&lse)[MA][2], float unit, float out_scale) {
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float l = sum[ma][h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        inv[ma][h] = l > 0.f ? out_scale / l : 0.f;
+        lse[ma][h] = l > 0.f ? max[ma][h] * unit * kLn2 + logf(l) : -INFINITY;
+      }
+  }
+};
+
+// Dropout's keep bits for this thread's MA x NA x 4 scores of one tile, by
+// include/attn/philox.h's rule bit for bit: one Philox block covers keys
+// 4 (j / 4) .. 4 (j / 4) + 3 of a row, and a lane's two adjacent columns
+// (2 (lane % 4), +1) always fall in the same block. Computed before Q.K^T,
+// while S's registers are free (Philox beside live S and O spills).
+template <int MA, int NA>
+struct KeepBits {
+  static constexpr int kBits = MA * NA * 4;
+  uint32_t word[(kBits + 31) / 32];
+
+  __device__ __forceinline__ static constexpr int bit(int ma, int na, int e) { return (ma * NA + na) * 4 + e; }
+
+  __device__ __forceinline__ void compute(const FwdParams& p, uint32_t bh, int row0, int n0, int lane) {
+#pragma unroll
+    for (int w = 0; w < (kBits + 31) / 32; ++w) word[w] = 0u;
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t i = static_cast<uint32_t>(row0 + 16 * ma + 8 * h + (lane >> 2));
+#pragma unroll
+        for (int na = 0; na < NA; ++na) {
+          const uint32_t j = static_cast<uint32_t>(n0 + 8 * na + 2 * (lane & 3));
+          const PhiloxBlock r = philox4x32_10(PhiloxBlock{{j >> 2, i, bh, p.offset}},
+                                              static_cast<uint32_t>(p.seed), static_cast<uint32_t>(p.seed >> 32));
+          const bool lo = (j & 3u) == 0;
+          const uint32_t r0 = lo ? r.x[0] : r.x[2], r1 = lo ? r.x[1] : r.x[3];
+          const int b0 = bit(ma, na, 2 * h), b1 = bit(ma, na, 2 * h + 1);
+          word[b0 / 32] |= (r0 >= p.dropout_threshold ? 1u : 0u) << (b0 % 32);
+          word[b1 / 32] |= (r1 >= p.dropout_threshold ? 1u : 0u) << (b1 % 32);
+        }
+      }
+  }
+
+  // Zeroes the dropped probabilities (the sum, hence lse, already has them).
+  __device__ __forceinline__ void apply(float (&s)[MA][NA][4]) const {
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+      for (int na = 0; na < NA; ++na)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int b = bit(ma, na, e);
+          if (!((word[b / 32] >> (b % 32)) & 1u)) s[ma][na][e] = 0.f;
+        }
+  }
+};
+
+}  // namespace attn::flash_sm80

@@ -1,0 +1,84 @@
+// The two warp-level products of attention on mma.sync m16n8k16, reading
+// swizzled shared tiles through ldmatrix:
+//   gemm_abt: acc[MA][NA] += A . B^T with A (rows x k) and B (cols x k) both
+//             row-major in shared memory: S = Q.K^T, K's rows are S's columns;
+//   gemm_rb:  acc[MA][NA] += A . B with A already in registers (P, from S's
+//             accumulators) and B (k x cols) row-major in shared memory, read
+//             transposed by ldmatrix.trans: O += P.V.
+// A warp owns MA blocks of 16 rows starting at row0, and all NA*8 columns.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/sm80/ldmatrix.cuh"
+#include "kernels/sm80/mma.cuh"
+#include "kernels/sm80/swizzle.h"
+
+namespace attn::sm80 {
+
+// acc += A[row0 .. row0 + 16*MA, 0..K) . B[0 .. 8*NA, 0..K)^T (row0 % 16 == 0).
+template <typename T, int MA, int NA, int K, class TileA, class TileB>
+__device__ __forceinline__ void gemm_abt(float (&acc)[MA][NA][4], uint32_t a_smem, uint32_t b_smem, int row0,
+                                         int lane) {
+  static_assert(NA % 2 == 0 && K % 16 == 0, "B is read 16 columns and 16 k at a time");
+  // A matrices: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
+  // = a0..a3. B matrices: (cols 0-7, k 0-7), (cols 0-7, k 8-15), (cols 8-15, k 0-7),
+  // (cols 8-15, k 8-15) = b0, b1 of column block 2np, then of block 2np+1.
+  const LaneAddresses<TileA> a_at(a_smem + row0 * TileA::kRowBytes, lane & 15, lane >> 4);
+  const LaneAddresses<TileB> b_at(b_smem, ((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1);
+#pragma unroll
+  for (int kc = 0; kc < K / 16; ++kc) {
+    uint32_t a[MA][4];
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma) ldmatrix_x4(a[ma], a_at.at(16 * ma, kc));
+#pragma unroll
+    for (int np = 0; np < NA / 2; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4(b, b_at.at(16 * np, kc));
+#pragma unroll
+      for (int ma = 0; ma < MA; ++ma) {
+        mma_16816<T>(acc[ma][2 * np], a[ma], b[0], b[1]);
+        mma_16816<T>(acc[ma][2 * np + 1], a[ma], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// The A fragment of k step kc (16 wide) from fp32 accumulators of 8-wide
+// column blocks 2kc and 2kc+1, rounded to T (see mma.cuh on why this is free).
+template <typename T, int NA>
+__device__ __forceinline__ void accumulators_to_a(uint32_t (&a)[4], const float (&c)[NA][4], int kc) {
+  a[0] = pack2<T>(c[2 * kc][0], c[2 * kc][1]);
+  a[1] = pack2<T>(c[2 * kc][2], c[2 * kc][3]);
+  a[2] = pack2<T>(c[2 * kc + 1][0], c[2 * kc + 1][1]);
+  a[3] = pack2<T>(c[2 * kc + 1][2], c[2 * kc + 1][3]);
+}
+
+// acc[MA][NB] += P . B where P's fp32 accumulators p[MA][NP] (16*MA rows x
+// 8*NP k) are rounded to T, and B (8*NP k rows x 8*NB cols) is row-major.
+template <typename T, int MA, int NP, int NB, class TileB>
+__device__ __forceinline__ void gemm_rb(float (&acc)[MA][NB][4], const float (&p)[MA][NP][4], uint32_t b_smem,
+                                        int lane) {
+  static_assert(NP % 2 == 0 && NB % 2 == 0, "B is read 16 k and 16 columns at a time");
+  // Transposed matrices: (k 0-7, cols 0-7), (k 8-15, cols 0-7), (k 0-7, cols 8-15),
+  // (k 8-15, cols 8-15) = b0, b1 of column block 2nb, then of block 2nb+1.
+  const LaneAddresses<TileB> b_at(b_smem, (((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4);
+#pragma unroll
+  for (int kc = 0; kc < NP / 2; ++kc) {
+    uint32_t a[MA][4];
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma) accumulators_to_a<T, NP>(a[ma], p[ma], kc);
+#pragma unroll
+    for (int nb = 0; nb < NB / 2; ++nb) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, b_at.at(16 * kc, nb));
+#pragma unroll
+      for (int ma = 0; ma < MA; ++ma) {
+        mma_16816<T>(acc[ma][2 * nb], a[ma], b[0], b[1]);
+        mma_16816<T>(acc[ma][2 * nb + 1], a[ma], b[2], b[3]);
+      }
+    }
+  }
+}
+
+}  // namespace attn::sm80
