@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "attn/mask_rule.h"
+#include "backends/common/device_reasons.h"
 
 namespace attn::cudnn {
 namespace {
@@ -44,14 +45,9 @@ bool may_have_empty_rows(const Problem& p) {
 }
 
 std::vector<std::string> static_reasons(const Problem& p, const DeviceInfo& dev, int version) {
-  std::vector<std::string> no;
-  if (!p.device.is_cuda()) {
-    no.push_back("runs on CUDA tensors; the tensors are on " + device_name(p.device));
-    return no;
-  }
+  std::vector<std::string> no = detail::gpu_device_reasons(p, dev);
+  if (!p.device.is_cuda()) return no;
   if (version < 90000) no.push_back("needs cuDNN >= 9.0; this process loaded cuDNN " + version_name(version));
-  if (!(dev.sm / 10 == 8 || dev.sm == 90))
-    no.push_back("this build supports cuDNN attention on sm_8x and sm_90; the device is sm" + str(dev.sm));
   if (!(p.dtype == DType::bf16 || p.dtype == DType::f16))
     no.push_back(std::string("dtype ") + dtype_name(p.dtype) +
                  ": cuDNN's fused attention takes bfloat16 or float16 (unfused runs float32)");

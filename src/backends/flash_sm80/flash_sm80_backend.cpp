@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "attn/error.h"
+#include "backends/common/device_reasons.h"
 #include "backends/flash_sm80/flash_sm80.h"
 #include "backends/flash_sm80/fwd_config.h"
 #include "backends/flash_sm80/fwd_table.h"
@@ -52,14 +53,8 @@ class FlashSm80Backend final : public Backend {
 }  // namespace
 
 std::vector<std::string> forward_obstacles(const Problem& p, const DeviceInfo& dev) {
-  std::vector<std::string> no;
-  if (!p.device.is_cuda()) {
-    no.push_back("runs on CUDA tensors; the tensors are on " + device_name(p.device));
-    return no;
-  }
-  if (!(dev.sm / 10 == 8 || dev.sm == 90))
-    no.push_back("this build has kernels for sm_80 (runs on sm_8x) and sm_90a; the device is sm" +
-                 std::to_string(dev.sm));
+  std::vector<std::string> no = detail::gpu_device_reasons(p, dev);
+  if (!p.device.is_cuda()) return no;
   if (p.dtype != DType::bf16 && p.dtype != DType::f16)
     no.push_back(std::string("dtype ") + dtype_name(p.dtype) + ": flash_sm80 runs bfloat16 and float16");
   const int64_t smem = smem_bytes_for(p.d_qk, p.d_v);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "backends/common/device_reasons.h"
 #include "backends/unfused/unfused.h"
 
 namespace attn::unfused {
@@ -34,14 +35,8 @@ class UnfusedBackend final : public Backend {
   const char* name() const override { return "unfused"; }
 
   std::vector<std::string> supports(const Problem& p, const DeviceInfo& dev) const override {
-    std::vector<std::string> no;
-    if (!p.device.is_cuda()) {
-      no.push_back("runs on CUDA tensors; the tensors are on " + device_name(p.device));
-      return no;
-    }
-    if (!(dev.sm / 10 == 8 || dev.sm == 90))
-      no.push_back("this build has kernels for sm_80 (runs on sm_8x) and sm_90a; the device is sm" +
-                   std::to_string(dev.sm));
+    std::vector<std::string> no = detail::gpu_device_reasons(p, dev);
+    if (!p.device.is_cuda()) return no;
     if (!(p.dtype == DType::bf16 || p.dtype == DType::f16 || p.dtype == DType::f32))
       no.push_back(std::string("dtype ") + dtype_name(p.dtype) + " is CPU-only; use float32, bfloat16 or float16");
     if (p.deterministic && p.bias_grad)

@@ -1,0 +1,18 @@
+// See device_reasons.h.
+#include "backends/common/device_reasons.h"
+
+namespace attn::detail {
+
+std::vector<std::string> gpu_device_reasons(const Problem& p, const DeviceInfo& dev) {
+  std::vector<std::string> no;
+  if (!p.device.is_cuda()) {
+    no.push_back("runs on CUDA tensors; the tensors are on " + device_name(p.device));
+    return no;
+  }
+  if (!(dev.sm / 10 == 8 || dev.sm == 90))
+    no.push_back("this build has kernels for sm_80 (runs on sm_8x) and sm_90a; the device is sm" +
+                 std::to_string(dev.sm));
+  return no;
+}
+
+}  // namespace attn::detail
