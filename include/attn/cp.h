@@ -7,6 +7,15 @@
 // mask skips), the LSE merge and a ring forward over an abstract transport,
 // checked on the CPU with in-process ranks. The NCCL transport, the backward,
 // thd and the Python API are the next steps (issue 9).
+//
+// The backward needs a decision first: a ring backward runs each block's
+// backward with the *final* out and lse (P = exp(s - lse_final), D = rowsum(dout
+// * out_final)), so the blocks' gradients add up to the whole. cudnn (and
+// FlashAttention-style kernels) read the given out and lse; `reference` and
+// `unfused` recompute them from q, k, v and ignore the caller's, so their
+// block gradients come out normalized per block (tried: off by 0.2-2 on the CPU).
+// Either they honour the given out/lse (the reference then inherits fp32 lse
+// rounding, ~1e-7) or the call gets an option saying so.
 #pragma once
 
 #include <cstdint>
