@@ -6,6 +6,7 @@
 
 #include "attn/attn.h"
 #include "backends/cudnn/cudnn.h"
+#include "backends/cudnn/cudnn_graph.h"
 #include "backends/cudnn/cudnn_rules.h"
 
 namespace attn::cudnn {
@@ -167,6 +168,23 @@ TEST(CudnnRules, EmptyRowsAreFoundWithoutLengths) {
   p = problem();
   p.has_seqlens = true;
   EXPECT_TRUE(may_have_empty_rows(p));
+}
+
+TEST(CudnnRules, PlanKeysTellApartWhatChangesTheGraph) {
+  GraphSpec a;
+  a.batch = 2;
+  a.scale = 0.0883883f;
+  GraphSpec b = a;
+  b.scale = 0.08838835f;  // prints like a at 6 digits, is another graph
+  EXPECT_NE(a.key(), b.key());
+  b = a;
+  b.q.stride[2] = 3 * 128;  // the same shapes, other strides
+  EXPECT_NE(a.key(), b.key());
+  b = a;
+  b.dropout_p = 0.1f;
+  EXPECT_NE(a.key(), b.key());
+  b = a;
+  EXPECT_EQ(a.key(), b.key());
 }
 
 TEST(CudnnRules, ExplainListsCudnnWithItsReasons) {

@@ -83,7 +83,8 @@ TensorDesc bias_desc(const Problem& p, const TensorView* bias) {
 
 // The graph for p: with the caller's strides when args are given, else canonical ones.
 GraphSpec spec_for(const Problem& p, const Inputs* in, const TensorView* out, const TensorView* dout,
-                   const TensorView* dq, const TensorView* dk, const TensorView* dv) {
+                   const TensorView* dq, const TensorView* dk, const TensorView* dv,
+                   const TensorView* dbias = nullptr) {
   GraphSpec s;
   s.pass = p.pass;
   s.dtype = p.dtype;
@@ -100,6 +101,7 @@ GraphSpec spec_for(const Problem& p, const Inputs* in, const TensorView* out, co
   s.bias = p.bias == BiasType::post_scale_bias;
   s.dbias = s.bias && p.pass == Pass::backward && p.bias_grad;
   if (s.bias) s.bias_desc = bias_desc(p, in ? &in->bias : nullptr);
+  if (s.dbias) s.dbias_desc = bias_desc(p, dbias);
   s.dropout_p = static_cast<float>(p.dropout_p);
   s.stats = p.pass == Pass::backward || p.return_lse;
   s.deterministic = p.pass == Pass::backward && p.deterministic;
@@ -265,7 +267,7 @@ void backward_pass(const Problem& p, const BackwardArgs& a, const RunContext& ct
   const bool direct = !empty_rows && lse_packed(p, a.lse);
   PlanResult plan;
   if (p.total_q > 0 && !no_keys) {
-    plan = get_plan(spec_for(p, &a.in, &a.out, &a.dout, &a.dq, &a.dk, &a.dv));
+    plan = get_plan(spec_for(p, &a.in, &a.out, &a.dout, &a.dq, &a.dk, &a.dv, a.dbias.defined() ? &a.dbias : nullptr));
     if (!plan.plan) no_plan(p, plan.error);
   }
   const int64_t cudnn_bytes = plan.plan ? workspace_bytes(*plan.plan) : 0;

@@ -45,9 +45,11 @@ std::string GraphSpec::key() const {
   };
   s << int(pass) << ' ' << int(dtype) << ' ' << device << ' ' << batch << ' ' << h_q << ' ' << h_kv << ' ' << s_q
     << ' ' << s_kv << ' ' << d_qk << ' ' << d_v << ' ' << mask.padding << mask.ragged << mask.diagonal
-    << mask.bottom_right << ' ' << mask.left_bound << ' ' << mask.right_bound << ' ' << scale << ' ' << bias << dbias
-    << ' ' << dropout_p << ' ' << stats << deterministic << ' ' << implementation << ' ';
+    << mask.bottom_right << ' ' << mask.left_bound << ' ' << mask.right_bound << ' ' << std::hexfloat << scale << ' '
+    << dropout_p << std::defaultfloat << ' ' << bias << dbias << ' ' << stats << deterministic << ' ' << implementation
+    << ' ';  // hexfloat: two scales that print alike must not share a graph
   if (bias) desc(bias_desc);
+  if (dbias) desc(dbias_desc);
   for (const TensorDesc* t : {&q, &k, &v, &o, &d_o, &dq, &dk, &dv, &stats_desc}) desc(*t);
   return s.str();
 }
@@ -196,7 +198,7 @@ PlanResult build(const GraphSpec& s, cudnnHandle_t handle) {
     if (s.deterministic) a.set_deterministic_algorithm(true);
     if (bias) a.set_bias(bias);
     if (s.dbias) {
-      auto dB = io_tensor(*g, "dbias", udBias, s.bias_desc);
+      auto dB = io_tensor(*g, "dbias", udBias, s.dbias_desc);
       dB->set_output(true);  // the frontend wants dbias declared before the node
       a.set_dbias(dB);
     }

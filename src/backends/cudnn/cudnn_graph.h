@@ -28,7 +28,7 @@ struct GraphSpec {
   MaskPlan mask;
   float scale = 1.0f;
   bool bias = false, dbias = false;
-  TensorDesc bias_desc;  // also dbias's
+  TensorDesc bias_desc, dbias_desc;
   float dropout_p = 0.0f;
   bool stats = false;  // forward: produce stats (lse); backward: always reads them
   bool deterministic = false;
