@@ -104,11 +104,24 @@ TEST(CudnnRules, FeaturesCudnnLacksAreNamed) {
 TEST(CudnnRules, BottomRightExcludesBiasAndDropout) {
   const auto sm90 = simulated_device("sm90");
   Problem p = problem();
+  p.s_q = 256;  // s_q != s_kv: the alignment matters
   p.window_right = 0;
   p.bottom_right = true;
   EXPECT_TRUE(static_reasons(p, sm90, kV919).empty());
   p.dropout_p = 0.1;
   EXPECT_NE(joined(static_reasons(p, sm90, kV919)).find("bottom-right"), std::string::npos);
+}
+
+TEST(CudnnRules, BottomRightWithEqualLengthsIsTopLeft) {
+  const auto sm90 = simulated_device("sm90");
+  Problem p = problem();  // s_q == s_kv, no per-sequence lengths
+  p.window_right = 0;
+  p.bottom_right = true;
+  EXPECT_FALSE(mask_plan(p).bottom_right);
+  p.dropout_p = 0.1;  // allowed: the band is the top-left one
+  EXPECT_TRUE(static_reasons(p, sm90, kV919).empty());
+  p.has_seqlens = true;  // padded sequences may differ in length: the alignment matters again
+  EXPECT_TRUE(mask_plan(p).bottom_right);
 }
 
 TEST(CudnnRules, VersionRequirements) {

@@ -21,7 +21,12 @@ MaskPlan mask_plan(const Problem& p) {
   MaskPlan m;
   m.ragged = p.qkv_format == QkvFormat::thd;
   m.diagonal = p.window_left >= 0 || p.window_right >= 0;
-  m.bottom_right = m.diagonal && p.bottom_right;
+  // Bottom-right and top-left are the same band when every sequence has
+  // s_q == s_kv (shift 0): then cuDNN gets the top-left form, which is the
+  // common, fast path and allows bias and dropout (transformers' causal
+  // masks are bottom-right for KV-cache decoding).
+  const bool same_lengths = !m.ragged && !p.has_seqlens && p.s_q == p.s_kv;
+  m.bottom_right = m.diagonal && p.bottom_right && !same_lengths;
   // attn's window is inclusive: j >= i + shift - left. cuDNN keeps j > i + shift - L.
   if (p.window_left >= 0) m.left_bound = p.window_left + 1;
   if (p.window_right >= 0) m.right_bound = p.window_right;
