@@ -262,7 +262,9 @@ def check_bf16_against_pytorch(layer, x, fmt, monkeypatch, **kw):
     for name in ours:
         assert ours[name] <= 2 * theirs[name] + 1e-3, (
             f"{name}: relative Frobenius error {ours[name]:.3g} > 2 x PyTorch's bf16 {theirs[name]:.3g} + 1e-3")
-        assert ours[name] < 5e-2, f"{name}: relative Frobenius error {ours[name]:.3g}"
+        # A sanity cap only (the bar is the line above): bf16 norm-weight gradients
+        # sum many rounded terms and land near 5% for PyTorch's own layer too.
+        assert ours[name] < 1e-1, f"{name}: relative Frobenius error {ours[name]:.3g}"
 
 
 @pytest.mark.parametrize("fmt", ["bshd", "sbhd"])
