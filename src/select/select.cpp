@@ -56,7 +56,8 @@ std::vector<Verdict> explain(const Problem& p, const DeviceInfo& dev, const Poli
   for (const std::string& name : order) {
     Verdict v;
     v.backend = name;
-    if (const Backend* b = find_backend(name)) {
+    const Backend* b = find_backend(name);
+    if (b) {
       v.reasons = b->supports(p, dev);
     } else {
       v.in_build = false;
@@ -67,7 +68,6 @@ std::vector<Verdict> explain(const Problem& p, const DeviceInfo& dev, const Poli
     // A backend with its own dropout pattern (cudnn) must run both passes of a
     // call, or the backward drops other elements than the forward did. Only the
     // caller can promise that, by naming it; automatic choices stay on attn's pattern.
-    const Backend* b = find_backend(name);
     if (b && p.dropout_p > 0 && !b->matches_reference_dropout() && policy.forced != name)
       v.reasons.push_back("dropout: " + name + " draws its own random pattern, not attn's; name it for both passes "
                           "(ATTN_BACKEND=" + name + " or backend=\"" + name + "\") to use it");

@@ -255,6 +255,23 @@ void forward_pass(const Problem& p, const ForwardArgs& a, const RunContext& ctx)
   launch_finish_forward_rows(f, ctx.stream);
 }
 
+// Zeroes the rows of dq (dk, dv) at or past len_q[b] (len_kv[b]) of each
+// sequence. thd has no padding rows: there, all tokens form one sequence whose
+// length (a zero) clears every row.
+void zero_gradient_rows(const Problem& p, const BackwardArgs& a, int32_t* len_q, int32_t* len_kv, void* stream) {
+  const bool t = thd(p);
+  const TensorView* grads[] = {&a.dq, &a.dk, &a.dv};
+  int32_t* lens[] = {len_q, len_kv, len_kv};
+  const int64_t heads[] = {p.h_q, p.h_kv, p.h_kv}, dims[] = {p.d_qk, p.d_qk, p.d_v};
+  const int64_t rows_of[] = {t ? p.total_q : p.s_q, t ? p.total_kv : p.s_kv, t ? p.total_kv : p.s_kv};
+  for (int g = 0; g < 3; ++g) {
+    PaddedRows z;
+    z.len = lens[g], z.batch = t ? 1 : p.batch, z.heads = heads[g], z.rows = rows_of[g], z.dim = dims[g];
+    z.dtype = p.dtype, z.t = layout_of(*grads[g], p.qkv_format);
+    launch_zero_padded_rows(z, stream);
+  }
+}
+
 void backward_pass(const Problem& p, const BackwardArgs& a, const RunContext& ctx) {
   if (p.h_q == 0) return;
   ATTN_CUDA(cudaSetDevice(p.device.index));
@@ -281,16 +298,7 @@ void backward_pass(const Problem& p, const BackwardArgs& a, const RunContext& ct
   if (no_keys || p.total_q == 0) {  // nothing to attend to: every gradient is zero
     int32_t* zeros = c.take<int32_t>(p.batch);
     ATTN_CUDA(cudaMemsetAsync(zeros, 0, p.batch * sizeof(int32_t), static_cast<cudaStream_t>(ctx.stream)));
-    const bool t = thd(p);
-    const TensorView* grads[] = {&a.dq, &a.dk, &a.dv};
-    const int64_t heads[] = {p.h_q, p.h_kv, p.h_kv}, dims[] = {p.d_qk, p.d_qk, p.d_v};
-    const int64_t rows_of[] = {t ? p.total_q : p.s_q, t ? p.total_kv : p.s_kv, t ? p.total_kv : p.s_kv};
-    for (int g = 0; g < 3; ++g) {
-      PaddedRows z;
-      z.len = zeros, z.batch = t ? 1 : p.batch, z.heads = heads[g], z.rows = rows_of[g], z.dim = dims[g];
-      z.dtype = p.dtype, z.t = layout_of(*grads[g], p.qkv_format);
-      launch_zero_padded_rows(z, ctx.stream);
-    }
+    zero_gradient_rows(p, a, zeros, zeros, ctx.stream);
     if (a.dbias.defined())
       ATTN_CUDA(cudaMemsetAsync(a.dbias.data, 0, a.dbias.numel() * dtype_size_bytes(a.dbias.dtype),
                                 static_cast<cudaStream_t>(ctx.stream)));
@@ -318,18 +326,7 @@ void backward_pass(const Problem& p, const BackwardArgs& a, const RunContext& ct
   ptr.seed = static_cast<int64_t>(p.seed), ptr.offset = static_cast<int64_t>(p.offset);
   execute(*plan.plan, ptr, s.cudnn, ctx.stream, describe_problem(p));
 
-  if (padded_grads) {  // rows past each sequence's length: cuDNN does not write them
-    const TensorView* grads[] = {&a.dq, &a.dk, &a.dv};
-    int32_t* lens[] = {s.len_q, s.len_kv, s.len_kv};
-    const int64_t heads[] = {p.h_q, p.h_kv, p.h_kv}, dims[] = {p.d_qk, p.d_qk, p.d_v};
-    const int64_t rows_of[] = {p.s_q, p.s_kv, p.s_kv};
-    for (int g = 0; g < 3; ++g) {
-      PaddedRows z;
-      z.len = lens[g], z.batch = p.batch, z.heads = heads[g], z.rows = rows_of[g], z.dim = dims[g];
-      z.dtype = p.dtype, z.t = layout_of(*grads[g], p.qkv_format);
-      launch_zero_padded_rows(z, ctx.stream);
-    }
-  }
+  if (padded_grads) zero_gradient_rows(p, a, s.len_q, s.len_kv, ctx.stream);  // cuDNN leaves rows past a length unwritten
 }
 
 class CudnnBackend final : public Backend {
