@@ -1,7 +1,11 @@
 """Host overhead of one attention call: a tiny problem whose GPU time is a few
 microseconds, called many times; the wall time per call is then the cost of
-issuing it (Python, validation, selection, plan lookup, launch). attn against
-PyTorch's SDPA on the same tensors. Usage: python3 bench/overhead.py"""
+issuing it (Python, DLPack, validation, selection, plan lookup, launch). attn
+against PyTorch's SDPA on the same tensors, forward alone and forward+backward
+through autograd. Usage: python3 bench/overhead.py [--json out.json]"""
+import argparse
+import json
+import statistics
 import time
 
 import torch
@@ -9,36 +13,69 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attn
+import attn.torch as at
 
 
-def per_call_us(fn, n=2000):
+def per_call_us(fn, n=1000, repeats=5):
+    """Median over `repeats` of the mean wall time of n back-to-back calls."""
     for _ in range(50):
         fn()
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / n * 1e6
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) / n * 1e6)
+    return statistics.median(samples)
 
 
 def main():
-    q, k, v = (torch.randn(1, 128, 2, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args()
+    b, s, h, h_kv, d = 1, 128, 4, 2, 64
+    q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(b, s, h_kv, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    do = torch.randn_like(q)
     chosen = attn.explain(q, k, v, mask="causal").chosen
+    chosen_bwd = attn.explain(q, k, v, mask="causal", backward=True).chosen
 
-    def sdpa(backend):
+    def sdpa(backend, backward):
         def call():
+            qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             with sdpa_kernel(backend):
-                F.scaled_dot_product_attention(qt, kt, vt, is_causal=True)
+                o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True)
+            if backward:
+                o.transpose(1, 2).backward(do)
         return call
 
-    rows = [(f"attn.forward ({chosen})", per_call_us(lambda: attn.forward(q, k, v, mask="causal"))),
-            ("sdpa cudnn", per_call_us(sdpa(SDPBackend.CUDNN_ATTENTION))),
-            ("sdpa flash", per_call_us(sdpa(SDPBackend.FLASH_ATTENTION)))]
-    print("host time per call, tiny problem (b 1, s 128, h 2, d 64, causal):")
+    def attn_call(backward):
+        def call():
+            o = at.attention(q, k, v, mask="causal")
+            if backward:
+                o.backward(do)
+        return call
+
+    qd, kd, vd = q.detach(), k.detach(), v.detach()
+    rows = [
+        (f"attn.forward ({chosen})", per_call_us(lambda: attn.forward(qd, kd, vd, mask="causal"))),
+        (f"attn.torch.attention fwd ({chosen})", per_call_us(attn_call(False))),
+        ("sdpa cudnn fwd", per_call_us(sdpa(SDPBackend.CUDNN_ATTENTION, False))),
+        ("sdpa flash fwd", per_call_us(sdpa(SDPBackend.FLASH_ATTENTION, False))),
+        (f"attn.torch.attention fwd+bwd ({chosen}/{chosen_bwd})", per_call_us(attn_call(True))),
+        ("sdpa cudnn fwd+bwd", per_call_us(sdpa(SDPBackend.CUDNN_ATTENTION, True))),
+        ("sdpa flash fwd+bwd", per_call_us(sdpa(SDPBackend.FLASH_ATTENTION, True))),
+        ("attn.explain (every verdict)", per_call_us(lambda: attn.explain(qd, kd, vd, mask="causal"), n=200)),
+    ]
+    print(f"host time per call, tiny problem (b {b}, s {s}, h {h}/{h_kv}, d {d}, causal, bf16), us:")
     for name, us in rows:
-        print(f"  {name:28s} {us:7.1f} us")
+        print(f"  {name:48s} {us:8.1f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "shape": dict(b=b, s=s, h=h, h_kv=h_kv, d=d),
+                       "us_per_call": dict(rows)}, f, indent=1)
 
 
 if __name__ == "__main__":

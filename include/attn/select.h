@@ -28,7 +28,9 @@ struct Policy {
 struct Selection {
   const Backend* backend = nullptr;
   std::string why;                // "first supporting backend in sm90's order: ..."
-  std::vector<Verdict> verdicts;  // in preference order, for every known backend
+  // In preference order up to the chosen backend (only the forced one when
+  // forced); every known backend's at ATTN_LOG=2. explain() gives them all.
+  std::vector<Verdict> verdicts;
   DeviceInfo device;
 };
 

@@ -78,7 +78,27 @@ def _uint(value: Any, name: str, limit: int = _U64) -> int:
     return v
 
 
-def _options(
+_PLAIN = (str, int, float, bool, type(None))
+_OPTIONS_CACHE: dict = {}
+
+
+def _options(*args: Any) -> _C.Options:
+    """_build_options(*args), cached: building the Options object costs a few
+    microseconds of attribute calls per call, and a model repeats the same few
+    keyword sets. Only plain values are keys (a tensor-valued scale could change
+    in place); the C++ side never modifies an Options it is given."""
+    if not all(type(a) in _PLAIN or (type(a) is tuple and all(type(x) in _PLAIN for x in a)) for a in args):
+        return _build_options(*args)
+    o = _OPTIONS_CACHE.get(args)
+    if o is None:
+        o = _build_options(*args)
+        if len(_OPTIONS_CACHE) >= 256:  # e.g. a fresh dropout seed per call
+            _OPTIONS_CACHE.clear()
+        _OPTIONS_CACHE[args] = o
+    return o
+
+
+def _build_options(
     qkv_format: str,
     mask: Optional[str],
     window: Any,
@@ -206,7 +226,7 @@ def forward(
             lse = _arrays.empty(q, shape, "float32")
     d = _arrays.as_dlpack
     _C.forward(
-        opts, d(q), d(k), d(v), out, lse,
+        opts, d(q), d(k), d(v), d(out), d(lse),
         **_inputs(cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask),
         backend=backend, disable=list(disable), stream=_stream(q, stream),
     )
@@ -271,7 +291,7 @@ def backward(
         dbias = _arrays.empty(bias, _arrays.shape_of(bias))
     d = _arrays.as_dlpack
     _C.backward(
-        opts, d(q), d(k), d(v), d(out), d(dout), d(lse), dq, dk, dv, dbias,
+        opts, d(q), d(k), d(v), d(out), d(dout), d(lse), d(dq), d(dk), d(dv), d(dbias),
         **_inputs(cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask),
         backend=backend, disable=list(disable), stream=_stream(q, stream),
     )

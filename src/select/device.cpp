@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "attn/backend.h"
@@ -53,13 +55,12 @@ DeviceInfo simulated_device(const std::string& spec) {
        "set ATTN_SIMULATE_DEVICE (or --device) to one of those");
 }
 
-DeviceInfo query_device(const Device& dev) {
-  if (!dev.is_cuda()) return DeviceInfo{};
-  if (const char* sim = std::getenv("ATTN_SIMULATE_DEVICE"); sim && *sim) {
-    DeviceInfo d = simulated_device(sim);
-    d.device = dev;
-    return d;
-  }
+namespace {
+
+// cudaGetDeviceProperties fills ~100 attributes and costs tens to hundreds of
+// microseconds, so a real device is queried once per process; the properties
+// selection reads (name, architecture, SMs, memory, shared memory) never change.
+DeviceInfo query_real_device(const Device& dev) {
   DeviceInfo d;
   d.device = dev;
   cudaDeviceProp prop{};
@@ -75,6 +76,23 @@ DeviceInfo query_device(const Device& dev) {
   d.smem_per_block_optin_bytes = static_cast<int64_t>(prop.sharedMemPerBlockOptin);
   d.global_mem_bytes = static_cast<int64_t>(prop.totalGlobalMem);
   return d;
+}
+
+}  // namespace
+
+DeviceInfo query_device(const Device& dev) {
+  if (!dev.is_cuda()) return DeviceInfo{};
+  if (const char* sim = std::getenv("ATTN_SIMULATE_DEVICE"); sim && *sim) {
+    DeviceInfo d = simulated_device(sim);
+    d.device = dev;
+    return d;
+  }
+  static std::mutex mutex;
+  static std::map<int, DeviceInfo> known;  // a failed query is not cached: it throws
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known.find(dev.index);
+  if (it == known.end()) it = known.emplace(dev.index, query_real_device(dev)).first;
+  return it->second;
 }
 
 }  // namespace attn

@@ -38,6 +38,36 @@ std::string device_label(const DeviceInfo& dev) {
   return "sm" + std::to_string(dev.sm) + (dev.simulated ? " (simulated)" : "");
 }
 
+// One backend's verdict on a call, with the policy's own reasons.
+Verdict judge(const std::string& name, const Problem& p, const DeviceInfo& dev, const Policy& policy) {
+  Verdict v;
+  v.backend = name;
+  const Backend* b = find_backend(name);
+  if (b) {
+    v.reasons = b->supports(p, dev);
+  } else {
+    v.in_build = false;
+    v.reasons.push_back("not part of this build");
+  }
+  if (std::find(policy.disabled.begin(), policy.disabled.end(), name) != policy.disabled.end())
+    v.reasons.push_back("disabled by ATTN_DISABLE");
+  // A backend with its own dropout pattern (cudnn) must run both passes of a
+  // call, or the backward drops other elements than the forward did. Only the
+  // caller can promise that, by naming it; automatic choices stay on attn's pattern.
+  if (b && p.dropout_p > 0 && !b->matches_reference_dropout() && policy.forced != name)
+    v.reasons.push_back("dropout: " + name + " draws its own random pattern, not attn's; name it for both passes "
+                        "(ATTN_BACKEND=" + name + " or backend=\"" + name + "\") to use it");
+  return v;
+}
+
+// The preference order, after checking that the policy names known backends.
+std::vector<std::string> checked_order(const DeviceInfo& dev, const Policy& policy) {
+  std::vector<std::string> order = preference_order(dev);
+  if (!policy.forced.empty()) require_known(policy.forced, "ATTN_BACKEND (or backend=)", order);
+  for (const std::string& d : policy.disabled) require_known(d, "ATTN_DISABLE", order);
+  return order;
+}
+
 }  // namespace
 
 Policy Policy::from_env() {
@@ -49,30 +79,8 @@ Policy Policy::from_env() {
 }
 
 std::vector<Verdict> explain(const Problem& p, const DeviceInfo& dev, const Policy& policy) {
-  const std::vector<std::string> order = preference_order(dev);
-  if (!policy.forced.empty()) require_known(policy.forced, "ATTN_BACKEND (or backend=)", order);
-  for (const std::string& d : policy.disabled) require_known(d, "ATTN_DISABLE", order);
   std::vector<Verdict> verdicts;
-  for (const std::string& name : order) {
-    Verdict v;
-    v.backend = name;
-    const Backend* b = find_backend(name);
-    if (b) {
-      v.reasons = b->supports(p, dev);
-    } else {
-      v.in_build = false;
-      v.reasons.push_back("not part of this build");
-    }
-    if (std::find(policy.disabled.begin(), policy.disabled.end(), name) != policy.disabled.end())
-      v.reasons.push_back("disabled by ATTN_DISABLE");
-    // A backend with its own dropout pattern (cudnn) must run both passes of a
-    // call, or the backward drops other elements than the forward did. Only the
-    // caller can promise that, by naming it; automatic choices stay on attn's pattern.
-    if (b && p.dropout_p > 0 && !b->matches_reference_dropout() && policy.forced != name)
-      v.reasons.push_back("dropout: " + name + " draws its own random pattern, not attn's; name it for both passes "
-                          "(ATTN_BACKEND=" + name + " or backend=\"" + name + "\") to use it");
-    verdicts.push_back(std::move(v));
-  }
+  for (const std::string& name : checked_order(dev, policy)) verdicts.push_back(judge(name, p, dev, policy));
   return verdicts;
 }
 
@@ -93,32 +101,36 @@ std::string format_verdicts(const std::vector<Verdict>& verdicts) {
   return s;
 }
 
+// Verdicts are asked lazily: a call stops at the first backend that can run it
+// (the forced one: only that one), so a backend later in the order costs
+// nothing. Every verdict is gathered when the answer is "none", or for ATTN_LOG=2.
 Selection select_backend(const Problem& p, const DeviceInfo& dev, const Policy& policy) {
   Selection sel;
   sel.device = dev;
-  sel.verdicts = explain(p, dev, policy);
+  const std::vector<std::string> order = checked_order(dev, policy);
+  const bool all = policy.log_level >= 2;
   std::vector<std::string> skipped;
-  std::vector<std::string> order_names;
-  for (const Verdict& v : sel.verdicts) order_names.push_back(v.backend);
 
   if (!policy.forced.empty()) {
-    const auto it = std::find_if(sel.verdicts.begin(), sel.verdicts.end(),
-                                 [&](const Verdict& v) { return v.backend == policy.forced; });
-    if (!it->ok())
+    Verdict forced = judge(policy.forced, p, dev, policy);
+    if (!forced.ok())
       fail(ErrorKind::unsupported, "the forced backend " + policy.forced + " cannot run this call",
-           describe_problem(p) + "\n" + format_verdicts({*it}),
+           describe_problem(p) + "\n" + format_verdicts({forced}),
            "a problem within " + policy.forced + "'s limits",
            "unset ATTN_BACKEND (or backend=) to let attn choose, or change what the reasons name; every backend:\n" +
-               format_verdicts(sel.verdicts));
+               format_verdicts(explain(p, dev, policy)));
+    sel.verdicts = all ? explain(p, dev, policy) : std::vector<Verdict>{std::move(forced)};
     sel.backend = find_backend(policy.forced);
     sel.why = "forced by ATTN_BACKEND/backend=" + policy.forced;
   } else {
-    for (const Verdict& v : sel.verdicts) {
-      if (v.ok()) {
-        sel.backend = find_backend(v.backend);
-        break;
+    for (const std::string& name : order) {
+      if (sel.backend && !all) break;
+      Verdict v = judge(name, p, dev, policy);
+      if (!sel.backend) {
+        if (v.ok()) sel.backend = find_backend(name);
+        else if (v.in_build) skipped.push_back(name + " (" + join(v.reasons, "; ") + ")");
       }
-      if (v.in_build) skipped.push_back(v.backend + " (" + join(v.reasons, "; ") + ")");
+      sel.verdicts.push_back(std::move(v));
     }
     if (!sel.backend)
       fail(ErrorKind::unsupported, "no attention backend can run this call",
@@ -130,12 +142,12 @@ Selection select_backend(const Problem& p, const DeviceInfo& dev, const Policy& 
       sel.why = "the tensors are in host memory: the CPU reference runs" +
                 std::string(cuda_device_count() == 0 ? " (this machine has no CUDA device)" : "");
     else
-      sel.why = "first supporting backend in " + device_label(dev) + "'s order (" + join(order_names, " > ") + ")";
+      sel.why = "first supporting backend in " + device_label(dev) + "'s order (" + join(order, " > ") + ")";
     if (!skipped.empty()) sel.why += "; skipped: " + join(skipped, "; ");
   }
   if (policy.log_level >= 1)
     std::fprintf(stderr, "attn: %s -> %s: %s\n", describe_problem(p).c_str(), sel.backend->name(), sel.why.c_str());
-  if (policy.log_level >= 2) std::fprintf(stderr, "%s", format_verdicts(sel.verdicts).c_str());
+  if (all) std::fprintf(stderr, "%s", format_verdicts(sel.verdicts).c_str());
   return sel;
 }
 

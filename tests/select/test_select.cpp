@@ -53,7 +53,8 @@ TEST(Select, HostTensorsRunOnTheReference) {
   ASSERT_NE(s.backend, nullptr);
   EXPECT_STREQ(s.backend->name(), "reference");
   EXPECT_NE(s.why.find("host memory"), std::string::npos) << s.why;
-  EXPECT_EQ(s.verdicts.size(), 5u);  // every known backend has a verdict
+  // Verdicts stop at the chosen backend, first in the CPU's order.
+  ASSERT_EQ(s.verdicts.size(), 1u);
   EXPECT_TRUE(verdict_of(s.verdicts, "reference").ok());
 }
 
@@ -149,6 +150,31 @@ TEST(Select, LogLevelsPrintTheChoiceAndVerdicts) {
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("-> reference"), std::string::npos) << err;
   EXPECT_NE(err.find("cudnn"), std::string::npos) << err;  // level 2: every verdict
+}
+
+TEST(Select, VerdictsStopAtTheChosenBackendUnlessAllAreAsked) {
+  // A GPU problem on a simulated sm80 with the first backends disabled: the
+  // skipped ones and the chosen one are judged, nothing after it.
+  Policy p;
+  p.disabled = {"flash_sm80"};
+  const DeviceInfo dev = simulated_device("sm80");
+  const Problem prob = gpu_problem(128, 128);
+  const std::vector<std::string> order = preference_order(dev);
+  const Selection s = select_backend(prob, dev, p);
+  ASSERT_NE(s.backend, nullptr);
+  const auto chosen = std::find(order.begin(), order.end(), std::string(s.backend->name()));
+  ASSERT_NE(chosen, order.end());
+  EXPECT_EQ(s.verdicts.size(), static_cast<size_t>(chosen - order.begin()) + 1);
+  EXPECT_EQ(s.verdicts.back().backend, s.backend->name());
+  EXPECT_FALSE(s.verdicts.front().ok());  // the disabled one, with its reason in `why`
+  EXPECT_NE(s.why.find("disabled by ATTN_DISABLE"), std::string::npos) << s.why;
+
+  p.log_level = 2;
+  ::testing::internal::CaptureStderr();
+  const Selection loud = select_backend(prob, dev, p);
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(loud.verdicts.size(), order.size());
+  EXPECT_STREQ(loud.backend->name(), s.backend->name());
 }
 
 TEST(Select, SimulatedDeviceFromEnvironmentAndUnknownSpec) {

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs ON the device machine, in one call: installs the Python package (pip,
+# no network needed: nanobind and scikit-build-core are there), then times the
+# host overhead per call (bench/overhead.py) and the layer / transformers
+# benchmarks (bench/layer.py), writing JSON to $OUT. Prints a short table last.
+# From the session: run(command="bash scripts/python_bench_device.sh", carry=[".carry"]).
+# ATTN_BENCH=overhead|layer|all (default all).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/attn-device-out}
+mkdir -p "$out"
+export PATH=/usr/local/cuda/bin:$PATH
+export CUDNN_ROOT=${CUDNN_ROOT:-$(python3 -c "import nvidia.cudnn as m; print(list(m.__path__)[0])" 2>/dev/null)}
+export LD_LIBRARY_PATH=${CUDNN_ROOT:+$CUDNN_ROOT/lib:}${LD_LIBRARY_PATH:-}
+export CMAKE_PREFIX_PATH="$PWD/.carry" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+commit=$(cat .carry/commit 2>/dev/null || echo unknown)
+t0=$(date +%s)
+python3 -m pip install -q --no-build-isolation --no-deps . >"$out/pip.log" 2>&1 || { tail -40 "$out/pip.log"; exit 1; }
+t1=$(date +%s)
+which=${ATTN_BENCH:-all}
+rc=0
+if [ "$which" != layer ]; then
+  python3 bench/overhead.py --json "$out/overhead.json" | tee "$out/overhead.txt" || rc=1
+fi
+if [ "$which" != overhead ]; then
+  python3 bench/layer.py --out "$out/layer.json" >"$out/layer.txt" 2>&1 || rc=1
+  tail -12 "$out/layer.txt"
+fi
+echo "== summary: commit $commit, install $((t1 - t0)) s, device $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+exit $rc
