@@ -72,6 +72,21 @@ def main():
     print(f"host time per call, tiny problem (b {b}, s {s}, h {h}/{h_kv}, d {d}, causal, bf16), us:")
     for name, us in rows:
         print(f"  {name:48s} {us:8.1f}")
+    # Where the host time of attn's fwd+bwd goes (C++ calls show as built-in methods).
+    import cProfile
+    import io
+    import pstats
+    prof = cProfile.Profile()
+    call = attn_call(True)
+    prof.enable()
+    for _ in range(500):
+        call()
+    torch.cuda.synchronize()
+    prof.disable()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(14)
+    print("cProfile of 500 attn.torch.attention fwd+bwd calls (tottime = own time, s):")
+    print("\n".join(text.getvalue().splitlines()[6:]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "shape": dict(b=b, s=s, h=h, h_kv=h_kv, d=d),

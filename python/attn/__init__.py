@@ -369,7 +369,7 @@ def _spec(x: Any, dtype: str) -> Any:
         if len(x) == 2 and isinstance(x[1], str):
             return (tuple(int(s) for s in x[0]), x[1])
         return (tuple(int(s) for s in x), dtype)
-    return _arrays.as_dlpack(x)
+    return _arrays.exportable(x)
 
 
 def explain(
@@ -415,7 +415,7 @@ def explain(
     """
     opts = _options(qkv_format, mask, window, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
                     dropout_p, seed, offset, deterministic, check_seqlens)
-    d = _arrays.as_dlpack
+    d = _arrays.exportable
     data = _C.explain(
         opts, "backward" if backward else "forward", _spec(q, dtype), _spec(k, dtype), _spec(v, dtype),
         cu_seqlens_q=d(cu_seqlens_q), cu_seqlens_kv=d(cu_seqlens_kv), bias=_spec(bias, dtype),

@@ -40,16 +40,28 @@ def _jax_device(x: Any) -> Any:
 
 
 def as_dlpack(x: Any) -> Any:
-    """What attn._C receives: the array itself, or a view that can export DLPack."""
+    """What attn._C receives for one use: a DLPack capsule (PyTorch), or an
+    array nanobind imports through __dlpack__. A capsule is consumed by its
+    first import; where the C++ side may look at an argument twice (explain),
+    pass exportable(x) instead."""
     if x is None:
         return None
-    fw = framework(x)
-    if fw == "torch":
+    if framework(x) == "torch":
         # The capsule straight from PyTorch's C++ exporter: Tensor.__dlpack__
         # is Python code with stream checks, several microseconds per tensor,
         # which adds up over the nine tensors of a backward call. attn runs on
         # the stream it is given, so the protocol's stream handshake is not needed.
         return _torch_to_dlpack(x.detach() if x.requires_grad else x)
+    return exportable(x)
+
+
+def exportable(x: Any) -> Any:
+    """x itself, or a view that can export DLPack any number of times."""
+    if x is None:
+        return None
+    fw = framework(x)
+    if fw == "torch" and x.requires_grad:
+        return x.detach()  # a view: DLPack refuses tensors that require grad
     if fw == "jax":
         # JAX computes asynchronously on its own streams; attn runs on the
         # legacy default stream, so the inputs must be ready first.

@@ -36,6 +36,21 @@ def test_functional_api_takes_torch_tensors(gen):
     assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
 
 
+def test_explain_takes_torch_tensors_and_the_same_tensors_run(gen):
+    # explain() looks at its arguments more than once (a consumed DLPack
+    # capsule would fail the second look); the forward then runs them as given.
+    q = randn(gen, 1, 4, 2, 8, requires_grad=True)
+    kv = randn(gen, 1, 6, 1, 8)
+    cu = torch.tensor([0, 4], dtype=torch.int32)
+    ex = attn.explain(q, kv, kv, mask="causal_bottom_right", bias=randn(gen, 1, 2, 4, 6))
+    assert ex.chosen == "reference" and ex["reference"].ok
+    ex = attn.explain(q[0], kv[0], kv[0], qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=torch.tensor([0, 6], dtype=torch.int32))
+    assert ex.chosen == "reference", str(ex)
+    out = attn.forward(q, kv, kv, mask="causal_bottom_right")
+    want, _ = ref.attention(q.detach().numpy(), kv.numpy(), kv.numpy(), mask="causal_bottom_right")
+    assert_close(out.numpy(), want, atol=1e-10, rtol=1e-10)
+
+
 def test_matches_torch_sdpa(gen):
     q, k, v = randn(gen, 2, 6, 4, 8), randn(gen, 2, 6, 4, 8), randn(gen, 2, 6, 4, 8)
     out = at.attention(q, k, v, mask="causal")
