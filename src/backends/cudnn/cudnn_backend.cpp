@@ -231,7 +231,7 @@ void forward_pass(const Problem& p, const ForwardArgs& a, const RunContext& ctx)
     ptr.len_q = s.len_q, ptr.len_kv = s.len_kv;
     for (int r = 0; r < kRoles; ++r) ptr.ragged[r] = s.ragged[r];
     ptr.seed = static_cast<int64_t>(p.seed), ptr.offset = static_cast<int64_t>(p.offset);
-    execute(*plan.plan, ptr, s.cudnn, ctx.stream, describe_problem(p));
+    execute(*plan.plan, ptr, s.cudnn, ctx.stream, p);
   }
 
   const bool fix = no_keys || may_have_empty_rows(p);
@@ -324,7 +324,7 @@ void backward_pass(const Problem& p, const BackwardArgs& a, const RunContext& ct
   ptr.len_q = s.len_q, ptr.len_kv = s.len_kv;
   for (int r = 0; r < kRoles; ++r) ptr.ragged[r] = s.ragged[r];
   ptr.seed = static_cast<int64_t>(p.seed), ptr.offset = static_cast<int64_t>(p.offset);
-  execute(*plan.plan, ptr, s.cudnn, ctx.stream, describe_problem(p));
+  execute(*plan.plan, ptr, s.cudnn, ctx.stream, p);
 
   if (padded_grads) zero_gradient_rows(p, a, s.len_q, s.len_kv, ctx.stream);  // cuDNN leaves rows past a length unwritten
 }

@@ -4,6 +4,7 @@
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -36,22 +37,40 @@ class Plan {
   int device = 0;
 };
 
+// Built on every call (twice: the verdict's probe and the run), so plain
+// appends and to_chars rather than a stream.
 std::string GraphSpec::key() const {
-  std::ostringstream s;
-  auto desc = [&](const TensorDesc& t) {
-    for (int64_t x : t.dim) s << x << ',';
-    for (int64_t x : t.stride) s << x << ',';
-    s << '|';
+  std::string s;
+  s.reserve(512);
+  char buf[64];
+  auto num = [&](auto x, char sep) {
+    s.append(buf, std::to_chars(buf, buf + sizeof(buf), x).ptr);
+    s += sep;
   };
-  s << int(pass) << ' ' << int(dtype) << ' ' << device << ' ' << batch << ' ' << h_q << ' ' << h_kv << ' ' << s_q
-    << ' ' << s_kv << ' ' << d_qk << ' ' << d_v << ' ' << mask.padding << mask.ragged << mask.diagonal
-    << mask.bottom_right << ' ' << mask.left_bound << ' ' << mask.right_bound << ' ' << std::hexfloat << scale << ' '
-    << dropout_p << std::defaultfloat << ' ' << bias << dbias << ' ' << stats << deterministic << ' ' << implementation
-    << ' ';  // hexfloat: two scales that print alike must not share a graph
+  auto hex = [&](float x) {  // exact: two scales that print alike must not share a graph
+    s.append(buf, std::to_chars(buf, buf + sizeof(buf), x, std::chars_format::hex).ptr);
+    s += ' ';
+  };
+  auto desc = [&](const TensorDesc& t) {
+    for (int64_t x : t.dim) num(x, ',');
+    for (int64_t x : t.stride) num(x, ',');
+    s += '|';
+  };
+  for (int64_t x : {int64_t(pass), int64_t(dtype), int64_t(device), batch, h_q, h_kv, s_q, s_kv, d_qk, d_v})
+    num(x, ' ');
+  for (bool b : {mask.padding, mask.ragged, mask.diagonal, mask.bottom_right}) s += b ? '1' : '0';
+  s += ' ';
+  num(mask.left_bound, ' ');
+  num(mask.right_bound, ' ');
+  hex(scale);
+  hex(dropout_p);
+  for (bool b : {bias, dbias, stats, deterministic}) s += b ? '1' : '0';
+  s += ' ';
+  num(int64_t(implementation), ' ');
   if (bias) desc(bias_desc);
   if (dbias) desc(dbias_desc);
   for (const TensorDesc* t : {&q, &k, &v, &o, &d_o, &dq, &dk, &dv, &stats_desc}) desc(*t);
-  return s.str();
+  return s;
 }
 
 namespace {
@@ -279,7 +298,7 @@ PlanResult get_plan(const GraphSpec& spec) {
 
 int64_t workspace_bytes(const Plan& plan) { return plan.workspace; }
 
-void execute(const Plan& plan, const Pointers& p, void* workspace, void* stream, const std::string& problem) {
+void execute(const Plan& plan, const Pointers& p, void* workspace, void* stream, const Problem& problem) {
   std::unordered_map<int64_t, void*> pack;
   pack[uQ] = const_cast<void*>(p.q);
   pack[uK] = const_cast<void*>(p.k);
@@ -316,7 +335,7 @@ void execute(const Plan& plan, const Pointers& p, void* workspace, void* stream,
     fail(ErrorKind::runtime, "cudnnSetStream failed", cudnnGetErrorString(st), "CUDNN_STATUS_SUCCESS",
          "pass a valid CUDA stream of the tensors' device");
   if (fe::error_t e = plan.graph->execute(h, pack, workspace); e.is_bad())
-    fail(ErrorKind::runtime, "cuDNN " + version_string() + " failed to run its attention graph", problem,
+    fail(ErrorKind::runtime, "cuDNN " + version_string() + " failed to run its attention graph", describe_problem(problem),
          "a graph cuDNN built for this problem runs", "cuDNN says: " + e.get_message() +
                                                           "; run with ATTN_DISABLE=cudnn to use another backend");
 }

@@ -66,7 +66,8 @@ struct PlanResult {
 PlanResult get_plan(const GraphSpec& spec);
 int64_t workspace_bytes(const Plan& plan);
 // Runs the plan on `stream`; throws attn::Error(runtime) naming the problem on failure.
-void execute(const Plan& plan, const Pointers& ptrs, void* workspace, void* stream, const std::string& problem);
+// `problem` is described only if cuDNN fails (building the text costs microseconds per call).
+void execute(const Plan& plan, const Pointers& ptrs, void* workspace, void* stream, const Problem& problem);
 
 // For `attn bench` and tests: builds so far, cache hits, entries, and the last build's time.
 struct CacheStats {
