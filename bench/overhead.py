@@ -69,6 +69,32 @@ def main():
         ("sdpa flash fwd+bwd", per_call_us(sdpa(SDPBackend.FLASH_ATTENTION, True))),
         ("attn.explain (every verdict)", per_call_us(lambda: attn.explain(qd, kd, vd, mask="causal"), n=200)),
     ]
+    # The layers of one call: the C++ entry points with preallocated outputs
+    # (capsules made per call, as they are single-use), then the Python wrappers.
+    from torch.utils.dlpack import to_dlpack
+    opts = attn._options("bshd", "causal", (-1, -1), None, 0.0, None, None, 0.0, 0, 0, False, True)
+    out, lse = attn.forward(qd, kd, vd, mask="causal", return_lse=True)
+    dq, dk, dv = torch.empty_like(qd), torch.empty_like(kd), torch.empty_like(vd)
+    stream = torch.cuda.current_stream().cuda_stream
+    C = attn._C
+    none = dict(cu_seqlens_q=None, cu_seqlens_kv=None, bias=None, alibi_slopes=None, attn_mask=None)
+
+    def c_forward():
+        C.forward(opts, to_dlpack(qd), to_dlpack(kd), to_dlpack(vd), to_dlpack(out), to_dlpack(lse), **none,
+                  backend=None, disable=[], stream=stream)
+
+    def c_backward():
+        C.backward(opts, to_dlpack(qd), to_dlpack(kd), to_dlpack(vd), to_dlpack(out), to_dlpack(do),
+                   to_dlpack(lse), to_dlpack(dq), to_dlpack(dk), to_dlpack(dv), None, **none, backend=None,
+                   disable=[], stream=stream)
+
+    rows += [
+        ("  torch.empty (one output)", per_call_us(lambda: torch.empty_like(qd))),
+        ("  to_dlpack (one tensor)", per_call_us(lambda: to_dlpack(qd))),
+        ("  _C.forward, outputs given", per_call_us(c_forward)),
+        ("  _C.backward, outputs given", per_call_us(c_backward)),
+        ("  attn.backward", per_call_us(lambda: attn.backward(qd, kd, vd, out, do, lse, mask="causal"))),
+    ]
     print(f"host time per call, tiny problem (b {b}, s {s}, h {h}/{h_kv}, d {d}, causal, bf16), us:")
     for name, us in rows:
         print(f"  {name:48s} {us:8.1f}")
