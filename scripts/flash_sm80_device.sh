@@ -22,15 +22,15 @@ grep -E "Compiling entry function '.*flash_(fwd|bwd)_kernel|spill stores|Used [0
 build-device/tests/attn_tests --gtest_filter='Sm80*:*BackendGrid*flash_sm80*:FlashSm80*' >"$out/gpu_tests.log" 2>&1
 tests_rc=$?
 small="--backend flash_sm80 --format thd --seqlens 5,0,33,170 --heads 4 --kv-heads 2 --head-dim 64 --mask padding_causal --window 40,0 --dropout 0.1 --seed 5 --backward"
-timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 build-device/attn check $small >"$out/memcheck.log" 2>&1
+timeout 75 compute-sanitizer --tool memcheck --error-exitcode 9 build-device/attn check $small >"$out/memcheck.log" 2>&1
 memcheck_rc=$?
-timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/attn check $small >"$out/racecheck.log" 2>&1
+timeout 75 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/attn check $small >"$out/racecheck.log" 2>&1
 racecheck_rc=$?
 obj=$(find build-device -name 'bwd_instantiate.cu.o' -path '*bwd_128_128*' | head -1)
 hmma=$(cuobjdump -sass "$obj" 2>/dev/null | grep -c HMMA)
 t2=$(date +%s)
 mkdir -p /tmp/py && rm -rf /tmp/py/attn && cp -r python/attn /tmp/py/attn && cp build-device/python/_C*.so /tmp/py/attn/
-PYTHONPATH=/tmp/py PYTHONUNBUFFERED=1 timeout 300 python3 bench/compare.py --backend flash_sm80 --no-flex --out "$out" "$@" >"$out/compare.log" 2>&1
+PYTHONPATH=/tmp/py PYTHONUNBUFFERED=1 timeout 230 python3 bench/compare.py --backend flash_sm80 --no-flex --out "$out" "$@" >"$out/compare.log" 2>&1
 t3=$(date +%s)
 echo "== ptxas (flash kernels: sm_80 then sm_90a per instantiation)"
 paste - - - <"$out/ptxas.txt" | sed -E "s/.*flash_(fwd|bwd)_kernelI([^E]*)E.*for '(sm_[0-9a]+)'.*(bytes stack frame), ([0-9]+ bytes spill stores).*Used ([0-9]+) registers.*/\1 \2 \3 \5 regs=\6/" | grep sm_90a | sort | uniq | head -40
