@@ -35,15 +35,21 @@ struct BwdConfig {
   static constexpr int kWarpsMQ = 4, kWarpsDQ = 2;
   static constexpr int kMAQ = kBlockM / (16 * kWarpsMQ), kNAQ = kDQK / (8 * kWarpsDQ);
 
-  // Shared memory: Q, dO (one query tile), K, V (this CTA's keys), P and dS
-  // (kBlockM x kBlockN each, 2-byte elements). dK and dV are staged through
-  // K's and V's buffers at the end.
+  // Shared memory: Q and dO of kStages query tiles (the next tile loads while
+  // this one computes), K, V (this CTA's keys), P and dS (kBlockM x kBlockN
+  // each), 2-byte elements. dK and dV are staged through K's and V's buffers
+  // at the end. Two stages where they fit an A100's 163 KiB (all rows but
+  // d 256: 208 KiB, which only Hopper has), one otherwise.
   static constexpr int kSmemQ = kBlockM * kDQK * 2;
   static constexpr int kSmemDO = kBlockM * kDV * 2;
   static constexpr int kSmemK = kBlockN * kDQK * 2;
   static constexpr int kSmemV = kBlockN * kDV * 2;
   static constexpr int kSmemP = kBlockM * kBlockN * 2;
-  static constexpr int kSmemBytes = kSmemQ + kSmemDO + kSmemK + kSmemV + 2 * kSmemP;
+  static constexpr int smem_bytes(int stages) {
+    return stages * (kSmemQ + kSmemDO) + kSmemK + kSmemV + 2 * kSmemP;
+  }
+  static constexpr int kStages = smem_bytes(2) <= 163 * 1024 ? 2 : 1;
+  static constexpr int kSmemBytes = smem_bytes(kStages);
 
   static_assert(kDQK % 32 == 0 && kDV % 32 == 0, "head dims are multiples of 32 (64-byte rows)");
   static_assert(kMAS >= 1 && kNAS % 2 == 0, "S: whole 16-row blocks, pairs of 8-column blocks");

@@ -60,14 +60,15 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads)
   using VTile = sm80::SwizzledTile<kN, kDV>;
   using PTile = sm80::SwizzledTile<kM, kN>;
 
+  // Q[0], Q[1], dO[0], dO[1] (kStages of each), K, V, P, dS.
   extern __shared__ __align__(128) char smem[];
-  const uint32_t q_s = sm80::smem_addr(smem);
-  const uint32_t do_s = q_s + Cfg::kSmemQ;
-  const uint32_t k_s = do_s + Cfg::kSmemDO;
+  const uint32_t q_s0 = sm80::smem_addr(smem);
+  const uint32_t do_s0 = q_s0 + Cfg::kStages * Cfg::kSmemQ;
+  const uint32_t k_s = do_s0 + Cfg::kStages * Cfg::kSmemDO;
   const uint32_t v_s = k_s + Cfg::kSmemK;
   const uint32_t p_s = v_s + Cfg::kSmemV;
   const uint32_t ds_s = p_s + Cfg::kSmemP;
-  char* k_smem = smem + Cfg::kSmemQ + Cfg::kSmemDO;
+  char* k_smem = smem + Cfg::kStages * (Cfg::kSmemQ + Cfg::kSmemDO);
   char* v_smem = k_smem + Cfg::kSmemK;
   char* p_smem = v_smem + Cfg::kSmemV;
   char* ds_smem = p_smem + Cfg::kSmemP;
@@ -100,7 +101,15 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) dv[ma][na][e] = 0.f;
 
-  const QTiles mt = q_tiles<kM, kN>(p, seq, n0);
+  // The query tiles that see these keys: a contiguous run (both ends of a
+  // row's key range grow with the row), found exactly from the superset.
+  QTiles mt = q_tiles<kM, kN>(p, seq, n0);
+  auto sees = [&](int m) {
+    const KvTiles kt = kv_tiles<kM, kN>(p, seq, m * kM);
+    return kt.first <= n && n <= kt.last;
+  };
+  while (mt.first <= mt.last && !sees(mt.first)) ++mt.first;
+  while (mt.first <= mt.last && !sees(mt.last)) --mt.last;
   if (mt.first <= mt.last) {
     const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + (seq.start_kv + n0) * p.k_row_stride +
                  h_kv * p.k_head_stride;
@@ -108,76 +117,98 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads)
                  h_kv * p.v_head_stride;
     load_tile<KTile, kN, kThreads>(k_s, k, p.k_row_stride, seq.len_kv - n0, tid);
     load_tile<VTile, kN, kThreads>(v_s, v, p.v_row_stride, seq.len_kv - n0, tid);
-    sm80::cp_async_commit();
 
     const float unit = p.score_mods ? 1.f : p.scale_log2;  // score units -> log2 units
     const int64_t tok0 = p.packed ? seq.start_q : static_cast<int64_t>(b) * p.s_q;  // workspace token of row 0
-    for (int g = 0; g < p.h_per_kv; ++g) {
-      const int h = h_kv * p.h_per_kv + g;
+    // Work items: (query head g of the group, query tile m), m fastest.
+    const int n_m = mt.last - mt.first + 1, items = p.h_per_kv * n_m;
+    auto head_of = [&](int item) { return h_kv * p.h_per_kv + item / n_m; };
+    auto load_q_do = [&](int item, int stage) {
+      const int h = head_of(item), m0 = (mt.first + item % n_m) * kM, rows = min(kM, seq.len_q - m0);
+      const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + (seq.start_q + m0) * p.q_row_stride +
+                   h * p.q_head_stride;
+      const T* dout = static_cast<const T*>(bp.dout) + b * bp.do_batch_stride +
+                      (seq.start_q + m0) * bp.do_row_stride + h * bp.do_head_stride;
+      load_tile<QTile, kM, kThreads>(q_s0 + stage * Cfg::kSmemQ, q, p.q_row_stride, rows, tid);
+      load_tile<DOTile, kM, kThreads>(do_s0 + stage * Cfg::kSmemDO, dout, bp.do_row_stride, rows, tid);
+    };
+    if (Cfg::kStages == 2) load_q_do(0, 0);
+    sm80::cp_async_commit();  // K, V (and the first Q, dO)
+
+    for (int item = 0; item < items; ++item) {
+      const int stage = Cfg::kStages == 2 ? item & 1 : 0;
+      const uint32_t q_s = q_s0 + stage * Cfg::kSmemQ, do_s = do_s0 + stage * Cfg::kSmemDO;
+      // Two stages: the next tile's loads run behind this tile's products (its
+      // buffers were last read before the previous iteration's final barrier).
+      if (Cfg::kStages == 1) {
+        load_q_do(item, 0);
+        sm80::cp_async_commit();
+      } else if (item + 1 < items) {
+        load_q_do(item + 1, stage ^ 1);
+        sm80::cp_async_commit();
+      }
+      const int h = head_of(item), m = mt.first + item % n_m, m0 = m * kM;
+      const int rows = min(kM, seq.len_q - m0);
+      const KvTiles kt = kv_tiles<kM, kN>(p, seq, m0);
       const uint32_t bh = static_cast<uint32_t>(b) * static_cast<uint32_t>(p.h_q) + static_cast<uint32_t>(h);
       const float slope = p.alibi ? p.alibi[b * p.alibi_batch_stride + h * p.alibi_head_stride] : 0.f;
-      const T* q_h = static_cast<const T*>(p.q) + b * p.q_batch_stride + seq.start_q * p.q_row_stride +
-                     h * p.q_head_stride;
-      const T* do_h = static_cast<const T*>(bp.dout) + b * bp.do_batch_stride + seq.start_q * bp.do_row_stride +
-                      h * bp.do_head_stride;
       const float* lse_h = p.lse + b * p.lse_batch_stride + seq.start_q * p.lse_row_stride + h * p.lse_head_stride;
-      const float* delta_h = bp.delta + h * bp.rows_q + tok0;
-      float* dq_h = bp.dq_accum + (h * bp.rows_q + tok0) * kDQK;
-      int* sem_h = bp.dq_semaphore ? bp.dq_semaphore + (static_cast<int64_t>(b) * p.h_q + h) * bp.m_tiles : nullptr;
 
-      for (int m = mt.first; m <= mt.last; ++m) {
-        const int m0 = m * kM;
-        const KvTiles kt = kv_tiles<kM, kN>(p, seq, m0);
-        if (n < kt.first || n > kt.last) continue;  // the same answer in every thread
-        const int rows = min(kM, seq.len_q - m0);
+      // The run found above has no gaps (both ends of a row's key range grow
+      // with the row); tested anyway, so that a gap could never unbalance the
+      // deterministic mode's counters.
+      const bool visits = kt.first <= n && n <= kt.last;
+      RowTerms<MAS> rt;
+      rt.load(lse_h + m0 * p.lse_row_stride, p.lse_row_stride, bp.delta + h * bp.rows_q + tok0 + m0, row0_s, rows,
+              lane);
+      KeepBits<MAS, NAS> keep;
+      if (p.dropout_threshold) keep.compute(p, bh, m0 + row0_s, n0 + col0_s, lane);
 
-        load_tile<QTile, kM, kThreads>(q_s, q_h + m0 * p.q_row_stride, p.q_row_stride, rows, tid);
-        load_tile<DOTile, kM, kThreads>(do_s, do_h + m0 * bp.do_row_stride, bp.do_row_stride, rows, tid);
-        sm80::cp_async_commit();
-
-        RowTerms<MAS> rt;
-        rt.load(lse_h + m0 * p.lse_row_stride, p.lse_row_stride, delta_h + m0, row0_s, rows, lane);
-        KeepBits<MAS, NAS> keep;
-        if (p.dropout_threshold) keep.compute(p, bh, m0 + row0_s, n0 + col0_s, lane);
-
+      if (Cfg::kStages == 2 && item + 1 < items)
+        sm80::cp_async_wait<1>();  // all but the group just issued
+      else
         sm80::cp_async_wait<0>();
+      __syncthreads();
+      if (!visits) {
         __syncthreads();
-
-        float s[MAS][NAS][4], dp[MAS][NAS][4];
-#pragma unroll
-        for (int ma = 0; ma < MAS; ++ma)
-#pragma unroll
-          for (int na = 0; na < NAS; ++na)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[ma][na][e] = dp[ma][na][e] = 0.f;
-        sm80::gemm_ss<T, MAS, NAS, kDV, DOTile, VTile, false, false>(dp, do_s, v_s, row0_s, col0_s, lane);
-        sm80::gemm_ss<T, MAS, NAS, kDQK, QTile, KTile, false, false>(s, q_s, k_s, row0_s, col0_s, lane);
-
-        dp_minus_delta(dp, rt, keep, p);
-        if (p.score_mods) score_mods_bwd(s, dp, p, slope, m0 + row0_s, n0 + col0_s, seq.shift, lane);
-        if (!(n0 >= kt.all_begin && n0 + kN <= kt.all_end)) apply_mask(s, p, seq, m0 + row0_s, n0 + col0_s, lane);
-        probabilities_and_grads(s, dp, rt, keep, p, unit);
-        stage_block<T, PTile>(p_smem, s, 1.f, row0_s, col0_s, lane);
-        stage_block<T, PTile>(ds_smem, dp, 1.f, row0_s, col0_s, lane);
-        __syncthreads();
-
-        sm80::gemm_ss<T, Cfg::kMAV, Cfg::kNAV, kM, PTile, DOTile, true, true>(dv, p_s, do_s, row0_v, col0_v, lane);
-        sm80::gemm_ss<T, Cfg::kMAK, Cfg::kNAK, kM, PTile, QTile, true, true>(dk, ds_s, q_s, row0_k, col0_k, lane);
-        {
-          float dq[Cfg::kMAQ][Cfg::kNAQ][4];
-#pragma unroll
-          for (int ma = 0; ma < Cfg::kMAQ; ++ma)
-#pragma unroll
-            for (int na = 0; na < Cfg::kNAQ; ++na)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) dq[ma][na][e] = 0.f;
-          sm80::gemm_ss<T, Cfg::kMAQ, Cfg::kNAQ, kN, PTile, KTile, false, true>(dq, ds_s, k_s, row0_q, col0_q, lane);
-          if (sem_h) wait_turn(sem_h + m, n - kt.first, tid);
-          add_dq<kDQK>(dq_h + static_cast<int64_t>(m0) * kDQK, dq, row0_q, col0_q, rows, lane);
-          if (sem_h) pass_turn(sem_h + m, tid);
-        }
-        __syncthreads();  // every warp is done with Q, dO, P and dS of this tile
+        continue;
       }
+
+      float s[MAS][NAS][4], dp[MAS][NAS][4];
+#pragma unroll
+      for (int ma = 0; ma < MAS; ++ma)
+#pragma unroll
+        for (int na = 0; na < NAS; ++na)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[ma][na][e] = dp[ma][na][e] = 0.f;
+      sm80::gemm_ss<T, MAS, NAS, kDV, DOTile, VTile, false, false>(dp, do_s, v_s, row0_s, col0_s, lane);
+      sm80::gemm_ss<T, MAS, NAS, kDQK, QTile, KTile, false, false>(s, q_s, k_s, row0_s, col0_s, lane);
+
+      dp_minus_delta(dp, rt, keep, p);
+      if (p.score_mods) score_mods_bwd(s, dp, p, slope, m0 + row0_s, n0 + col0_s, seq.shift, lane);
+      if (!(n0 >= kt.all_begin && n0 + kN <= kt.all_end)) apply_mask(s, p, seq, m0 + row0_s, n0 + col0_s, lane);
+      probabilities_and_grads(s, dp, rt, keep, p, unit);
+      stage_block<T, PTile>(p_smem, s, 1.f, row0_s, col0_s, lane);
+      stage_block<T, PTile>(ds_smem, dp, 1.f, row0_s, col0_s, lane);
+      __syncthreads();
+
+      sm80::gemm_ss<T, Cfg::kMAV, Cfg::kNAV, kM, PTile, DOTile, true, true>(dv, p_s, do_s, row0_v, col0_v, lane);
+      sm80::gemm_ss<T, Cfg::kMAK, Cfg::kNAK, kM, PTile, QTile, true, true>(dk, ds_s, q_s, row0_k, col0_k, lane);
+      {
+        float dq[Cfg::kMAQ][Cfg::kNAQ][4];
+#pragma unroll
+        for (int ma = 0; ma < Cfg::kMAQ; ++ma)
+#pragma unroll
+          for (int na = 0; na < Cfg::kNAQ; ++na)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dq[ma][na][e] = 0.f;
+        sm80::gemm_ss<T, Cfg::kMAQ, Cfg::kNAQ, kN, PTile, KTile, false, true>(dq, ds_s, k_s, row0_q, col0_q, lane);
+        int* sem = bp.dq_semaphore ? bp.dq_semaphore + (static_cast<int64_t>(b) * p.h_q + h) * bp.m_tiles + m : nullptr;
+        if (sem) wait_turn(sem, n - kt.first, tid);
+        add_dq<kDQK>(bp.dq_accum + (h * bp.rows_q + tok0 + m0) * kDQK, dq, row0_q, col0_q, rows, lane);
+        if (sem) pass_turn(sem, tid);
+      }
+      __syncthreads();  // every warp is done with this tile's Q, dO, P and dS
     }
   }
 
