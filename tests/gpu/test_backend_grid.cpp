@@ -140,6 +140,76 @@ std::vector<CaseSpec> grid() {
     d.backward = true;
     add(d);
   }
+  // A tiled backward (one CTA per KV tile walking the query tiles that see it,
+  // dQ added across KV tiles): causal and window tile skipping over many
+  // tiles, GQA 8 (dK, dV summed over a group), dropout across tiles with
+  // s_q != s_kv, d 256 and 192/128 over several tiles, fully masked rows in
+  // a multi-tile bottom-right problem, a padded batch, every score change.
+  {
+    CaseSpec s;
+    s.batch = 2;
+    s.s_q = s.s_kv = 600;
+    s.h_q = 8;
+    s.h_kv = 1;
+    s.mask = MaskType::causal;
+    s.backward = true;
+    add(s);
+    s.h_q = 4;
+    s.h_kv = 2;
+    s.mask = MaskType::no_mask;
+    s.s_q = 200;
+    s.s_kv = 333;
+    s.d_qk = s.d_v = 128;
+    s.dropout_p = 0.2;
+    s.seed = 42;
+    s.offset = 9;
+    add(s);
+    s.dropout_p = 0.0;
+    s.s_q = s.s_kv = 300;
+    s.d_qk = s.d_v = 256;
+    s.mask = MaskType::causal;
+    add(s);
+    s.mask = MaskType::no_mask;
+    s.s_q = 200;
+    s.s_kv = 260;
+    s.d_qk = 192;
+    s.d_v = 128;
+    s.window = {70, 10};
+    add(s);
+    s.window = {};
+    s.d_qk = s.d_v = 128;
+    s.mask = MaskType::causal_bottom_right;
+    s.s_q = 300;  // rows 0..199 see no key
+    s.s_kv = 100;
+    add(s);
+    CaseSpec pad;
+    pad.format = QkvFormat::sbhd;
+    pad.mask = MaskType::padding_causal;
+    pad.batch = 2;
+    pad.s_q = 300;
+    pad.s_kv = 280;
+    pad.seqlens_q = {300, 77};
+    pad.seqlens_kv = {150, 280};
+    pad.h_q = 2;
+    pad.h_kv = 1;
+    pad.backward = true;
+    add(pad);
+    CaseSpec mods;
+    mods.dtype = DType::f16;
+    mods.batch = 1;
+    mods.s_q = 257;
+    mods.s_kv = 390;
+    mods.h_q = 4;
+    mods.h_kv = 2;
+    mods.mask = MaskType::causal_bottom_right;
+    mods.softcap = 15.0;
+    mods.bias = BiasType::alibi;
+    mods.dropout_p = 0.1;
+    mods.seed = 3;
+    mods.window = {150, 0};
+    mods.backward = true;
+    add(mods);
+  }
   // Softcap, bias (with its gradient), ALiBi, dropout, arbitrary masks.
   {
     CaseSpec s;
@@ -192,7 +262,7 @@ TEST_P(BackendGrid, MatchesTheReference) {
     CaseSpec spec = grid_spec;
     Problem p = testing::problem_of(spec, spec.backward ? Pass::backward : Pass::forward, Device::cuda(0));
     if (spec.backward && !be->supports(p, dev).empty()) {
-      // A backend without this backward (flash_sm80 today) is still held to the forward.
+      // A backend without this backward is still held to the forward.
       spec.backward = false;
       spec.return_lse = true;
       p = testing::problem_of(spec, Pass::forward, Device::cuda(0));

@@ -1,13 +1,16 @@
 // The sm80 tile primitives (src/kernels/sm80) on their own: the swizzle is a
 // bank-conflict-free permutation for every tile shape the kernels use (host
 // test), and one warp's cp.async -> ldmatrix -> mma.sync products S = A.B^T and
-// O = round(S).V match a host product (GPU test), zero fill included.
+// O = round(S).V match a host product (GPU test), zero fill included; the
+// general product gemm_ss (either operand stored transposed, warps at row and
+// column offsets, swizzle tails crossed) matches a host product exactly.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
 #include <random>
 #include <set>
+#include <type_traits>
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
@@ -154,6 +157,89 @@ TEST(Sm80WarpGemm, ProductsMatchTheHost) {
   check_products<__nv_bfloat16, 96, 32>();  // a trailing 4-chunk swizzle group
   check_products<__half, 32, 16>();
   check_products<__half, 160, 32>();
+}
+
+
+// gemm_ss: C (M x N) = A (M x K) . B (K x N), 4 warps in a 2 x 2 grid, each
+// 16 MA x 8 NA at (row0, col0). A is stored M x K, or K x M when kATrans; B
+// is stored N x K (B^T row-major), or K x N when kBTrans.
+template <typename T, int M, int N, int K, bool kATrans, bool kBTrans>
+__global__ void gemm_ss_kernel(const T* a_stored, const T* b_stored, float* c) {
+  using TA = std::conditional_t<kATrans, sm80::SwizzledTile<K, M>, sm80::SwizzledTile<M, K>>;
+  using TB = std::conditional_t<kBTrans, sm80::SwizzledTile<K, N>, sm80::SwizzledTile<N, K>>;
+  constexpr int MA = M / 32, NA = N / 16;
+  __shared__ __align__(128) char sa[TA::kBytes], sb[TB::kBytes];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  constexpr int a_cols = kATrans ? M : K, b_cols = kBTrans ? N : K;
+  for (int i = tid; i < M * K; i += blockDim.x)  // element (r, col) of the stored tile
+    *reinterpret_cast<T*>(sa + TA::byte_offset(i / a_cols, (i % a_cols) / 8) + 2 * (i % 8)) = a_stored[i];
+  for (int i = tid; i < N * K; i += blockDim.x)
+    *reinterpret_cast<T*>(sb + TB::byte_offset(i / b_cols, (i % b_cols) / 8) + 2 * (i % 8)) = b_stored[i];
+  __syncthreads();
+  const int row0 = (warp / 2) * (M / 2), col0 = (warp % 2) * (N / 2);
+  float acc[MA][NA][4] = {};
+  sm80::gemm_ss<T, MA, NA, K, TA, TB, kATrans, kBTrans>(acc, sm80::smem_addr(sa), sm80::smem_addr(sb), row0, col0,
+                                                        lane);
+  const int g = lane / 4, t = lane % 4;
+  for (int ma = 0; ma < MA; ++ma)
+    for (int na = 0; na < NA; ++na)
+      for (int e = 0; e < 4; ++e)
+        c[(row0 + 16 * ma + g + 8 * (e / 2)) * N + col0 + 8 * na + 2 * t + e % 2] = acc[ma][na][e];
+}
+
+template <typename T, int M, int N, int K, bool kATrans, bool kBTrans>
+void check_gemm_ss() {
+  std::mt19937 rng(M * 7 + N * 131 + K + kATrans * 3 + kBTrans * 5);
+  std::uniform_int_distribution<int> small(-8, 8);  // exact products and fp32 sums
+  std::vector<double> a(M * K), b(K * N);  // logical A (M x K) and B (K x N), row-major
+  for (double& x : a) x = small(rng) / 8.0;
+  for (double& x : b) x = small(rng) / 8.0;
+  std::vector<T> as(M * K), bs(K * N);
+  for (int i = 0; i < M; ++i)
+    for (int k = 0; k < K; ++k) as[kATrans ? k * M + i : i * K + k] = make<T>(a[i * K + k]);
+  for (int k = 0; k < K; ++k)
+    for (int j = 0; j < N; ++j) bs[kBTrans ? k * N + j : j * K + k] = make<T>(b[k * N + j]);
+  T *ad, *bd;
+  float* cd;
+  ATTN_CUDA_OK(cudaMalloc(&ad, as.size() * sizeof(T)));
+  ATTN_CUDA_OK(cudaMalloc(&bd, bs.size() * sizeof(T)));
+  ATTN_CUDA_OK(cudaMalloc(&cd, M * N * sizeof(float)));
+  ATTN_CUDA_OK(cudaMemcpy(ad, as.data(), as.size() * sizeof(T), cudaMemcpyHostToDevice));
+  ATTN_CUDA_OK(cudaMemcpy(bd, bs.data(), bs.size() * sizeof(T), cudaMemcpyHostToDevice));
+  ATTN_CUDA_OK(cudaMemset(cd, 0xff, M * N * sizeof(float)));  // NaN: every element must be written
+  gemm_ss_kernel<T, M, N, K, kATrans, kBTrans><<<1, 128>>>(ad, bd, cd);
+  ATTN_CUDA_OK(cudaGetLastError());
+  std::vector<float> c(M * N);
+  ATTN_CUDA_OK(cudaMemcpy(c.data(), cd, c.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  for (void* p : {static_cast<void*>(ad), static_cast<void*>(bd), static_cast<void*>(cd)}) ATTN_CUDA_OK(cudaFree(p));
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double ref = 0;
+      for (int k = 0; k < K; ++k) ref += a[i * K + k] * b[k * N + j];
+      ASSERT_EQ(c[i * N + j], ref) << "M " << M << " N " << N << " K " << K << " transA " << kATrans << " transB "
+                                   << kBTrans << ": C(" << i << ", " << j << ")";
+    }
+}
+
+TEST(Sm80WarpGemm, GeneralProductMatchesTheHost) {
+  ATTN_REQUIRE_GPU();
+  check_gemm_ss<__nv_bfloat16, 32, 64, 64, false, false>();  // S = Q.K^T, dP = dO.V^T
+  check_gemm_ss<__half, 64, 64, 32, true, true>();           // dV = P^T.dO, dK = dS^T.Q
+  check_gemm_ss<__nv_bfloat16, 96, 32, 32, true, true>();    // warp columns cross into a swizzle tail
+  check_gemm_ss<__nv_bfloat16, 32, 96, 64, false, true>();   // dQ = dS.K, B columns cross a tail
+  check_gemm_ss<__half, 64, 32, 96, true, false>();
+}
+
+TEST(Sm80Swizzle, ColumnAddressesEqualTheSwizzle) {
+  using Big = sm80::SwizzledTile<64, 160>;  // a full group and a trailing group
+  for (int rl = 0; rl < 16; ++rl)
+    for (int ch = 0; ch < 2; ++ch)
+      for (int pair0 = 0; pair0 + 3 <= Big::kChunks / 2; ++pair0) {
+        const sm80::ColumnAddresses<Big, 3> at(512, rl, ch, pair0);
+        for (int R = 0; R + 16 <= 64; R += 8)
+          for (int q = 0; q < 3; ++q)
+            EXPECT_EQ(at.at(R, q), 512u + Big::byte_offset(R + rl, 2 * (pair0 + q) + ch));
+      }
 }
 
 }  // namespace

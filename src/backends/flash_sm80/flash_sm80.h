@@ -1,9 +1,9 @@
 // The `flash_sm80` backend: attn's own tiled flash-attention kernels on
-// mma.sync (Ampere and later), FlashAttention-2's algorithm. Forward only so
-// far; selection falls back to another backend for the backward.
-// docs/FLASH_SM80.md describes the design.
+// mma.sync (Ampere and later), FlashAttention-2's algorithm, forward and
+// backward. docs/FLASH_SM80.md describes the design.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -11,10 +11,13 @@
 
 namespace attn::flash_sm80 {
 
-// Reasons this build's forward kernels cannot run p on dev (empty: they can).
-std::vector<std::string> forward_obstacles(const Problem& p, const DeviceInfo& dev);
+// Reasons this build's kernels cannot run p (its pass) on dev (empty: they can).
+std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev);
 
 void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx);
+void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx);
+// Device workspace of one backward call (D, the fp32 dQ accumulator, counters).
+int64_t backward_workspace_bytes(const Problem& p);
 
 const Backend& backend();
 

@@ -7,6 +7,8 @@
 #include "attn/error.h"
 #include "backends/common/device_reasons.h"
 #include "backends/flash_sm80/flash_sm80.h"
+#include "backends/flash_sm80/bwd_config.h"
+#include "backends/flash_sm80/bwd_table.h"
 #include "backends/flash_sm80/fwd_config.h"
 #include "backends/flash_sm80/fwd_table.h"
 
@@ -15,19 +17,30 @@ namespace {
 
 std::string kib(int64_t bytes) { return std::to_string(bytes / 1024) + " KiB"; }
 
-// Shared memory of the table row for (d_qk, d_v); 0 when the table lacks it.
-int64_t smem_bytes_for(int64_t d_qk, int64_t d_v) {
-#define ATTN_SMEM_ROW(dqk, dv) \
+// Shared memory of the pass's table row for (d_qk, d_v); 0 when the table lacks it.
+int64_t smem_bytes_for(Pass pass, int64_t d_qk, int64_t d_v) {
+#define ATTN_SMEM_FWD(dqk, dv) \
   if (d_qk == (dqk) && d_v == (dv)) return FwdConfig<dqk, dv>::kSmemBytes;
-  ATTN_FLASH_SM80_FWD_TABLE(ATTN_SMEM_ROW)
-#undef ATTN_SMEM_ROW
+#define ATTN_SMEM_BWD(dqk, dv) \
+  if (d_qk == (dqk) && d_v == (dv)) return BwdConfig<dqk, dv>::kSmemBytes;
+  if (pass == Pass::forward) {
+    ATTN_FLASH_SM80_FWD_TABLE(ATTN_SMEM_FWD)
+  } else {
+    ATTN_FLASH_SM80_BWD_TABLE(ATTN_SMEM_BWD)
+  }
+#undef ATTN_SMEM_FWD
+#undef ATTN_SMEM_BWD
   return 0;
 }
 
-std::string head_dim_list() {
+std::string head_dim_list(Pass pass) {
   std::string s;
 #define ATTN_LIST_ROW(dqk, dv) s += std::string(s.empty() ? "" : ", ") + (dqk == dv ? #dqk : #dqk "/" #dv);
-  ATTN_FLASH_SM80_FWD_TABLE(ATTN_LIST_ROW)
+  if (pass == Pass::forward) {
+    ATTN_FLASH_SM80_FWD_TABLE(ATTN_LIST_ROW)
+  } else {
+    ATTN_FLASH_SM80_BWD_TABLE(ATTN_LIST_ROW)
+  }
 #undef ATTN_LIST_ROW
   return s;
 }
@@ -37,34 +50,40 @@ class FlashSm80Backend final : public Backend {
   const char* name() const override { return "flash_sm80"; }
 
   std::vector<std::string> supports(const Problem& p, const DeviceInfo& dev) const override {
-    if (p.pass == Pass::backward) return {"backward not implemented yet"};
-    return forward_obstacles(p, dev);
+    return obstacles(p, dev);
   }
 
   void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) const override {
     flash_sm80::forward(p, args, ctx);
   }
-  void backward(const Problem&, const BackwardArgs&, const RunContext&) const override {
-    fail(ErrorKind::unsupported, "flash_sm80 has no backward yet", "a backward call", "a forward call",
-         "let attn choose a backend for the backward (unfused runs it)");
+  void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx) const override {
+    flash_sm80::backward(p, args, ctx);
   }
 };
 
 }  // namespace
 
-std::vector<std::string> forward_obstacles(const Problem& p, const DeviceInfo& dev) {
+std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
   std::vector<std::string> no = detail::gpu_device_reasons(p, dev);
   if (!p.device.is_cuda()) return no;
   if (p.dtype != DType::bf16 && p.dtype != DType::f16)
     no.push_back(std::string("dtype ") + dtype_name(p.dtype) + ": flash_sm80 runs bfloat16 and float16");
-  const int64_t smem = smem_bytes_for(p.d_qk, p.d_v);
+  const char* pass = p.pass == Pass::forward ? "forward" : "backward";
+  const int64_t smem = smem_bytes_for(p.pass, p.d_qk, p.d_v);
   if (smem == 0)
-    no.push_back("head_dim " + std::to_string(p.d_qk) + "/" + std::to_string(p.d_v) +
-                 " has no kernel; flash_sm80 has " + head_dim_list());
+    no.push_back("head_dim " + std::to_string(p.d_qk) + "/" + std::to_string(p.d_v) + " has no " + pass +
+                 " kernel; flash_sm80 has " + head_dim_list(p.pass));
   else if (dev.smem_per_block_optin_bytes > 0 && smem > dev.smem_per_block_optin_bytes)
     no.push_back("head_dim " + std::to_string(p.d_qk) + "/" + std::to_string(p.d_v) + " needs " + kib(smem) +
-                 " of shared memory per block; sm" + std::to_string(dev.sm) + " allows " +
+                 " of shared memory per block in the " + pass + "; sm" + std::to_string(dev.sm) + " allows " +
                  kib(dev.smem_per_block_optin_bytes));
+  if (p.pass == Pass::backward && dev.global_mem_bytes > 0) {
+    // The fp32 dQ accumulator is twice dq's size in 16-bit types (FlashAttention-2's too).
+    const int64_t ws = backward_workspace_bytes(p);
+    if (ws > dev.global_mem_bytes / 4)
+      no.push_back("the backward needs " + std::to_string(ws >> 20) + " MiB of workspace (fp32 dQ), over a quarter of the device's " +
+                   std::to_string(dev.global_mem_bytes >> 20) + " MiB");
+  }
   if (p.mask == MaskType::arbitrary) no.push_back("mask=arbitrary (a mask tensor) is not supported; unfused runs it");
   if (p.bias == BiasType::post_scale_bias)
     no.push_back("post_scale_bias (a bias tensor) is not supported; ALiBi slopes are");

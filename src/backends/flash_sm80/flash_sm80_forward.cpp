@@ -12,18 +12,27 @@
 #include "attn/philox.h"
 #include "backends/flash_sm80/flash_sm80.h"
 #include "backends/flash_sm80/fwd_launch.h"
+#include "backends/flash_sm80/host_params.h"
 #include "backends/flash_sm80/fwd_table.h"
 #include "core/cuda_check.h"
 
 namespace attn::flash_sm80 {
 namespace {
 
-struct Strides {
-  int64_t batch, row, head;
-};
+template <typename T>
+bool dispatch(const Problem& p, const FwdParams& k, cudaStream_t stream) {
+#define ATTN_DISPATCH_ROW(dqk, dv)          \
+  if (p.d_qk == (dqk) && p.d_v == (dv)) {   \
+    launch_fwd<T, dqk, dv>(k, stream);      \
+    return true;                            \
+  }
+  ATTN_FLASH_SM80_FWD_TABLE(ATTN_DISPATCH_ROW)
+#undef ATTN_DISPATCH_ROW
+  return false;
+}
 
-// (sequence, token, head) strides of a q-like view in format f; thd has no
-// batch stride (its sequences start at cu_seqlens offsets).
+}  // namespace
+
 Strides strides_of(const TensorView& t, QkvFormat f) {
   switch (f) {
     case QkvFormat::bshd: return {t.stride(0), t.stride(1), t.stride(2)};
@@ -33,7 +42,7 @@ Strides strides_of(const TensorView& t, QkvFormat f) {
   return {0, 0, 0};
 }
 
-FwdParams params_of(const Problem& p, const ForwardArgs& a) {
+FwdParams forward_params(const Problem& p, const ForwardArgs& a) {
   FwdParams k;
   k.q = a.in.q.data;
   k.k = a.in.k.data;
@@ -91,24 +100,10 @@ FwdParams params_of(const Problem& p, const ForwardArgs& a) {
   return k;
 }
 
-template <typename T>
-bool dispatch(const Problem& p, const FwdParams& k, cudaStream_t stream) {
-#define ATTN_DISPATCH_ROW(dqk, dv)          \
-  if (p.d_qk == (dqk) && p.d_v == (dv)) {   \
-    launch_fwd<T, dqk, dv>(k, stream);      \
-    return true;                            \
-  }
-  ATTN_FLASH_SM80_FWD_TABLE(ATTN_DISPATCH_ROW)
-#undef ATTN_DISPATCH_ROW
-  return false;
-}
-
-}  // namespace
-
 void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) {
   ATTN_CUDA(cudaSetDevice(p.device.index));
   if (p.batch == 0 || p.h_q == 0 || p.s_q == 0 || p.total_q == 0) return;  // nothing to write
-  const FwdParams k = params_of(p, args);
+  const FwdParams k = forward_params(p, args);
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
   const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, k, stream) : dispatch<__half>(p, k, stream);
   if (!ran)  // supports() refuses these; reaching here is a bug in attn

@@ -63,4 +63,21 @@ struct LaneAddresses {
   }
 };
 
+// The addresses one lane reads in a warp's ldmatrix sweep down a tile: fixed
+// chunk pairs (kPairs of them from chunk pair pair0, the warp's columns; ch the
+// lane's 0 or 1) and rows R + rl for R a multiple of 8, which leaves the
+// swizzle unchanged. The transposed reads (ldmatrix.trans of a k x cols tile,
+// k along rows) step this way; the row offset is an immediate.
+template <class Tile, int kPairs>
+struct ColumnAddresses {
+  uint32_t col[kPairs];
+
+  ATTN_HOST_DEVICE ColumnAddresses(uint32_t base, int rl, int ch, int pair0) {
+    for (int q = 0; q < kPairs; ++q) col[q] = base + Tile::byte_offset(rl, 2 * (pair0 + q) + ch);
+  }
+
+  // Address of row R + rl, chunk 2 (pair0 + q) + ch.
+  ATTN_HOST_DEVICE uint32_t at(int R, int q) const { return col[q] + R * Tile::kRowBytes; }
+};
+
 }  // namespace attn::sm80

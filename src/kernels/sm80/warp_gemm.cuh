@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/sm80/ldmatrix.cuh"
 #include "kernels/sm80/mma.cuh"
@@ -76,6 +77,60 @@ __device__ __forceinline__ void gemm_rb(float (&acc)[MA][NB][4], const float (&p
       for (int ma = 0; ma < MA; ++ma) {
         mma_16816<T>(acc[ma][2 * nb], a[ma], b[0], b[1]);
         mma_16816<T>(acc[ma][2 * nb + 1], a[ma], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// The general product of two shared tiles, for kernels whose warps tile both
+// dimensions of the result (the backward): acc[MA][NA] += A . B for the warp's
+// block of rows row0 .. row0 + 16 MA and columns col0 .. col0 + 8 NA (row0 and
+// col0 multiples of 16), summed over k = 0..K. Operand storage:
+//   A: kATrans ? TileA is k x rows (read by ldmatrix.trans: A = P^T from P)
+//              : TileA is rows x k;
+//   B: kBTrans ? TileB is k x cols (ldmatrix.trans: B = V from V's rows)
+//              : TileB is cols x k (B = K^T from K's rows).
+// gemm_ss<.., false, false> with col0 = 0 is gemm_abt.
+template <typename T, int MA, int NA, int K, class TileA, class TileB, bool kATrans, bool kBTrans>
+__device__ __forceinline__ void gemm_ss(float (&acc)[MA][NA][4], uint32_t a_smem, uint32_t b_smem, int row0,
+                                        int col0, int lane) {
+  static_assert(NA % 2 == 0 && K % 16 == 0, "B is read 16 columns and 16 k at a time");
+  // Matrix i of an x4 load comes from lanes 8i..8i+7. Non-transposed A: a0..a3 =
+  // (rows 0-7 | 8-15, k 0-7), then k 8-15: lane row lane & 15, chunk lane >> 4.
+  // Transposed A (stored k x rows): a0 = stored (k 0-7, rows 0-7), a1 = (k 0-7,
+  // rows 8-15), a2 = (k 8-15, rows 0-7), a3 = (k 8-15, rows 8-15).
+  // B as in gemm_abt (cols x k) and gemm_rb (k x cols).
+  const int a_rl = kATrans ? (lane & 7) + ((lane >> 4) << 3) : lane & 15;
+  const int a_ch = kATrans ? (lane >> 3) & 1 : lane >> 4;
+  const int b_rl = kBTrans ? (lane & 7) + (((lane >> 3) & 1) << 3) : (lane & 7) + ((lane >> 4) << 3);
+  const int b_ch = kBTrans ? lane >> 4 : (lane >> 3) & 1;
+  using AAt = std::conditional_t<kATrans, ColumnAddresses<TileA, MA>, LaneAddresses<TileA>>;
+  using BAt = std::conditional_t<kBTrans, ColumnAddresses<TileB, NA / 2>, LaneAddresses<TileB>>;
+  AAt a_at = [&] {
+    if constexpr (kATrans) return AAt(a_smem, a_rl, a_ch, row0 / 16);
+    else return AAt(a_smem + row0 * TileA::kRowBytes, a_rl, a_ch);
+  }();
+  BAt b_at = [&] {
+    if constexpr (kBTrans) return BAt(b_smem, b_rl, b_ch, col0 / 16);
+    else return BAt(b_smem + col0 * TileB::kRowBytes, b_rl, b_ch);
+  }();
+#pragma unroll
+  for (int kc = 0; kc < K / 16; ++kc) {
+    uint32_t a[MA][4];
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma) {
+      if constexpr (kATrans) ldmatrix_x4_trans(a[ma], a_at.at(16 * kc, ma));
+      else ldmatrix_x4(a[ma], a_at.at(16 * ma, kc));
+    }
+#pragma unroll
+    for (int np = 0; np < NA / 2; ++np) {
+      uint32_t b[4];
+      if constexpr (kBTrans) ldmatrix_x4_trans(b, b_at.at(16 * kc, np));
+      else ldmatrix_x4(b, b_at.at(16 * np, kc));
+#pragma unroll
+      for (int ma = 0; ma < MA; ++ma) {
+        mma_16816<T>(acc[ma][2 * np], a[ma], b[0], b[1]);
+        mma_16816<T>(acc[ma][2 * np + 1], a[ma], b[2], b[3]);
       }
     }
   }

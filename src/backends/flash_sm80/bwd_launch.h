@@ -1,0 +1,24 @@
+// Host-side view of the backward instantiations: the launch declarations
+// (definitions in bwd_instantiate.cu, one object per table row, and
+// bwd_prepass.cu for the per-dtype pre- and post-passes).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backends/flash_sm80/bwd_params.h"
+
+namespace attn::flash_sm80 {
+
+// D = rowsum(dO * O) per (query head, token) and dq_accum = 0.
+template <typename T>
+void launch_bwd_prepass(const BwdParams& p, int d_qk, int d_v, cudaStream_t stream);
+
+// The main kernel: dK, dV written, dQ accumulated into dq_accum.
+template <typename T, int kDQK, int kDV>
+void launch_bwd(const BwdParams& p, cudaStream_t stream);
+
+// dq = softmax_scale * dq_accum in T and the caller's strides.
+template <typename T>
+void launch_bwd_convert_dq(const BwdParams& p, int d_qk, cudaStream_t stream);
+
+}  // namespace attn::flash_sm80
