@@ -15,6 +15,7 @@ autograd, a torch.library custom op and TransformerEngine-style modules.
 
 from __future__ import annotations
 
+import atexit
 import functools
 from dataclasses import dataclass
 from typing import Any, Iterator, NamedTuple, Optional, Sequence, Tuple, Union
@@ -80,6 +81,7 @@ def _uint(value: Any, name: str, limit: int = _U64) -> int:
 
 _PLAIN = (str, int, float, bool, type(None))
 _OPTIONS_CACHE: dict = {}
+atexit.register(_OPTIONS_CACHE.clear)  # before interpreter teardown, which nanobind checks for live objects
 
 
 def _options(*args: Any) -> _C.Options:

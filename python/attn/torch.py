@@ -21,6 +21,9 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import torch
 
 import attn as _attn
+from attn import _C
+from attn._arrays import torch_stream
+from torch.utils.dlpack import to_dlpack
 
 __all__ = ["attention", "DotProductAttention", "alibi_slopes"]
 
@@ -45,45 +48,91 @@ def _seed_offset(rng_state: Optional[Tensor]) -> Tuple[int, int]:
     return lo | (hi << 32), offset
 
 
-def _keywords(qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q,
-              max_seqlen_kv, dropout_p, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, bias,
-              alibi_slopes, attn_mask, rng_state) -> dict:
+def _capsule(t: Optional[Tensor]) -> Any:
+    """A DLPack capsule from PyTorch's C++ exporter (single use), or None."""
+    if t is None:
+        return None
+    return to_dlpack(t.detach() if t.requires_grad else t)
+
+
+class _Call:
+    """One attention call as both passes need it: the compiled core's Options
+    (seed and offset included) and the inputs that carry no gradient.
+
+    The passes call attn._C directly: every tensor here is PyTorch's, so the
+    array-generic layer of attn.forward (framework dispatch, allocation through
+    _arrays) would only add host time, which shows when a model makes many
+    small calls."""
+
+    __slots__ = ("opts", "qkv_format", "cu_q", "cu_kv", "alibi", "attn_mask", "backend")
+
+    def __init__(self, qkv_format, mask, window, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv, dropout_p,
+                 seed, offset, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, alibi_slopes, attn_mask):
+        self.opts = _attn._options(qkv_format, mask, window, softmax_scale, softcap, max_seqlen_q or None,
+                                   max_seqlen_kv or None, dropout_p, seed, offset, deterministic, True)
+        self.qkv_format = qkv_format
+        self.cu_q, self.cu_kv, self.alibi, self.attn_mask = cu_seqlens_q, cu_seqlens_kv, alibi_slopes, attn_mask
+        self.backend = backend
+
+    def _inputs(self, bias: Optional[Tensor]) -> dict:
+        c = _capsule
+        return dict(cu_seqlens_q=c(self.cu_q), cu_seqlens_kv=c(self.cu_kv), bias=c(bias),
+                    alibi_slopes=c(self.alibi), attn_mask=c(self.attn_mask), backend=self.backend)
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        out = q.new_empty(q.shape[:-1] + v.shape[-1:])
+        lse = q.new_empty(_lse_shape(q, self.qkv_format), dtype=torch.float32)
+        _C.forward(self.opts, _capsule(q), _capsule(k), _capsule(v), _capsule(out), _capsule(lse),
+                   stream=_stream(q), **self._inputs(bias))
+        return out, lse
+
+    def backward(self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                 bias: Optional[Tensor], bias_grad: bool) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+        # Gradients arriving from reductions are often expanded (stride 0); attn
+        # needs a contiguous last dimension.
+        if dout.dim() and dout.shape[-1] > 1 and dout.stride(-1) != 1:
+            dout = dout.contiguous()
+        dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+        dbias = bias.new_empty(bias.shape) if bias_grad else None
+        _C.backward(self.opts, _capsule(q), _capsule(k), _capsule(v), _capsule(out), _capsule(dout), _capsule(lse),
+                    _capsule(dq), _capsule(dk), _capsule(dv), _capsule(dbias), stream=_stream(q),
+                    **self._inputs(bias))
+        return dq, dk, dv, dbias
+
+
+def _stream(q: Tensor) -> int:
+    return torch_stream(q.device.index) if q.is_cuda else 0
+
+
+# ---- the custom ops (torch.compile) ----------------------------------------------
+
+
+def _op_call(rng_state, qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q,
+             max_seqlen_kv, dropout_p, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, alibi_slopes,
+             attn_mask) -> _Call:
     seed, offset = _seed_offset(rng_state)
-    return dict(qkv_format=qkv_format, mask=mask, window=(window_left, window_right), softmax_scale=softmax_scale,
-                softcap=softcap, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, dropout_p=dropout_p,
-                seed=seed, offset=offset, deterministic=deterministic, backend=backend,
-                cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
-                attn_mask=attn_mask)
-
-
-# ---- the custom ops ------------------------------------------------------------
+    return _Call(qkv_format, mask, (window_left, window_right), softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
+                 dropout_p, seed, offset, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, alibi_slopes,
+                 attn_mask)
 
 
 def _forward_impl(q, k, v, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state, qkv_format, mask,
                   window_left, window_right, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv, dropout_p,
                   deterministic, backend):
-    kw = _keywords(qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q,
-                   max_seqlen_kv, dropout_p, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, bias,
-                   alibi_slopes, attn_mask, rng_state)
-    out, lse = _attn.forward(q, k, v, return_lse=True, **kw)
-    if lse is None:  # unreachable after validation; keeps the op's output types fixed
-        lse = q.new_empty(_lse_shape(q, qkv_format), dtype=torch.float32)
-    return out, lse
+    call = _op_call(rng_state, qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q,
+                    max_seqlen_kv, dropout_p, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, alibi_slopes,
+                    attn_mask)
+    return call.forward(q, k, v, bias)
 
 
 def _backward_impl(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state,
                    qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
                    dropout_p, deterministic, backend, bias_grad):
-    # Gradients arriving from reductions are often expanded (stride 0); attn
-    # needs a contiguous last dimension.
-    if dout.dim() and dout.shape[-1] > 1 and dout.stride(-1) != 1:
-        dout = dout.contiguous()
-    kw = _keywords(qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q,
-                   max_seqlen_kv, dropout_p, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, bias,
-                   alibi_slopes, attn_mask, rng_state)
-    grads = _attn.backward(q, k, v, out, dout, lse, return_dbias=bias_grad, **kw)
-    dbias = grads[3] if bias_grad else q.new_empty([0])
-    return grads[0], grads[1], grads[2], dbias
+    call = _op_call(rng_state, qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q,
+                    max_seqlen_kv, dropout_p, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, alibi_slopes,
+                    attn_mask)
+    dq, dk, dv, dbias = call.backward(dout, q, k, v, out, lse, bias, bias_grad)
+    return dq, dk, dv, dbias if bias_grad else q.new_empty([0])
 
 
 @torch.library.custom_op("attn::forward", mutates_args=())
@@ -192,39 +241,43 @@ torch.library.register_autograd("attn::forward", _backward, setup_context=_setup
 class _EagerAttention(torch.autograd.Function):
     """The same passes without the custom-op dispatch, for eager mode: PyTorch's
     Python custom-op machinery costs a few hundred microseconds of host time per
-    call, which shows when the GPU's work per call is small. torch.compile
+    call, which shows when the GPU's work per call is small. Only q, k, v and
+    bias are autograd inputs; the rest travels in the _Call. torch.compile
     traces the custom op instead (see attention())."""
 
     @staticmethod
-    def forward(ctx, *inputs):
-        out, lse = _forward_impl(*inputs)
-        _setup_context(ctx, inputs, (out, lse))
+    def forward(ctx, q, k, v, bias, call):
+        out, lse = call.forward(q, k, v, bias)
+        ctx.save_for_backward(q, k, v, out, lse, bias)
+        ctx.call = call
+        ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)  # no zero tensor for lse's (absent) gradient
         return out, lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        del dlse
-        q, k, v, out, lse, cu_q, cu_kv, bias, alibi, attn_mask, rng_state = ctx.saved_tensors
-        bias_grad = bias is not None and ctx.needs_input_grad[_BIAS_INDEX]
-        dq, dk, dv, dbias = _backward_impl(dout, q, k, v, out, lse, cu_q, cu_kv, bias, alibi, attn_mask, rng_state,
-                                           *ctx.options, bias_grad)
-        grads = [dq, dk, dv, None, None, dbias if bias_grad else None, None, None, None]
-        return tuple(grads) + (None,) * len(ctx.options)
+        del dlse  # lse is not differentiable
+        if dout is None:  # out did not reach the loss: every gradient is zero
+            return None, None, None, None, None
+        q, k, v, out, lse, bias = ctx.saved_tensors
+        bias_grad = bias is not None and ctx.needs_input_grad[3]
+        dq, dk, dv, dbias = ctx.call.backward(dout, q, k, v, out, lse, bias, bias_grad)
+        return dq, dk, dv, dbias, None
 
 
 # ---- the functional API ----------------------------------------------------------
 
 
-def _draw_rng_state(seed: Optional[int], offset: int) -> Tensor:
-    """[seed_lo32, seed_hi32, offset]: a fresh seed from PyTorch's default CPU
+def _draw_seed(seed: Optional[int]) -> int:
+    """The call's 64-bit dropout seed: a fresh one from PyTorch's default CPU
     generator unless one is given."""
     if seed is None:
-        halves = torch.randint(0, 1 << 32, (2,), dtype=torch.int64)  # consumes the default generator
-        return torch.cat([halves, torch.tensor([int(offset)], dtype=torch.int64)])
+        lo, hi = torch.randint(0, 1 << 32, (2,), dtype=torch.int64).tolist()  # consumes the default generator
+        return lo | (hi << 32)
     seed = int(seed)
     if not 0 <= seed < (1 << 64):
         raise ValueError(f"attn: seed must be an integer in [0, 2^64), got {seed}")
-    return torch.tensor([seed & 0xFFFFFFFF, seed >> 32, int(offset)], dtype=torch.int64)
+    return seed
 
 
 def attention(
@@ -256,16 +309,26 @@ def attention(
     grad) through attn.backward. With dropout_p > 0 and seed=None, a fresh seed
     comes from PyTorch's default generator; pass seed= to fix it. Returns out,
     or (out, lse) with return_lse=True (lse carries no gradient)."""
+    for t, name in ((q, "q"), (k, "k"), (v, "v")):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"attn.torch.attention: {name} must be a torch.Tensor, got {type(t).__name__}; "
+                            "attn.forward takes NumPy, JAX and CuPy arrays")
     left, right = _attn._window(window)
-    rng_state = _draw_rng_state(seed, offset) if dropout_p > 0 else None
-    args = (q, k, v, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state, qkv_format,
-            _attn._mask_name(mask), left, right, None if softmax_scale is None else float(softmax_scale),
-            float(softcap), 0 if max_seqlen_q is None else int(max_seqlen_q),
-            0 if max_seqlen_kv is None else int(max_seqlen_kv), float(dropout_p), bool(deterministic), backend)
-    if torch.compiler.is_compiling():
-        out, lse = torch.ops.attn.forward(*args)  # opaque to the compiler, with fake implementations
+    mask = _attn._mask_name(mask)
+    scale = None if softmax_scale is None else float(softmax_scale)
+    seed, offset = (_draw_seed(seed), int(offset)) if dropout_p > 0 else (0, 0)
+    max_q = 0 if max_seqlen_q is None else int(max_seqlen_q)
+    max_kv = 0 if max_seqlen_kv is None else int(max_seqlen_kv)
+    if torch.compiler.is_compiling():  # the custom op: opaque to the compiler, with fake implementations
+        rng_state = (torch.tensor([seed & 0xFFFFFFFF, seed >> 32, offset], dtype=torch.int64)
+                     if dropout_p > 0 else None)
+        out, lse = torch.ops.attn.forward(q, k, v, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask,
+                                          rng_state, qkv_format, mask, left, right, scale, float(softcap), max_q,
+                                          max_kv, float(dropout_p), bool(deterministic), backend)
     else:
-        out, lse = _EagerAttention.apply(*args)
+        call = _Call(qkv_format, mask, (left, right), scale, float(softcap), max_q, max_kv, float(dropout_p), seed,
+                     offset, bool(deterministic), backend, cu_seqlens_q, cu_seqlens_kv, alibi_slopes, attn_mask)
+        out, lse = _EagerAttention.apply(q, k, v, bias, call)
     return (out, lse) if return_lse else out
 
 

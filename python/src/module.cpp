@@ -241,6 +241,9 @@ NB_MODULE(_C, m) {
   using namespace attn;
   using namespace attn::python;
   m.doc() = "attn's compiled core: validation, backend selection and the backends themselves.";
+  // Options objects live on in attn's cache and in autograd graphs that are
+  // still alive when the interpreter exits; that is not a leak, so no report.
+  nb::set_leak_warnings(false);
   register_errors(m);
   bind_options(m);
 
