@@ -95,6 +95,30 @@ def main():
         ("  _C.backward, outputs given", per_call_us(c_backward)),
         ("  attn.backward", per_call_us(lambda: attn.backward(qd, kd, vd, out, do, lse, mask="causal"))),
     ]
+    # attn.torch's passes as autograd runs them (the backward on its engine's
+    # device thread) against the same passes called directly.
+    call = at._Call("bshd", "causal", (-1, -1), None, 0.0, 0, 0, 0.0, 0, 0, False, None, None, None, None, None)
+    inside = {}
+    for name in ("forward", "backward"):
+        original = getattr(at._Call, name)
+
+        def timed(self, *a, _original=original, _name=name):
+            t0 = time.perf_counter()
+            r = _original(self, *a)
+            inside.setdefault(_name, []).append(time.perf_counter() - t0)
+            return r
+        setattr(at._Call, name, timed)
+    try:
+        per_call_us(attn_call(True), n=500, repeats=1)
+    finally:
+        for name in ("forward", "backward"):
+            setattr(at._Call, name, getattr(at._Call, name).__defaults__[0])
+    rows += [
+        ("  _Call.forward inside autograd", statistics.median(inside["forward"]) * 1e6),
+        ("  _Call.forward called directly", per_call_us(lambda: call.forward(q, k, v, None))),
+        ("  _Call.backward inside autograd", statistics.median(inside["backward"]) * 1e6),
+        ("  _Call.backward called directly", per_call_us(lambda: call.backward(do, q, k, v, out, lse, None, False))),
+    ]
     print(f"host time per call, tiny problem (b {b}, s {s}, h {h}/{h_kv}, d {d}, causal, bf16), us:")
     for name, us in rows:
         print(f"  {name:48s} {us:8.1f}")
