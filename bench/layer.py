@@ -9,7 +9,8 @@
    backward) with attn_implementation "attn" against "sdpa", without and with
    a right-padded attention mask.
 
-CUDA events, warm-up, median of --iters runs. Prints the attn backend chosen
+CUDA events, warm-up, median of --iters runs, attn and its peer timed in
+alternation (drift falls on both). Prints the attn backend chosen
 (attn.explain), a table, and writes everything as JSON to --out.
 
     python bench/layer.py --out docs/perf/layer-<date>-h100.json
@@ -31,20 +32,48 @@ import attn.torch as at
 from attn.layer import apply_rotary_pos_emb
 
 
-def timed(fn, warmup, iters):
-    """Median milliseconds of fn() over iters runs after warmup runs, CUDA events."""
-    for _ in range(warmup):
-        fn()
+def timed_interleaved(fns, warmup, iters):
+    """{name: median ms} for several callables timed in alternation: sample i
+    runs every callable once, in an order that reverses each round, so clock
+    and thermal drift over the run fall on all of them alike. fns: {name:
+    (setup, fn)}; setup() runs untimed before each sample (None: nothing)."""
+    for setup, fn in fns.values():
+        if setup:
+            setup()
+        for _ in range(warmup):
+            fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times), times
+    times = {name: [] for name in fns}
+    names = list(fns)
+    for i in range(iters):
+        for name in (names if i % 2 == 0 else names[::-1]):
+            setup, fn = fns[name]
+            if setup:
+                setup()
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def top_kernels(fn, steps=3, top=8):
+    """The CUDA kernels of `steps` calls of fn, by total GPU time: [(name, ms, calls)]."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    rows = [(e.key, e.device_time_total / 1e3 / steps, e.count // steps) for e in prof.key_averages()
+            if e.device_time_total > 0]
+    rows.sort(key=lambda r: -r[1])
+    total = sum(r[1] for r in rows)
+    return total, rows[:top]
 
 
 # ---- 1. the layer -------------------------------------------------------------------
@@ -116,8 +145,9 @@ def bench_layer(args, report):
     with torch.no_grad():  # same weights and inputs: the two layers agree
         y_attn, y_ref = layer(x, rotary_pos_emb=freqs), sdpa_fwd()
         rel = float((y_attn.float() - y_ref.float()).norm() / y_ref.float().norm())
-    t_attn, _ = timed(step(lambda: layer(x, rotary_pos_emb=freqs)), args.warmup, args.iters)
-    t_ref, _ = timed(step(sdpa_fwd), args.warmup, args.iters)
+    t = timed_interleaved({"attn": (None, step(lambda: layer(x, rotary_pos_emb=freqs))),
+                           "sdpa": (None, step(sdpa_fwd))}, args.warmup, args.iters)
+    t_attn, t_ref = t["attn"], t["sdpa"]
 
     # The attention call alone, on the layer's shapes (q, k, v as the layer makes them).
     q = torch.randn(b, s, heads, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -136,8 +166,8 @@ def bench_layer(args, report):
             o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=gqa == "enable_gqa")
         o.transpose(1, 2).backward(do)
 
-    t_a1, _ = timed(attn_only, args.warmup, args.iters)
-    t_s1, _ = timed(sdpa_only, args.warmup, args.iters)
+    t = timed_interleaved({"attn": (None, attn_only), "sdpa": (None, sdpa_only)}, args.warmup, args.iters)
+    t_a1, t_s1 = t["attn"], t["sdpa"]
     attn_flops = 3.5 * 4 * b * heads * s * s * d / 2  # fwd + bwd (2.5x), causal halves
     report["layer"] = {
         "shape": dict(batch=b, seq=s, hidden=hidden, heads=heads, kv_heads=groups, ffn=ffn, head_dim=d,
@@ -171,14 +201,22 @@ def bench_transformers(args, report):
     for case, mask in (("no mask", None), ("right-padded mask", padded)):
         labels = ids if mask is None else ids.masked_fill(mask == 0, -100)
         res = {"case": case}
-        for impl in ("attn", "sdpa"):
-            model.set_attn_implementation(impl)
 
-            def run():
-                model.zero_grad(set_to_none=True)
-                model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss.backward()
-            res[f"{impl}_ms"], _ = timed(run, args.warmup, args.iters)
+        def run(mask=mask, labels=labels):
+            model.zero_grad(set_to_none=True)
+            model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss.backward()
+
+        def use(impl):
+            return lambda: model.set_attn_implementation(impl)
+        t = timed_interleaved({impl: (use(impl), run) for impl in ("attn", "sdpa")}, args.warmup, args.iters)
+        res["attn_ms"], res["sdpa_ms"] = t["attn"], t["sdpa"]
         res["speedup"] = res["sdpa_ms"] / res["attn_ms"]
+        if args.profile:  # where the GPU time of one step goes, per implementation
+            for impl in ("attn", "sdpa"):
+                use(impl)()
+                total, top = top_kernels(run)
+                res[f"{impl}_gpu_ms"] = total
+                res[f"{impl}_top_kernels"] = [dict(name=n[:90], ms=ms, calls=c) for n, ms, c in top]
         rows.append(res)
     report["transformers"] = {
         "model": dict(hidden=2048, layers=8, heads=16, kv_heads=4, ffn=5632, vocab=32000, batch=b, seq=s,
@@ -198,6 +236,8 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--skip-transformers", action="store_true")
+    p.add_argument("--profile", action="store_true",
+                   help="also list each transformers step's top CUDA kernels (torch.profiler) per implementation")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench/layer.py needs a CUDA GPU")
@@ -236,6 +276,12 @@ def main():
         print("| case | attn | sdpa | speedup |\n| --- | --- | --- | --- |")
         for r in T["rows"]:
             print(f"| {r['case']} | {r['attn_ms']:.2f} | {r['sdpa_ms']:.2f} | {r['speedup']:.3f} |")
+        for r in T["rows"]:
+            for impl in ("attn", "sdpa"):
+                if f"{impl}_top_kernels" in r:
+                    print(f"\n{r['case']}, {impl}: GPU {r[f'{impl}_gpu_ms']:.2f} ms per step; top kernels (ms, calls):")
+                    for kern in r[f"{impl}_top_kernels"]:
+                        print(f"  {kern['ms']:7.3f} {kern['calls']:4d}  {kern['name']}")
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)
     print(f"\nwrote {args.out}")

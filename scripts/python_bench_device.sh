@@ -25,8 +25,8 @@ if [ "$which" != layer ]; then
   python3 bench/overhead.py --json "$out/overhead.json" | tee "$out/overhead.txt" || rc=1
 fi
 if [ "$which" != overhead ]; then
-  python3 bench/layer.py --out "$out/layer.json" >"$out/layer.txt" 2>&1 || rc=1
-  tail -12 "$out/layer.txt"
+  python3 bench/layer.py --out "$out/layer.json" ${ATTN_LAYER_ARGS:-} >"$out/layer.txt" 2>&1 || rc=1
+  tail -45 "$out/layer.txt"
 fi
 echo "== summary: commit $commit, install $((t1 - t0)) s, device $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 exit $rc
