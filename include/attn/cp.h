@@ -100,6 +100,12 @@ struct Communicator {
 
 // True when this build has the NCCL transport (ATTN_HAVE_NCCL).
 bool nccl_available();
+// For callers without a communicator of their own (Python): a fresh NCCL unique
+// id (rank 0 makes it, every rank receives it), a communicator over it on
+// `device`, and its destruction. Throw attn::Error without NCCL.
+std::vector<unsigned char> nccl_unique_id();
+Communicator nccl_init(const std::vector<unsigned char>& unique_id, int rank, int size, int device);
+void nccl_destroy(Communicator& comm);
 
 // attn::forward / attn::backward with context parallelism over `comm`: CUDA
 // tensors of one device, the ring's exchanges on attn's own communication

@@ -250,12 +250,19 @@ def attention(
     backend: Optional[str] = None,
     return_lse: bool = False,
     deterministic: bool = False,
+    cp: Any = None,
 ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Differentiable attention on PyTorch tensors (CPU or CUDA): attn.forward's
     keywords and semantics, gradients for q, k, v (and bias when it requires
     grad) through attn.backward. With dropout_p > 0 and seed=None, a fresh seed
     comes from PyTorch's default generator; pass seed= to fix it. Returns out,
-    or (out, lse) with return_lse=True (lse carries no gradient)."""
+    or (out, lse) with return_lse=True (lse carries no gradient). cp=: an
+    attn.cp.Communicator; q, k, v are this rank's shards (attn.cp.shard)."""
+    if cp is not None:
+        from . import cp as _cp
+        return _cp.attention(q, k, v, cp=cp, qkv_format=qkv_format, mask=mask, window=window,
+                             softmax_scale=softmax_scale, softcap=softcap, cu_seqlens_q=cu_seqlens_q,
+                             backend=backend, return_lse=return_lse)
     left, right = _attn._window(window)
     rng_state = _draw_rng_state(seed, offset) if dropout_p > 0 else None
     args = (q, k, v, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state, qkv_format,

@@ -21,6 +21,7 @@ namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace attn::python {
+void bind_cp(nb::module_& m);  // cp_module.cpp
 namespace {
 
 using OptIn = std::optional<InArray>;
@@ -243,6 +244,7 @@ NB_MODULE(_C, m) {
   m.doc() = "attn's compiled core: validation, backend selection and the backends themselves.";
   register_errors(m);
   bind_options(m);
+  bind_cp(m);
 
   m.def(
       "forward",

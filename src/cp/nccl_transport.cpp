@@ -13,7 +13,6 @@
 #include "core/cuda_check.h"
 
 namespace attn::cp::internal {
-namespace {
 
 void nccl_check(ncclResult_t r, const char* call, ncclComm_t comm) {
   if (r == ncclSuccess || r == ncclInProgress) return;
@@ -22,7 +21,9 @@ void nccl_check(ncclResult_t r, const char* call, ncclComm_t comm) {
   fail(ErrorKind::runtime, std::string(call) + " failed", detail, "ncclSuccess",
        "check that every rank runs the same calls (NCCL_DEBUG=WARN says more)");
 }
-#define ATTN_NCCL(call) nccl_check((call), #call, comm_)
+#define ATTN_NCCL(call) ::attn::cp::internal::nccl_check((call), #call, comm_)
+
+namespace {
 
 class NcclTransport : public Transport {
  public:
@@ -87,3 +88,37 @@ std::unique_ptr<Transport> nccl_transport(const Communicator& comm, int device, 
 }
 
 }  // namespace attn::cp::internal
+
+namespace attn::cp {
+
+std::vector<unsigned char> nccl_unique_id() {
+  ncclUniqueId id;
+  ncclComm_t comm_ = nullptr;
+  ATTN_NCCL(ncclGetUniqueId(&id));
+  return {reinterpret_cast<unsigned char*>(&id), reinterpret_cast<unsigned char*>(&id) + sizeof id};
+}
+
+Communicator nccl_init(const std::vector<unsigned char>& unique_id, int rank, int size, int device) {
+  if (unique_id.size() != sizeof(ncclUniqueId))
+    fail(ErrorKind::value, "context parallelism: not an NCCL unique id", std::to_string(unique_id.size()) + " bytes",
+         std::to_string(sizeof(ncclUniqueId)) + " bytes from attn.cp.Communicator.unique_id() or ncclGetUniqueId",
+         "make the id once on rank 0 and send the same bytes to every rank");
+  if (size < 1 || rank < 0 || rank >= size)
+    fail(ErrorKind::value, "context parallelism: bad rank or size", std::to_string(rank) + " of " + std::to_string(size),
+         "0 <= rank < size", "pass this process's rank and the number of ranks");
+  ncclUniqueId id;
+  std::memcpy(&id, unique_id.data(), sizeof id);
+  ATTN_CUDA(cudaSetDevice(device));
+  ncclComm_t comm_ = nullptr;
+  ATTN_NCCL(ncclCommInitRank(&comm_, size, id, rank));
+  return {comm_, rank, size};
+}
+
+void nccl_destroy(Communicator& comm) {
+  if (!comm.nccl_comm) return;
+  ncclComm_t comm_ = static_cast<ncclComm_t>(comm.nccl_comm);
+  ATTN_NCCL(ncclCommDestroy(comm_));
+  comm.nccl_comm = nullptr;
+}
+
+}  // namespace attn::cp
