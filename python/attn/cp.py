@@ -170,6 +170,7 @@ def attention(q: Any, k: Any, v: Any, *, cp: Any, **kw: Any) -> Any:
     class _Ring(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v):  # noqa: ANN001
+            q, k, v = q.detach(), k.detach(), v.detach()  # DLPack refuses tensors that require grad
             out, lse = _attn.forward(q, k, v, cp=cp, return_lse=True, **kw)
             ctx.save_for_backward(q, k, v, out, lse)
             return out, lse
