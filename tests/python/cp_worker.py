@@ -57,8 +57,9 @@ def run_case(comm, fmt, mask, h_q, h_kv, window, seed):
         # attn.torch.attention(cp=) gives the same gradients through autograd.
         qg, kg, vg = (x.clone().requires_grad_() for x in (ql, kl, vl))
         attn.torch.attention(qg, kg, vg, cp=comm, qkv_format=fmt, mask=mask).backward(dl)
-        same = torch.equal(qg.grad, dql) and torch.equal(kg.grad, dkl) and torch.equal(vg.grad, dvl)
-        checks.append((same, "autograd " + ("same" if same else "DIFFERENT")))
+        # Not bitwise: cuDNN's backward accumulates dq with atomics (run to run ~1 ulp).
+        for name, got, want in (("autograd dq", qg.grad, dql), ("autograd dk", kg.grad, dkl), ("autograd dv", vg.grad, dvl)):
+            checks.append(close(name, got, want, 1e-2, 1e-2))
     ok = all(c[0] for c in checks)
     return ok, f"{fmt} {mask} h={h_q}/{h_kv} window={window}: " + ", ".join(c[1] for c in checks)
 
