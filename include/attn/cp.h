@@ -10,7 +10,10 @@
 // Status (2026-11-23): plan, rules, forward and backward over any Transport,
 // for bshd, sbhd and thd, causal (top-left) and not, sliding windows (bshd,
 // sbhd), GQA; host tensors checked on the CPU with in-process ranks (cp 1-3)
-// and an NCCL transport for CUDA tensors (ATTN_HAVE_NCCL builds). Not yet:
+// and an NCCL transport for CUDA tensors (ATTN_HAVE_NCCL builds), which
+// matched the one-GPU result within bf16 tolerances on 2x H200 for bshd, sbhd,
+// thd, causal or not, GQA and windows (docs/PERF.md); throughput not yet
+// measured (bench/cp.py). Not yet:
 // padding masks, bias/ALiBi/arbitrary masks, dropout (each is refused with a
 // reason), the unsplit fallback in C++ (Python's cp_fallback gathers instead).
 //
