@@ -1,24 +1,30 @@
 // Context parallelism: one long sequence split over `cp` ranks (DESIGN.md,
 // "Context parallelism"). Each sequence is cut into 2*cp chunks of equal length;
 // rank r holds chunks r and 2cp-1-r, so causal work is balanced. K/V chunks
-// travel around the ring; each rank merges its partial outputs by their LSE.
+// travel around the ring; each rank merges its partial outputs by their LSE in
+// fp32. The backward runs the same ring: each block's backward takes the whole
+// sequence's out and lse (SEMANTICS.md "Backward"), dq accumulates in fp32 on
+// its rank, dk/dv accumulate in fp32 in a buffer that travels with the K/V and
+// arrives back at its owner after the last step.
 //
-// Status (2026-11-23): the plan (rules, chunk ownership, which blocks a causal
-// mask skips), the LSE merge and a ring forward over an abstract transport,
-// checked on the CPU with in-process ranks. The NCCL transport, the backward,
-// thd and the Python API are the next steps (issue 9).
+// Status (2026-11-23): plan, rules, forward and backward over any Transport,
+// for bshd, sbhd and thd, causal (top-left) and not, sliding windows (bshd,
+// sbhd), GQA; host tensors checked on the CPU with in-process ranks (cp 1-3)
+// and an NCCL transport for CUDA tensors (ATTN_HAVE_NCCL builds), which
+// matched the one-GPU result within bf16 tolerances on 2x H200 for bshd, sbhd,
+// thd, causal or not, GQA and windows (docs/PERF.md); throughput not yet
+// measured (bench/cp.py). Not yet:
+// padding masks, bias/ALiBi/arbitrary masks, dropout (each is refused with a
+// reason), the unsplit fallback in C++ (Python's cp_fallback gathers instead).
 //
-// The backward needs a decision first: a ring backward runs each block's
-// backward with the *final* out and lse (P = exp(s - lse_final), D = rowsum(dout
-// * out_final)), so the blocks' gradients add up to the whole. cudnn (and
-// FlashAttention-style kernels) read the given out and lse; `reference` and
-// `unfused` recompute them from q, k, v and ignore the caller's, so their
-// block gradients come out normalized per block (tried: off by 0.2-2 on the CPU).
-// Either they honour the given out/lse (the reference then inherits fp32 lse
-// rounding, ~1e-7) or the call gets an option saying so.
+// Local tensors: bshd [b, 2c, h, d] / sbhd [2c, b, h, d] hold chunk r then chunk
+// 2cp-1-r of each sequence (c = s / (2cp)); thd holds, per sequence, its chunk r
+// then its chunk 2cp-1-r, packed; thd calls pass the *global* cu_seqlens (of the
+// whole sequences, as TransformerEngine does), whose values are read on the host.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "attn/attn.h"
@@ -41,22 +47,75 @@ Chunks chunks_of(int rank, int cp);
 enum class Block { skip, full, diagonal };
 Block block_kind(int64_t q_chunk, int64_t kv_chunk, bool causal);
 
-// Moves one rank's K/V buffer to the next rank of the ring and receives the
-// previous rank's, in one step (NCCL send/recv on the device; in-process in tests).
+// Moves buffers around the ring: send to (rank+1) % size, receive from
+// (rank-1+size) % size. Every rank makes the same calls in the same order.
 class Transport {
  public:
   virtual ~Transport() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // send to (rank+1) % size, receive from (rank-1+size) % size; bytes each.
-  virtual void ring_step(const void* send, void* recv, int64_t bytes) = 0;
+  // Starts one exchange of `bytes` each way. On a device it returns at once and
+  // the transfer begins after the work already queued on the compute stream;
+  // on the host it may complete before returning.
+  virtual void start(const void* send, void* recv, int64_t bytes) = 0;
+  // Later compute waits for every exchange started so far.
+  virtual void wait() {}
+  // Every rank's `bytes` of host data, in rank order, on every rank (blocking).
+  virtual void all_gather_host(const void* mine, void* all, int64_t bytes) = 0;
 };
 
-// One rank's forward, bshd, no_mask or causal (top-left): q, k, v hold this
-// rank's two chunks of every sequence ([b, 2*chunk, h, d], chunk order of
-// chunks_of()); out and lse (fp32 [b, h_q, 2*chunk]) receive this rank's rows of
-// the full-sequence result. Host tensors (fp32/fp64) in this version; every
-// block runs through attn::forward with `policy`.
-void ring_forward(const Options& opts, const ForwardArgs& local, Transport& transport, const Policy& policy = {});
+// One ring step's work: the local query rows [q_begin, q_end) against the key
+// rows [kv_begin, kv_end) of the K/V held at that step (local coordinates per
+// sequence, in [0, 2c)), with the mask (no_mask or causal) and window
+// (bottom-right aligned, equal lengths) that reproduce the whole sequence's.
+struct BlockCall {
+  int64_t q_begin, q_end, kv_begin, kv_end;
+  MaskType mask;
+  Window window;
+};
+// The calls of step `step` on rank `rank` (whose K/V comes from rank - step),
+// chunk length c; empty when the mask hides the whole step. `whole_halves`
+// (thd, and any windowed call) keeps each call inside one chunk per side; else
+// a step is one call. Pure: the plan tests and `explain` read it.
+std::vector<BlockCall> plan_step(int rank, int step, int cp, int64_t chunk, bool causal, Window window,
+                                 bool per_chunk);
+
+// The plan in words: chunks per rank, calls per step and the steps skipped.
+std::string describe_plan(const Options& opts, int cp, int64_t chunk);
+
+// One rank's forward and backward over a transport. Tensors are local shards
+// (see above) on the host or one CUDA device; ctx.stream is the compute stream.
+// Every block runs through attn::forward / attn::backward with `policy`, so any
+// backend that returns lse computes a step. Throws attn::Error before any
+// transfer when the call cannot run (rule, mismatch between ranks, feature).
+void ring_forward(const Options& opts, const ForwardArgs& local, Transport& transport,
+                  const Policy& policy = Policy::from_env(), const RunContext& ctx = {});
+void ring_backward(const Options& opts, const BackwardArgs& local, Transport& transport,
+                   const Policy& policy = Policy::from_env(), const RunContext& ctx = {});
+
+// A communicator handle: the caller's NCCL communicator (ncclComm_t) with this
+// process's rank and the ring's size. Absent (nccl_comm == nullptr) = one GPU.
+struct Communicator {
+  void* nccl_comm = nullptr;  // ncclComm_t, owned by the caller
+  int rank = 0;
+  int size = 1;
+};
+
+// True when this build has the NCCL transport (ATTN_HAVE_NCCL).
+bool nccl_available();
+// For callers without a communicator of their own (Python): a fresh NCCL unique
+// id (rank 0 makes it, every rank receives it), a communicator over it on
+// `device`, and its destruction. Throw attn::Error without NCCL.
+std::vector<unsigned char> nccl_unique_id();
+Communicator nccl_init(const std::vector<unsigned char>& unique_id, int rank, int size, int device);
+void nccl_destroy(Communicator& comm);
+
+// attn::forward / attn::backward with context parallelism over `comm`: CUDA
+// tensors of one device, the ring's exchanges on attn's own communication
+// stream, the blocks on ctx.stream. comm.nccl_comm == nullptr runs the plain call.
+void forward(const Options& opts, const ForwardArgs& local, const Communicator& comm, const RunContext& ctx = {},
+             const Policy& policy = Policy::from_env());
+void backward(const Options& opts, const BackwardArgs& local, const Communicator& comm, const RunContext& ctx = {},
+              const Policy& policy = Policy::from_env());
 
 }  // namespace attn::cp

@@ -198,6 +198,7 @@ def forward(
     check_seqlens: bool = True,
     disable: Sequence[str] = (),
     stream: Optional[int] = None,
+    cp: Any = None,
 ) -> Any:
     """Attention forward: softmax(softmax_scale * q k^T [softcap, bias, mask]) v.
 
@@ -227,6 +228,14 @@ def forward(
         if shape is not None:
             lse = _arrays.empty(q, shape, "float32")
     d = _arrays.as_dlpack
+    if cp is not None:  # context parallelism (attn/cp.py): this rank's shards over cp's ring
+        from . import cp as _cp
+        _cp.refuse_unsupported(cu_seqlens_q, cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
+                               attn_mask=attn_mask)
+        _cp._forward(cp, opts, d(q), d(k), d(v), out, lse, None if cu_seqlens_q is None else d(cu_seqlens_q),
+                     backend, list(disable), _stream(q, stream))
+        out = _arrays.finish(q, out)
+        return (out, _arrays.finish(q, lse)) if return_lse else out
     _C.forward(
         opts, d(q), d(k), d(v), d(out), d(lse),
         **_inputs(cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask),
@@ -270,6 +279,7 @@ def backward(
     check_seqlens: bool = True,
     disable: Sequence[str] = (),
     stream: Optional[int] = None,
+    cp: Any = None,
 ) -> Tuple[Any, ...]:
     """Attention backward: (dq, dk, dv) from the forward's q, k, v, out, its lse
     (forward(..., return_lse=True)) and dout, with the same keywords as the
@@ -292,6 +302,13 @@ def backward(
     if want_dbias and dbias is None:
         dbias = _arrays.empty(bias, _arrays.shape_of(bias))
     d = _arrays.as_dlpack
+    if cp is not None:  # context parallelism (attn/cp.py)
+        from . import cp as _cp
+        _cp.refuse_unsupported(cu_seqlens_q, cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
+                               attn_mask=attn_mask, dbias=dbias)
+        _cp._backward(cp, opts, d(q), d(k), d(v), d(out), d(dout), d(lse), dq, dk, dv,
+                      None if cu_seqlens_q is None else d(cu_seqlens_q), backend, list(disable), _stream(q, stream))
+        return tuple(_arrays.finish(q, g) for g in (dq, dk, dv))
     _C.backward(
         opts, d(q), d(k), d(v), d(out), d(dout), d(lse), d(dq), d(dk), d(dv), d(dbias),
         **_inputs(cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask),

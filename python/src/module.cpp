@@ -21,6 +21,7 @@ namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace attn::python {
+void bind_cp(nb::module_& m);  // cp_module.cpp
 namespace {
 
 using OptIn = std::optional<InArray>;
@@ -246,6 +247,7 @@ NB_MODULE(_C, m) {
   nb::set_leak_warnings(false);
   register_errors(m);
   bind_options(m);
+  bind_cp(m);
 
   m.def(
       "forward",

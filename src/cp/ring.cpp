@@ -1,133 +1,151 @@
-// The ring forward of one rank (see attn/cp.h): for each ring step, the blocks
-// (query chunk x key chunk) the mask leaves visible run through attn::forward,
-// and their outputs merge into fp64 accumulators by their log-sum-exp.
-#include <cmath>
+// The ring passes of one rank (see attn/cp.h). Each step runs the blocks the
+// plan leaves visible through attn::forward / attn::backward while the next
+// step's K/V is already in flight; outputs merge by LSE (forward), gradients
+// add in fp32 (backward), dK/dV riding the ring back to their owner.
+#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "attn/cp.h"
-#include "core/numeric.h"
+#include "cp/ring_setup.h"
 
 namespace attn::cp {
 namespace {
 
-using Bytes = std::vector<unsigned char>;
+using internal::Ops;
+using internal::Ring;
 
-// The sub-view of chunk `c` (0 or 1) along the sequence dimension of a local bshd tensor.
-TensorView chunk_view(const TensorView& t, int c, int64_t chunk) {
-  TensorView v = t;
-  v.shape[1] = chunk;
-  v.data = static_cast<unsigned char*>(t.data) + c * chunk * t.strides_elems[1] * dtype_size_bytes(t.dtype);
-  return v;
+int64_t bytes_of(const TensorView& t) { return t.numel() * static_cast<int64_t>(dtype_size_bytes(t.dtype)); }
+
+// K then V, contiguous in work order, in one buffer that travels as a whole.
+struct KvBuffer {
+  TensorView k, v;
+  void* data = nullptr;
+  int64_t bytes = 0;
+};
+
+KvBuffer kv_buffer(Ring& ring, const TensorView& k_like, const TensorView& v_like, DType dtype) {
+  KvBuffer b;
+  const int64_t k_elems = k_like.numel();
+  b.bytes = (k_elems + v_like.numel()) * static_cast<int64_t>(dtype_size_bytes(dtype));
+  b.data = ring.ops().alloc(b.bytes);
+  b.k = Ring::over(b.data, k_like, dtype, k_like.shape[k_like.rank - 1]);
+  b.v = Ring::over(static_cast<unsigned char*>(b.data) + k_elems * static_cast<int64_t>(dtype_size_bytes(dtype)),
+                   v_like, dtype, v_like.shape[v_like.rank - 1]);
+  return b;
 }
 
-// A contiguous copy of t's elements into dst (same shape, row-major).
-void pack(const TensorView& t, unsigned char* dst) {
-  const int64_t n = t.numel();
-  for (int64_t e = 0; e < n; ++e) {
-    int64_t rem = e, off = 0;
-    for (int d = t.rank - 1; d >= 0; --d) {
-      off += (rem % t.shape[d]) * t.strides_elems[d];
-      rem /= t.shape[d];
-    }
-    detail::store_from_double(dst, t.dtype, e, detail::load_as_double(t.data, t.dtype, off));
+std::string plan_summary(const Ring& ring) {
+  int calls = 0, skipped = 0;
+  for (int t = 0; t < ring.size(); ++t) {
+    const size_t n = ring.step(t).size();
+    calls += static_cast<int>(n);
+    skipped += n == 0;
   }
-}
-
-TensorView contiguous_view(void* data, const TensorView& like) {
-  return make_view(data, like.dtype, like.rank, like.shape.data(), nullptr, like.device);
-}
-
-void require(bool ok, const std::string& what, const std::string& got, const std::string& expected) {
-  if (!ok)
-    fail(ErrorKind::unsupported, "ring attention: " + what, got, expected,
-         "this first version of context parallelism runs bshd host tensors with no_mask or causal; "
-         "the rest comes with the NCCL version (issue 9)");
+  return std::to_string(ring.size()) + " steps, " + std::to_string(calls) + " block calls, " +
+         std::to_string(skipped) + " steps skipped";
 }
 
 }  // namespace
 
-void ring_forward(const Options& opts, const ForwardArgs& local, Transport& transport, const Policy& policy) {
-  const TensorView &q = local.in.q, &k = local.in.k, &v = local.in.v;
-  require(opts.qkv_format == QkvFormat::bshd, "qkv_format", format_name(opts.qkv_format), "bshd");
-  require(opts.mask == MaskType::no_mask || opts.mask == MaskType::causal, "mask", mask_name(opts.mask),
-          "no_mask or causal");
-  require(opts.window.left < 0 && opts.window.right < 0 && opts.dropout_p == 0.0, "window or dropout", "given",
-          "neither");
-  require(!q.device.is_cuda(), "device", device_name(q.device), "host tensors");
-  require(q.rank == 4 && k.rank == 4 && q.shape[1] % 2 == 0 && q.shape[1] == k.shape[1], "local q/k shapes",
-          q.shape_str() + ", " + k.shape_str(), "[b, 2*chunk, h, d] each, the same 2*chunk");
-  const int cp = transport.size(), r = transport.rank();
-  const int64_t b = q.shape[0], chunk = q.shape[1] / 2, h_q = q.shape[2], d_v = v.shape[3];
-  const bool causal = opts.mask == MaskType::causal;
+void ring_forward(const Options& opts, const ForwardArgs& local, Transport& transport, const Policy& policy,
+                  const RunContext& ctx) {
+  Ring ring(opts, local.in, Pass::forward, transport, policy, ctx);
+  Ops& ops = ring.ops();
+  const int cp = ring.size();
+  ring.log("forward, " + plan_summary(ring));
 
-  // K and V travel as one contiguous buffer; two of them alternate.
-  const int64_t k_bytes = k.numel() * static_cast<int64_t>(dtype_size_bytes(k.dtype));
-  const int64_t kv_bytes = k_bytes + v.numel() * static_cast<int64_t>(dtype_size_bytes(v.dtype));
-  Bytes cur(static_cast<size_t>(kv_bytes)), next(static_cast<size_t>(kv_bytes));
-  pack(k, cur.data());
-  pack(v, cur.data() + k_bytes);
+  const TensorView q = ring.to_work(local.in.q);
+  KvBuffer kv[2] = {kv_buffer(ring, local.in.k, local.in.v, local.in.k.dtype),
+                    kv_buffer(ring, local.in.k, local.in.v, local.in.k.dtype)};
+  ring.into_work(local.in.k, kv[0].k);
+  ring.into_work(local.in.v, kv[0].v);
 
-  const double neg_inf = -std::numeric_limits<double>::infinity();
-  std::vector<double> out_acc(static_cast<size_t>(b * 2 * chunk * h_q * d_v), 0.0);
-  std::vector<double> lse_acc(static_cast<size_t>(b * h_q * 2 * chunk), neg_inf);
-  const size_t block_out = static_cast<size_t>(b * chunk * h_q * d_v) * dtype_size_bytes(q.dtype);
-  Bytes out_block(block_out), lse_block(static_cast<size_t>(b * h_q * chunk) * sizeof(float));
+  const int64_t d_v = local.in.v.shape[local.in.v.rank - 1];
+  const TensorView acc = ring.alloc_like(q, DType::f32, d_v), acc_lse = ring.alloc_lse(q);
+  ops.fill(acc, 0.f);
+  ops.fill(acc_lse, -std::numeric_limits<float>::infinity());
+  // One block's outputs at most the size of the whole shard; reused block after block (stream order).
+  void* block_out = ops.alloc(bytes_of(Ring::over(nullptr, q, local.in.q.dtype, d_v)));
+  void* block_lse = ops.alloc(static_cast<int64_t>(acc_lse.numel() * sizeof(float)));
 
-  for (int step = 0; step < cp; ++step) {
-    const int source = (r - step + cp) % cp;  // whose K/V this rank holds now
-    if (step + 1 < cp) transport.ring_step(cur.data(), next.data(), kv_bytes);
-    const TensorView k_all = contiguous_view(cur.data(), k), v_all = contiguous_view(cur.data() + k_bytes, v);
-    const Chunks mine = chunks_of(r, cp), theirs = chunks_of(source, cp);
-    for (int qc = 0; qc < 2; ++qc)
-      for (int kc = 0; kc < 2; ++kc) {
-        const Block kind = block_kind(qc ? mine.second : mine.first, kc ? theirs.second : theirs.first, causal);
-        if (kind == Block::skip) continue;
-        Options o = opts;
-        o.mask = kind == Block::diagonal ? MaskType::causal : MaskType::no_mask;
-        ForwardArgs a;
-        a.in = local.in;
-        a.in.q = chunk_view(q, qc, chunk);
-        a.in.k = chunk_view(k_all, kc, chunk);
-        a.in.v = chunk_view(v_all, kc, chunk);
-        a.out = make_view(out_block.data(), q.dtype, {b, chunk, h_q, d_v}, q.device);
-        a.lse = make_view(lse_block.data(), DType::f32, {b, h_q, chunk}, q.device);
-        forward(o, a, {}, policy);
-        const float* lse = reinterpret_cast<const float*>(lse_block.data());
-        for (int64_t bb = 0; bb < b; ++bb)
-          for (int64_t h = 0; h < h_q; ++h)
-            for (int64_t i = 0; i < chunk; ++i) {
-              const double l2 = lse[(bb * h_q + h) * chunk + i];
-              if (l2 == neg_inf) continue;
-              double& l1 = lse_acc[static_cast<size_t>((bb * h_q + h) * 2 * chunk + qc * chunk + i)];
-              const double m = std::max(l1, l2);
-              const double merged = m + std::log(std::exp(l1 - m) + std::exp(l2 - m));
-              const double w1 = l1 == neg_inf ? 0.0 : std::exp(l1 - merged), w2 = std::exp(l2 - merged);
-              double* acc = &out_acc[static_cast<size_t>(((bb * 2 * chunk + qc * chunk + i) * h_q + h) * d_v)];
-              const int64_t src = ((bb * chunk + i) * h_q + h) * d_v;
-              for (int64_t c = 0; c < d_v; ++c)
-                acc[c] = w1 * acc[c] + w2 * detail::load_as_double(out_block.data(), q.dtype, src + c);
-              l1 = merged;
-            }
-      }
-    std::swap(cur, next);
+  for (int t = 0; t < cp; ++t) {
+    const KvBuffer &cur = kv[t % 2], &next = kv[(t + 1) % 2];
+    if (t + 1 < cp) transport.start(cur.data, next.data, cur.bytes);
+    for (const BlockCall& call : ring.step(t)) {
+      ForwardArgs a;
+      a.in = ring.block_inputs(call, q, cur.k, cur.v);
+      a.out = Ring::over(block_out, a.in.q, local.in.q.dtype, d_v);
+      a.lse = ring.lse_over(block_lse, a.in.q);
+      forward(ring.block_options(call), a, ctx, policy);
+      ops.merge(ring.format(), a.out, a.lse, ring.rows(acc, call.q_begin, call.q_end),
+                ring.lse_rows(acc_lse, call.q_begin, call.q_end));
+    }
+    if (t + 1 < cp) transport.wait();
   }
+  // Rows that saw no key keep out = 0 and lse = -inf (SEMANTICS.md).
+  ring.from_work(acc, local.out);
+  if (local.lse.defined()) ring.lse_from_work(acc_lse, local.lse);
+}
 
-  // This rank's rows: rows that saw no key keep out = 0 and lse = -inf.
-  for (int64_t bb = 0; bb < b; ++bb)
-    for (int64_t i = 0; i < 2 * chunk; ++i)
-      for (int64_t h = 0; h < h_q; ++h) {
-        const int64_t o_off = bb * local.out.strides_elems[0] + i * local.out.strides_elems[1] + h * local.out.strides_elems[2];
-        for (int64_t c = 0; c < d_v; ++c)
-          detail::store_from_double(local.out.data, local.out.dtype, o_off + c * local.out.strides_elems[3],
-                                    out_acc[static_cast<size_t>(((bb * 2 * chunk + i) * h_q + h) * d_v + c)]);
-        if (local.lse.defined())
-          detail::store_from_double(local.lse.data, DType::f32,
-                                    bb * local.lse.strides_elems[0] + h * local.lse.strides_elems[1] + i * local.lse.strides_elems[2],
-                                    lse_acc[static_cast<size_t>((bb * h_q + h) * 2 * chunk + i)]);
-      }
+void ring_backward(const Options& opts, const BackwardArgs& local, Transport& transport, const Policy& policy,
+                   const RunContext& ctx) {
+  Ring ring(opts, local.in, Pass::backward, transport, policy, ctx);
+  Ops& ops = ring.ops();
+  const int cp = ring.size();
+  ring.log("backward, " + plan_summary(ring));
+  const DType dt = local.in.q.dtype;
+
+  const TensorView q = ring.to_work(local.in.q), out = ring.to_work(local.out), dout = ring.to_work(local.dout);
+  const TensorView lse = ring.lse_to_work(local.lse);
+  KvBuffer kv[2] = {kv_buffer(ring, local.in.k, local.in.v, dt), kv_buffer(ring, local.in.k, local.in.v, dt)};
+  ring.into_work(local.in.k, kv[0].k);
+  ring.into_work(local.in.v, kv[0].v);
+  // dK/dV of the K/V held now, fp32, travelling one step behind the K/V.
+  KvBuffer dkv[2] = {kv_buffer(ring, local.in.k, local.in.v, DType::f32),
+                     kv_buffer(ring, local.in.k, local.in.v, DType::f32)};
+  ops.fill(dkv[0].k, 0.f);
+  ops.fill(dkv[0].v, 0.f);
+  const TensorView dq_acc = ring.alloc_like(q, DType::f32, q.shape[q.rank - 1]);
+  ops.fill(dq_acc, 0.f);
+  void* block_dq = ops.alloc(bytes_of(local.in.q));
+  void* block_dk = ops.alloc(bytes_of(Ring::over(nullptr, local.in.k, dt, local.in.k.shape[local.in.k.rank - 1])));
+  void* block_dv = ops.alloc(bytes_of(Ring::over(nullptr, local.in.v, dt, local.in.v.shape[local.in.v.rank - 1])));
+
+  for (int t = 0; t < cp; ++t) {
+    const KvBuffer &cur = kv[t % 2], &next = kv[(t + 1) % 2];
+    const KvBuffer &acc = dkv[t % 2], &arriving = dkv[(t + 1) % 2];
+    if (t + 1 < cp) transport.start(cur.data, next.data, cur.bytes);
+    // dkv[t % 2] arrived at the end of step t-1 (step 0 starts it at zero): wait
+    // for it only once the first block is queued, so its transfer overlaps that block.
+    bool waited = t == 0;
+    for (const BlockCall& call : ring.step(t)) {
+      BackwardArgs a;
+      a.in = ring.block_inputs(call, q, cur.k, cur.v);
+      a.out = ring.rows(out, call.q_begin, call.q_end);
+      a.dout = ring.rows(dout, call.q_begin, call.q_end);
+      a.lse = ring.lse_rows(lse, call.q_begin, call.q_end);
+      a.dq = Ring::over(block_dq, a.in.q, dt, a.in.q.shape[a.in.q.rank - 1]);
+      a.dk = Ring::over(block_dk, a.in.k, dt, a.in.k.shape[a.in.k.rank - 1]);
+      a.dv = Ring::over(block_dv, a.in.v, dt, a.in.v.shape[a.in.v.rank - 1]);
+      backward(ring.block_options(call), a, ctx, policy);
+      ops.add(a.dq, ring.rows(dq_acc, call.q_begin, call.q_end));
+      if (!waited) transport.wait(), waited = true;
+      ops.add(a.dk, ring.rows(acc.k, call.kv_begin, call.kv_end));
+      ops.add(a.dv, ring.rows(acc.v, call.kv_begin, call.kv_end));
+    }
+    if (!waited) transport.wait();
+    // Pass this K/V's gradient on; after the last step it reaches its owner.
+    if (cp > 1) transport.start(acc.data, arriving.data, acc.bytes);
+  }
+  if (cp > 1) transport.wait();
+  // Step t accumulates into dkv[t % 2] and receives into the other: after the
+  // last step this rank's own gradient sits in dkv[cp % 2].
+  const KvBuffer& mine = cp > 1 ? dkv[cp % 2] : dkv[0];
+  ring.from_work(dq_acc, local.dq);
+  ring.from_work(mine.k, local.dk);
+  ring.from_work(mine.v, local.dv);
 }
 
 }  // namespace attn::cp

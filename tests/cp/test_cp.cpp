@@ -1,6 +1,5 @@
 // Context parallelism on the CPU: the plan (rule, chunk ownership, causal block
-// skipping) and the ring forward of cp in-process ranks against the same
-// problem computed whole, in fp64.
+// skipping, windows); the ring passes are in test_ring.cpp.
 #include <gtest/gtest.h>
 
 #include <barrier>
@@ -60,124 +59,70 @@ TEST(ContextParallel, CausalBlocksAreSkippedAboveTheDiagonal) {
   }
 }
 
-// cp ranks in one process: each ring step hands every buffer to the next rank.
-class LocalRing {
- public:
-  explicit LocalRing(int size) : size_(size), mail_(size), sync_(size) {}
-  class Endpoint : public cp::Transport {
-   public:
-    Endpoint(LocalRing& ring, int rank) : ring_(ring), rank_(rank) {}
-    int rank() const override { return rank_; }
-    int size() const override { return ring_.size_; }
-    void ring_step(const void* send, void* recv, int64_t bytes) override {
-      const auto* s = static_cast<const unsigned char*>(send);
-      ring_.mail_[(rank_ + 1) % ring_.size_].assign(s, s + bytes);
-      ring_.sync_.arrive_and_wait();
-      std::copy(ring_.mail_[rank_].begin(), ring_.mail_[rank_].end(), static_cast<unsigned char*>(recv));
-      ring_.sync_.arrive_and_wait();
-    }
-
-   private:
-    LocalRing& ring_;
-    int rank_;
+TEST(ContextParallel, PlanCoversEveryVisiblePairOnce) {
+  // Brute force: for every rank and step, the calls' (query, key) pairs, mapped
+  // to global positions, must be exactly the pairs the whole mask allows.
+  struct Mask {
+    bool causal;
+    Window window;
   };
-
- private:
-  int size_;
-  std::vector<std::vector<unsigned char>> mail_;
-  std::barrier<> sync_;
-};
-
-// Rows [start, start + n) of the sequence dimension of a contiguous [b, s, h, d] buffer.
-std::vector<double> rows(const std::vector<double>& x, int64_t b, int64_t s, int64_t hd, int64_t start, int64_t n) {
-  std::vector<double> out;
-  for (int64_t bb = 0; bb < b; ++bb)
-    for (int64_t i = start; i < start + n; ++i)
-      out.insert(out.end(), x.begin() + (bb * s + i) * hd, x.begin() + (bb * s + i + 1) * hd);
-  return out;
+  for (int cp : {1, 2, 3, 4})
+    for (int64_t c : {1, 3, 5})
+      for (Mask m : {Mask{false, {}}, Mask{true, {}}, Mask{true, {4, -1}}, Mask{false, {3, 2}}, Mask{false, {0, 7}},
+                     Mask{true, {1, -1}}, Mask{false, {-1, 2}}})
+        for (bool per_chunk : {false, true}) {
+          const bool windowed = m.window.left >= 0 || m.window.right >= 0;
+          if (!per_chunk && windowed) continue;  // windows always plan per chunk
+          SCOPED_TRACE("cp=" + std::to_string(cp) + " c=" + std::to_string(c) + " causal=" + std::to_string(m.causal) +
+                       " window=(" + std::to_string(m.window.left) + "," + std::to_string(m.window.right) + ")");
+          const int64_t len = 2 * cp * c;
+          std::vector<int> seen(static_cast<size_t>(len * len), 0);
+          for (int r = 0; r < cp; ++r)
+            for (int t = 0; t < cp; ++t) {
+              const int source = (r - t + cp) % cp;
+              auto global = [&](int rank, int64_t local) {
+                const cp::Chunks ch = cp::chunks_of(rank, cp);
+                return local < c ? ch.first * c + local : ch.second * c + local - c;
+              };
+              for (const cp::BlockCall& call : cp::plan_step(r, t, cp, c, m.causal, m.window, per_chunk)) {
+                const int64_t nq = call.q_end - call.q_begin, nk = call.kv_end - call.kv_begin;
+                ASSERT_GT(nq, 0);
+                ASSERT_GT(nk, 0);
+                // The block's own rule (SEMANTICS.md, bottom-right windows; causal = right 0).
+                const int64_t shift = call.mask == MaskType::causal ? 0 : nk - nq, left = call.window.left;
+                const int64_t right = call.mask == MaskType::causal ? 0 : call.window.right;
+                for (int64_t i = 0; i < nq; ++i)
+                  for (int64_t j = 0; j < nk; ++j) {
+                    const bool vis = (left < 0 || j >= i + shift - left) && (right < 0 || j <= i + shift + right);
+                    if (vis) ++seen[global(r, call.q_begin + i) * len + global(source, call.kv_begin + j)];
+                  }
+              }
+            }
+          const int64_t left = m.window.left, right = m.causal ? 0 : m.window.right;
+          for (int64_t i = 0; i < len; ++i)
+            for (int64_t j = 0; j < len; ++j) {
+              const int want = (left < 0 || j >= i - left) && (right < 0 || j <= i + right);
+              ASSERT_EQ(seen[i * len + j], want) << "pair " << i << "," << j;
+            }
+        }
 }
 
-TEST(ContextParallel, RingForwardEqualsTheWholeSequence) {
-  Policy ref;
-  ref.forced = "reference";
-  for (int size : {1, 2, 3})
-    for (MaskType mask : {MaskType::no_mask, MaskType::causal}) {
-      SCOPED_TRACE("cp=" + std::to_string(size) + " mask=" + mask_name(mask));
-      testing::CaseSpec s;
-      s.dtype = DType::f64;
-      s.mask = mask;
-      s.batch = 2;
-      const int64_t chunk = 5, len = 2 * size * chunk;
-      s.s_q = s.s_kv = len;
-      s.h_q = 4;
-      s.h_kv = 2;
-      s.d_qk = 8;
-      s.d_v = 6;
-      s.return_lse = true;
-      testing::Case whole = testing::make_case(s, Device::cpu(), 21 + size);
-      forward(whole.opts, whole.fwd, {}, ref);
-      const std::vector<double> q = whole.q.to_doubles(), k = whole.k.to_doubles(), v = whole.v.to_doubles();
-      const std::vector<double> out = whole.out.to_doubles(), lse = whole.lse.to_doubles();
-
-      LocalRing ring(size);
-      std::vector<testing::TensorBuffer> lq, lk, lv, lo, ll;
-      for (int r = 0; r < size; ++r) {
-        const cp::Chunks c = cp::chunks_of(r, size);
-        auto shard = [&](const std::vector<double>& x, int64_t h, int64_t d) {
-          std::vector<double> part = rows(x, s.batch, len, h * d, c.first * chunk, chunk);
-          std::vector<double> second = rows(x, s.batch, len, h * d, c.second * chunk, chunk);
-          std::vector<double> joined;  // per batch: first chunk then second chunk
-          for (int64_t bb = 0; bb < s.batch; ++bb) {
-            joined.insert(joined.end(), part.begin() + bb * chunk * h * d, part.begin() + (bb + 1) * chunk * h * d);
-            joined.insert(joined.end(), second.begin() + bb * chunk * h * d, second.begin() + (bb + 1) * chunk * h * d);
-          }
-          testing::TensorBuffer t(DType::f64, {s.batch, 2 * chunk, h, d});
-          t.copy_from(joined);
-          return t;
-        };
-        lq.push_back(shard(q, s.h_q, s.d_qk));
-        lk.push_back(shard(k, s.h_kv, s.d_qk));
-        lv.push_back(shard(v, s.h_kv, s.d_v));
-        lo.emplace_back(DType::f64, std::vector<int64_t>{s.batch, 2 * chunk, s.h_q, s.d_v});
-        ll.emplace_back(DType::f32, std::vector<int64_t>{s.batch, s.h_q, 2 * chunk});
-      }
-      std::vector<std::thread> ranks;
-      std::vector<std::string> errors(size);
-      for (int r = 0; r < size; ++r)
-        ranks.emplace_back([&, r] {
-          LocalRing::Endpoint ep(ring, r);
-          ForwardArgs a;
-          a.in.q = lq[r].view(), a.in.k = lk[r].view(), a.in.v = lv[r].view();
-          a.out = lo[r].view(), a.lse = ll[r].view();
-          Options o = whole.opts;
-          try {
-            cp::ring_forward(o, a, ep, ref);
-          } catch (const Error& e) {
-            errors[r] = e.what();
-          }
-        });
-      for (auto& t : ranks) t.join();
-      for (int r = 0; r < size; ++r) {
-        ASSERT_EQ(errors[r], "") << "rank " << r;
-        const cp::Chunks c = cp::chunks_of(r, size);
-        const std::vector<double> got = lo[r].to_doubles(), got_lse = ll[r].to_doubles();
-        double worst = 0.0, worst_lse = 0.0;
-        for (int64_t bb = 0; bb < s.batch; ++bb)
-          for (int half = 0; half < 2; ++half)
-            for (int64_t i = 0; i < chunk; ++i) {
-              const int64_t global = (half ? c.second : c.first) * chunk + i, local = half * chunk + i;
-              for (int64_t e = 0; e < s.h_q * s.d_v; ++e)
-                worst = std::max(worst, std::fabs(got[(bb * 2 * chunk + local) * s.h_q * s.d_v + e] -
-                                                  out[(bb * len + global) * s.h_q * s.d_v + e]));
-              for (int64_t h = 0; h < s.h_q; ++h)
-                worst_lse = std::max(worst_lse, std::fabs(got_lse[(bb * s.h_q + h) * 2 * chunk + local] -
-                                                          lse[(bb * s.h_q + h) * len + global]));
-            }
-        // Blocks merge by their lse, which attn returns in fp32: weights carry ~1e-7 relative error.
-        EXPECT_LT(worst, 1e-6) << "rank " << r << " out";
-        EXPECT_LT(worst_lse, 1e-5) << "rank " << r << " lse (fp32)";
-      }
-    }
+TEST(ContextParallel, CausalStepsAreOneCallEach) {
+  // The coalesced plan: one call per step; a window far from a block skips it.
+  for (int cp : {2, 3})
+    for (int r = 0; r < cp; ++r)
+      for (int t = 0; t < cp; ++t) EXPECT_EQ(cp::plan_step(r, t, cp, 8, true, {}, false).size(), 1u);
+  // cp 4, chunk 8, causal window 4: rank 0's chunks 0 and 7 see only themselves
+  // and their left neighbour, so at most two steps do work.
+  int busy = 0;
+  for (int t = 0; t < 4; ++t) busy += !cp::plan_step(0, t, 4, 8, true, {4, -1}, true).empty();
+  EXPECT_EQ(busy, 2);
+  Options o;
+  o.mask = MaskType::causal;
+  o.window = {4, -1};
+  const std::string plan = cp::describe_plan(o, 4, 8);
+  EXPECT_NE(plan.find("rank 0: chunks 0 and 7"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("2 steps skipped"), std::string::npos) << plan;
 }
 
 }  // namespace

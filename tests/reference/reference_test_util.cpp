@@ -319,6 +319,7 @@ Result run_reference(const Data& d, Options opts, const Spec& spec) {
   r.out = read_qlike(fa.out, d, l, out_w);
   r.lse = read_lse(fa.lse, d, l);
   if (!spec.backward) return r;
+  if (spec.given_out) write_qlike(fa.out, d, l, out_w, *spec.given_out);
 
   BackwardArgs ba;
   ba.in = in;

@@ -75,6 +75,9 @@ struct Spec {
   bool strided = false;   // every tensor a non-contiguous view inside a larger buffer
   bool backward = true;
   bool dbias = false;     // ask backward for dbias (the data must have a bias)
+  // When set, the backward is given this out (padded layout of Data) instead of
+  // the forward's: the backward takes its out as given (SEMANTICS.md "Backward").
+  const std::vector<double>* given_out = nullptr;
 };
 
 // Outputs in the padded layouts of Data (out like dout, lse [b, h_q, s_q], dq

@@ -11,7 +11,9 @@
 namespace attn::reftest {
 namespace {
 
-constexpr double kTol = 1e-7;  // central differences with eps = 1e-5 are good to ~1e-10 here
+// Central differences with eps = 1e-5 are good to ~1e-10 here; the analytic
+// gradient uses the fp32 lse the forward stored (SEMANTICS.md "Backward"), ~1e-7.
+constexpr double kTol = 1e-6;
 
 double max_abs(const std::vector<double>& v) {
   double m = 0.0;

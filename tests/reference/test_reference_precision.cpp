@@ -1,6 +1,8 @@
 // Reduced-precision inputs: the reference reads bf16/fp16/fp32 values exactly,
 // computes in fp64 and rounds each output once, so its results equal the fp64
-// computation on the rounded inputs, rounded to the dtype (lse: fp32).
+// computation on the rounded inputs, rounded to the dtype (lse: fp32). The
+// backward takes out as given (SEMANTICS.md), so the fp64 run's backward is
+// given the same rounded out.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -18,7 +20,9 @@ void expect_rounded_fp64(const Data& data, const Options& o, DType t, QkvFormat 
   const Result low = run_reference(data, o, spec);
   const Data exact_inputs = rounded(data, t);
   spec.dtype = DType::f64;
+  spec.given_out = &low.out;
   const Result wide = run_reference(exact_inputs, o, spec);
+  spec.given_out = nullptr;
   const DType bias_t = data.bias.follow_q ? t : data.bias.dtype;
   EXPECT_TRUE(identical(low.out, round_to(wide.out, t))) << what << " out";
   EXPECT_TRUE(identical(low.lse, wide.lse)) << what << " lse";

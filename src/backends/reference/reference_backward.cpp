@@ -1,5 +1,7 @@
-// The reference backward: dq, dk, dv (and dbias) in fp64 from statistics it
-// recomputes exactly (the caller's lse and out are not read). One task per
+// The reference backward: dq, dk, dv (and dbias) in fp64 from the caller's lse
+// and out, taken as the forward's result (SEMANTICS.md "Backward"): p = exp(s -
+// lse), D = dout . out. A ring step passes the whole sequence's lse and out, so
+// its block gradients add up to the whole (attn/cp.h). One task per
 // (sequence, KV head) owns that head's dk/dv and its query heads' dq rows;
 // dbias is a second pass, one task per block of bias rows. Every sum has a
 // fixed order, so results do not depend on the number of threads.
@@ -26,17 +28,17 @@ struct RowGrad {
   std::vector<double> ds, dx;
 };
 
-RowGrad row_grad(const Problem& p, const Row& r, const KvHead& kv, const double* dout) {
+RowGrad row_grad(const Problem& p, const Row& r, const KvHead& kv, const double* dout, const double* out) {
   RowGrad g;
   g.ds.assign(r.p.size(), 0.0);
   g.dx.assign(r.p.size(), 0.0);
-  // dp_j = z_j (dout . v_j), D = sum_j p_j dp_j (= dout . out, exactly).
+  // dp_j = z_j (dout . v_j); D = dout . out from the given out (equal to
+  // sum_j p_j dp_j when out is this row's own result).
   std::vector<double> dp(r.p.size(), 0.0);
-  double D = 0.0;
+  const double D = internal::dot(dout, out, p.d_v);
   for (int64_t j = r.keys.begin; j < r.keys.end; ++j) {
     if (r.p[j] == 0.0) continue;  // masked (or underflowed): every term of this pair is 0
     dp[j] = r.z[j] * internal::dot(dout, kv.v_row(j), p.d_v);
-    D += r.p[j] * dp[j];
   }
   for (int64_t j = r.keys.begin; j < r.keys.end; ++j) {
     if (r.p[j] == 0.0) continue;
@@ -49,6 +51,10 @@ RowGrad row_grad(const Problem& p, const Row& r, const KvHead& kv, const double*
     }
   }
   return g;
+}
+
+double given_lse(const BackwardArgs& a, const Problem& p, int64_t start_q, int64_t b, int64_t i, int64_t h) {
+  return detail::load_as_double(a.lse.data, a.lse.dtype, detail::lse_offset(a.lse, p.qkv_format, start_q, b, i, h));
 }
 
 // dq for the query heads of KV head hk in sequence b, and that head's dk, dv.
@@ -66,8 +72,10 @@ void backward_kv_head(const Problem& p, const BackwardArgs& a, const Sequences& 
       if (i < seqs.len_q[b]) {
         const std::vector<double> q = internal::load_row(a.in.q, p, start_q, b, i, h, p.d_qk);
         const std::vector<double> dout = internal::load_row(a.dout, p, start_q, b, i, h, p.d_v);
-        const Row r = internal::attention_row(p, a.in, seqs, kv, q.data(), b, h, i);
-        const RowGrad g = row_grad(p, r, kv, dout.data());
+        const std::vector<double> out = internal::load_row(a.out, p, start_q, b, i, h, p.d_v);
+        const double lse = given_lse(a, p, start_q, b, i, h);
+        const Row r = internal::attention_row(p, a.in, seqs, kv, q.data(), b, h, i, &lse);
+        const RowGrad g = row_grad(p, r, kv, dout.data(), out.data());
         for (int64_t j = r.keys.begin; j < r.keys.end; ++j) {
           if (r.p[j] == 0.0) continue;
           const double dx = p.softmax_scale * g.dx[j];
@@ -122,8 +130,10 @@ void dbias_rows(const Problem& p, const BackwardArgs& a, const Sequences& seqs, 
         for (int64_t i = i0; i < std::min(i1, seqs.len_q[b]); ++i) {
           const std::vector<double> q = internal::load_row(a.in.q, p, seqs.start_q[b], b, i, h, p.d_qk);
           const std::vector<double> dout = internal::load_row(a.dout, p, seqs.start_q[b], b, i, h, p.d_v);
-          const Row r = internal::attention_row(p, a.in, seqs, kv, q.data(), b, h, i);
-          const RowGrad g = row_grad(p, r, kv, dout.data());
+          const std::vector<double> out = internal::load_row(a.out, p, seqs.start_q[b], b, i, h, p.d_v);
+          const double lse = given_lse(a, p, seqs.start_q[b], b, i, h);
+          const Row r = internal::attention_row(p, a.in, seqs, kv, q.data(), b, h, i, &lse);
+          const RowGrad g = row_grad(p, r, kv, dout.data(), out.data());
           for (int64_t j = r.keys.begin; j < r.keys.end; ++j) acc_row[shape[3] == 1 ? 0 : j] += g.ds[j];
         }
       }

@@ -123,7 +123,7 @@ double dot(const double* a, const double* b, int64_t n) {
 }
 
 Row attention_row(const Problem& p, const Inputs& in, const Sequences& seqs, const KvHead& kv,
-                  const double* q, int64_t b, int64_t h, int64_t i) {
+                  const double* q, int64_t b, int64_t h, int64_t i, const double* given_lse) {
   const int64_t len_q = seqs.len_q[b], len_kv = kv.len;
   const int64_t shift = alignment_shift<int64_t>(p.bottom_right, len_q, len_kv);
   Row r;
@@ -139,8 +139,9 @@ Row attention_row(const Problem& p, const Inputs& in, const Sequences& seqs, con
     s[j] = score(p, in, b, h, i, j, shift, r.x[j]);
   }
 
-  // Softmax over the allowed keys; a row whose scores are all -inf keeps p = 0.
-  r.lse = log_sum_exp(s, r.keys);
+  // Softmax over the allowed keys; a row whose scores are all -inf (or whose
+  // given lse is -inf) keeps p = 0.
+  r.lse = given_lse ? *given_lse : log_sum_exp(s, r.keys);
   if (r.lse != kNegInf)
     for (int64_t j = r.keys.begin; j < r.keys.end; ++j) r.p[j] = std::exp(s[j] - r.lse);
 

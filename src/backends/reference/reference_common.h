@@ -53,9 +53,12 @@ struct Row {
   double lse = 0.0;              // log-sum-exp of the scores; -inf when no key counts
 };
 
-// Requires i < len_q(b). q holds the query row (d_qk doubles).
+// Requires i < len_q(b). q holds the query row (d_qk doubles). The forward
+// passes no `given_lse` and gets the row's own; the backward passes the
+// caller's lse (SEMANTICS.md "Backward": the given out and lse are the
+// forward's result), so p = exp(s - given_lse) and r.lse = given_lse.
 Row attention_row(const Problem& p, const Inputs& in, const Sequences& seqs, const KvHead& kv,
-                  const double* q, int64_t b, int64_t h, int64_t i);
+                  const double* q, int64_t b, int64_t h, int64_t i, const double* given_lse = nullptr);
 
 double dot(const double* a, const double* b, int64_t n);
 

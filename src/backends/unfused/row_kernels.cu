@@ -124,22 +124,21 @@ __global__ void __launch_bounds__(kThreads) probabilities_kernel(RowParams p, co
   if (lse.base && threadIdx.x == 0) lse.base[h * lse.stride_h + i * lse.stride_i] = l;
 }
 
-__global__ void __launch_bounds__(kThreads) softmax_grad_kernel(RowParams p, const float* scores, const float* dprobs,
-                                                               void* dscores, void* probs_dropped, DType t,
-                                                               float* dbias, BroadcastTensor dbias_layout) {
+__global__ void __launch_bounds__(kThreads) softmax_grad_kernel(RowParams p, GivenForward given, const float* scores,
+                                                               const float* dprobs, void* dscores, void* probs_dropped,
+                                                               DType t, float* dbias, BroadcastTensor dbias_layout) {
   const int64_t i = blockIdx.x;
   const int h = blockIdx.y;
   const int64_t row = (static_cast<int64_t>(h) * p.rows + i) * p.cols;
   const float *x = scores + row, *dp = dprobs + row;
   const KeyRange<int64_t> keys = row_keys(p, i);
-  const float l = row_lse(p, x, h, i, keys);
-  // D_i = sum_j p_ij z_ij dP_ij (= dO_i . O_i).
+  // The forward's result as given (not recomputed): l = lse_i, D_i = dO_i . O_i.
+  const float l = given.lse[h * given.lse_stride_h + i * given.lse_stride_i];
   float d = 0.f;
-  if (l != -INFINITY)
-    for (int64_t j = keys.begin + threadIdx.x; j < keys.end; j += kThreads) {
-      const float s = score(p, h, i, j, x[j]);
-      if (s != -INFINITY) d += expf(s - l) * dropout_factor(p, h, i, j) * dp[j];
-    }
+  const int64_t o = i * given.out_row_stride + h * given.out_head_stride;
+  const int64_t g = i * given.dout_row_stride + h * given.dout_head_stride;
+  for (int c = threadIdx.x; c < given.d_v; c += kThreads)
+    d += load_float(given.dout, t, g + c) * load_float(given.out, t, o + c);
   d = block_reduce<false>(d);
   for (int64_t j = threadIdx.x; j < p.cols; j += kThreads) {
     float dx = 0.f, pz = 0.f;
@@ -204,13 +203,14 @@ void launch_probabilities(const RowParams& prm, const float* scores, void* probs
   ATTN_CUDA(cudaGetLastError());
 }
 
-void launch_softmax_grad(const RowParams& prm, const float* scores, const float* dprobs, void* dscores,
-                         void* probs_dropped, DType t, float* dbias_acc, const int64_t dbias_stride[4], void* stream) {
+void launch_softmax_grad(const RowParams& prm, const GivenForward& given, const float* scores, const float* dprobs,
+                         void* dscores, void* probs_dropped, DType t, float* dbias_acc, const int64_t dbias_stride[4],
+                         void* stream) {
   if (prm.rows == 0) return;
   BroadcastTensor layout;
   for (int d = 0; d < 4; ++d) layout.stride[d] = dbias_stride ? dbias_stride[d] : 0;
   softmax_grad_kernel<<<dim3(prm.rows, prm.h_q), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      prm, scores, dprobs, dscores, probs_dropped, t, dbias_acc, layout);
+      prm, given, scores, dprobs, dscores, probs_dropped, t, dbias_acc, layout);
   ATTN_CUDA(cudaGetLastError());
 }
 

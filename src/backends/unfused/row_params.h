@@ -42,14 +42,27 @@ struct LseOut {
   int64_t stride_h = 0, stride_i = 0;
 };
 
+// What the backward takes as the forward's result (SEMANTICS.md "Backward"):
+// the caller's lse of this sequence (lse + h * stride_h + i * stride_i) and its
+// out and dout rows (T, element (i, h, c) at base + i * row_stride + h * head_stride + c).
+struct GivenForward {
+  const float* lse = nullptr;
+  int64_t lse_stride_h = 0, lse_stride_i = 0;
+  const void* out = nullptr;
+  const void* dout = nullptr;
+  int64_t out_row_stride = 0, out_head_stride = 0, dout_row_stride = 0, dout_head_stride = 0;
+  int d_v = 0;
+};
+
 // Scores [h_q, rows, cols] fp32 -> probabilities with dropout applied, in T.
 void launch_probabilities(const RowParams& prm, const float* scores, void* probs, DType t, LseOut lse,
                           void* stream);
 
-// The softmax gradient: from the raw scores and dP = dO.V^T (fp32, [h_q, rows, cols])
-// writes dX (T, ready for dQ and dK), P*Z (T, for dV), and adds dS to a fp32
-// dbias accumulator with the bias's broadcast strides (when dbias_acc != nullptr).
-void launch_softmax_grad(const RowParams& prm, const float* scores, const float* dprobs, void* dscores,
+// The softmax gradient: from the raw scores, dP = dO.V^T (fp32, [h_q, rows, cols])
+// and the given forward (P = exp(s - lse), D = dO . O) writes dX (T, ready for dQ
+// and dK), P*Z (T, for dV), and adds dS to a fp32 dbias accumulator with the
+// bias's broadcast strides (when dbias_acc != nullptr).
+void launch_softmax_grad(const RowParams& prm, const GivenForward& given, const float* scores, const float* dprobs, void* dscores,
                          void* probs_dropped, DType t, float* dbias_acc, const int64_t dbias_stride[4],
                          void* stream);
 

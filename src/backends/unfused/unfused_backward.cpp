@@ -1,6 +1,7 @@
 // The unfused backward, per sequence: recompute S = scale * Q.K^T, dP = dO.V^T
-// (cuBLAS, fp32); the softmax gradient kernel gives dX (softcap applied), P*Z
-// and dbias; then dQ = scale * dX.K, and dK = scale * dX^T.Q, dV = (P*Z)^T.dO
+// (cuBLAS, fp32); the softmax gradient kernel, with the caller's lse and out as
+// the forward's result (P = exp(S - lse), D = dO.O; SEMANTICS.md "Backward"),
+// gives dX (softcap applied), P*Z and dbias; then dQ = scale * dX.K, and dK = scale * dX^T.Q, dV = (P*Z)^T.dO
 // accumulated in fp32 over each KV head's query heads (GQA) and stored.
 #include <cuda_runtime.h>
 
@@ -84,7 +85,17 @@ void backward(const Problem& p, const BackwardArgs& a, const RunContext& ctx) {
     run_gemm(dp, device, stream);  // dP^T = V . dO^T
 
     const RowParams prm = row_params(p, a.in, seqs, b);
-    launch_softmax_grad(prm, scores, dprobs, dscores, probs_dropped, p.dtype, dbias_acc,
+    const SeqRows out = seq_rows(a.out, p, seqs, b, true);
+    GivenForward given;
+    given.lse = static_cast<const float*>(a.lse.data) +
+                detail::lse_offset(a.lse, p.qkv_format, seqs.start_q[b], b, 0, 0);
+    given.lse_stride_h = p.qkv_format == QkvFormat::thd ? a.lse.strides_elems[0] : a.lse.strides_elems[1];
+    given.lse_stride_i = p.qkv_format == QkvFormat::thd ? a.lse.strides_elems[1] : a.lse.strides_elems[2];
+    given.out = out.base, given.dout = dout.base;
+    given.out_row_stride = out.row_stride, given.out_head_stride = out.head_stride;
+    given.dout_row_stride = dout.row_stride, given.dout_head_stride = dout.head_stride;
+    given.d_v = static_cast<int>(p.d_v);
+    launch_softmax_grad(prm, given, scores, dprobs, dscores, probs_dropped, p.dtype, dbias_acc,
                         p.bias_grad ? dbias_stride : nullptr, stream);
 
     BatchedGemm gq{false, false, dqk, m, n, static_cast<float>(p.softmax_scale), 0.f, p.dtype, p.dtype, p.dtype,

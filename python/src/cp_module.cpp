@@ -1,0 +1,97 @@
+// attn._C's context-parallel entry points (attn/cp.py wraps them): NCCL
+// communicators as integer handles, and the ring passes on DLPack arrays.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attn/cp.h"
+#include "tensors.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace attn::python {
+
+namespace {
+
+cp::Communicator comm_of(uintptr_t handle, int rank, int size) { return {reinterpret_cast<void*>(handle), rank, size}; }
+
+Policy policy_of(const std::optional<std::string>& backend, const std::vector<std::string>& disable) {
+  Policy p = Policy::from_env();
+  if (backend && !backend->empty()) p.forced = *backend;
+  p.disabled.insert(p.disabled.end(), disable.begin(), disable.end());
+  return p;
+}
+
+}  // namespace
+
+void bind_cp(nb::module_& m) {
+  m.def("cp_nccl_available", &cp::nccl_available, "True when this build has context parallelism over NCCL.");
+  m.def("cp_unique_id", [] {
+    const std::vector<unsigned char> id = cp::nccl_unique_id();
+    return nb::bytes(reinterpret_cast<const char*>(id.data()), id.size());
+  });
+  m.def(
+      "cp_comm_init",
+      [](nb::bytes id, int rank, int size, int device) {
+        const auto* p = static_cast<const unsigned char*>(id.data());
+        std::vector<unsigned char> bytes(p, p + id.size());
+        cp::Communicator c;
+        {
+          nb::gil_scoped_release release;  // blocks until every rank joins
+          c = cp::nccl_init(bytes, rank, size, device);
+        }
+        return reinterpret_cast<uintptr_t>(c.nccl_comm);
+      },
+      "unique_id"_a, "rank"_a, "size"_a, "device"_a);
+  m.def("cp_comm_destroy", [](uintptr_t handle, int rank, int size) {
+    cp::Communicator c = comm_of(handle, rank, size);
+    cp::nccl_destroy(c);
+  });
+  m.def("cp_plan", [](const Options& opts, int size, int64_t chunk) { return cp::describe_plan(opts, size, chunk); });
+  m.def(
+      "cp_forward",
+      [](const Options& opts, const InArray& q, const InArray& k, const InArray& v, const OutArray& out,
+         const std::optional<OutArray>& lse, const std::optional<InArray>& cu_seqlens, uintptr_t comm, int rank,
+         int size, const std::optional<std::string>& backend, const std::vector<std::string>& disable,
+         uintptr_t stream) {
+        ForwardArgs a;
+        a.in.q = to_view(q, "q"), a.in.k = to_view(k, "k"), a.in.v = to_view(v, "v");
+        a.in.cu_seqlens_q = a.in.cu_seqlens_kv = to_view(cu_seqlens, "cu_seqlens_q");
+        a.out = to_view(out, "out");
+        a.lse = to_view(lse, "lse");
+        const Policy policy = policy_of(backend, disable);
+        nb::gil_scoped_release release;
+        cp::forward(opts, a, comm_of(comm, rank, size), RunContext{reinterpret_cast<void*>(stream)}, policy);
+      },
+      "options"_a, "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "out"_a.noconvert(),
+      "lse"_a.noconvert() = nb::none(), "cu_seqlens"_a.noconvert() = nb::none(), "comm"_a = 0, "rank"_a = 0,
+      "size"_a = 1, "backend"_a = nb::none(), "disable"_a = std::vector<std::string>{}, "stream"_a = 0);
+  m.def(
+      "cp_backward",
+      [](const Options& opts, const InArray& q, const InArray& k, const InArray& v, const InArray& out,
+         const InArray& dout, const InArray& lse, const OutArray& dq, const OutArray& dk, const OutArray& dv,
+         const std::optional<InArray>& cu_seqlens, uintptr_t comm, int rank, int size,
+         const std::optional<std::string>& backend, const std::vector<std::string>& disable, uintptr_t stream) {
+        BackwardArgs a;
+        a.in.q = to_view(q, "q"), a.in.k = to_view(k, "k"), a.in.v = to_view(v, "v");
+        a.in.cu_seqlens_q = a.in.cu_seqlens_kv = to_view(cu_seqlens, "cu_seqlens_q");
+        a.out = to_view(out, "out"), a.dout = to_view(dout, "dout"), a.lse = to_view(lse, "lse");
+        a.dq = to_view(dq, "dq"), a.dk = to_view(dk, "dk"), a.dv = to_view(dv, "dv");
+        const Policy policy = policy_of(backend, disable);
+        nb::gil_scoped_release release;
+        cp::backward(opts, a, comm_of(comm, rank, size), RunContext{reinterpret_cast<void*>(stream)}, policy);
+      },
+      "options"_a, "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "out"_a.noconvert(),
+      "dout"_a.noconvert(), "lse"_a.noconvert(), "dq"_a.noconvert(), "dk"_a.noconvert(), "dv"_a.noconvert(),
+      "cu_seqlens"_a.noconvert() = nb::none(), "comm"_a = 0, "rank"_a = 0, "size"_a = 1, "backend"_a = nb::none(),
+      "disable"_a = std::vector<std::string>{}, "stream"_a = 0);
+}
+
+}  // namespace attn::python

@@ -1,0 +1,139 @@
+// The ring's memory work on one CUDA device (see ring_ops.h): grid-stride
+// kernels over rank-4 strided views, all on the compute stream, so the ring
+// never syncs the host. The merge works in fp32 (accumulators are fp32).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/cuda_check.h"
+#include "cp/ring_ops.h"
+
+namespace attn::cp::internal {
+namespace {
+
+__device__ __forceinline__ float load(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::f16: return __half2float(static_cast<const __half*>(p)[i]);
+    case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default: return 0.f;
+  }
+}
+
+__device__ __forceinline__ void store(void* p, DType t, int64_t i, float x) {
+  switch (t) {
+    case DType::f32: static_cast<float*>(p)[i] = x; return;
+    case DType::f16: static_cast<__half*>(p)[i] = __float2half_rn(x); return;
+    case DType::bf16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x); return;
+    default: return;
+  }
+}
+
+// Offsets of element e in two same-shape views; `index` remaps a's dim `dim`.
+__device__ __forceinline__ void offsets(const View4& a, const View4& b, const int32_t* index, int dim, int64_t e,
+                                        int64_t& oa, int64_t& ob) {
+  oa = 0, ob = 0;
+  for (int d = 3; d >= 0; --d) {
+    const int64_t i = e % a.shape[d];
+    e /= a.shape[d];
+    oa += (index && d == dim ? index[i] : i) * a.stride[d];
+    ob += i * b.stride[d];
+  }
+}
+
+// mode 0: b = a; 1: b (fp32) += a; 2: b = value.
+__global__ void elementwise_kernel(View4 a, View4 b, const int32_t* index, int dim, int mode, float value, int64_t n) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t oa, ob;
+    offsets(a, b, index, dim, e, oa, ob);
+    if (mode == 0) store(b.data, b.dtype, ob, load(a.data, a.dtype, oa));
+    else if (mode == 1) static_cast<float*>(b.data)[ob] += load(a.data, a.dtype, oa);
+    else store(b.data, b.dtype, ob, value);
+  }
+}
+
+// One warp per row (grid-stride): out_acc = w1 * out_acc + w2 * block_out, lse_acc = merged.
+__global__ void merge_kernel(MergeRows m, const void* out, DType t, const float* lse, float* acc, float* acc_lse,
+                             int64_t rows) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  for (int64_t row = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32; row < rows; row += warps) {
+    const int64_t x2 = row % m.dims[2], x1 = (row / m.dims[2]) % m.dims[1], x0 = row / (m.dims[2] * m.dims[1]);
+    const float l2 = lse[x0 * m.lse_stride[0] + x1 * m.lse_stride[1] + x2 * m.lse_stride[2]];
+    if (l2 == -INFINITY) continue;  // the block gave this row nothing
+    float* l1p = acc_lse + x0 * m.acc_lse_stride[0] + x1 * m.acc_lse_stride[1] + x2 * m.acc_lse_stride[2];
+    const float l1 = *l1p;
+    const float mx = fmaxf(l1, l2);
+    const float merged = mx + logf(expf(l1 - mx) + expf(l2 - mx));
+    const float w1 = l1 == -INFINITY ? 0.f : expf(l1 - merged), w2 = expf(l2 - merged);
+    const int64_t o = x0 * m.out_stride[0] + x1 * m.out_stride[1] + x2 * m.out_stride[2];
+    float* a = acc + x0 * m.acc_stride[0] + x1 * m.acc_stride[1] + x2 * m.acc_stride[2];
+    for (int64_t c = lane; c < m.d; c += 32) a[c] = w1 * a[c] + w2 * load(out, t, o + c);
+    __syncwarp();  // every lane has read l1 before lane 0 replaces it
+    if (lane == 0) *l1p = merged;
+  }
+}
+
+int blocks_for(int64_t n, int threads) { return static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 1 << 16)); }
+
+class DeviceOps : public Ops {
+ public:
+  DeviceOps(int device, void* stream) : device_(device), stream_(static_cast<cudaStream_t>(stream)) {
+    ATTN_CUDA(cudaSetDevice(device));
+  }
+  ~DeviceOps() override {
+    for (void* p : owned_) cudaFreeAsync(p, stream_);  // stream-ordered: after the ring's last kernel
+  }
+  void* alloc(int64_t bytes) override {
+    void* p = nullptr;
+    ATTN_CUDA(cudaMallocAsync(&p, static_cast<size_t>(std::max<int64_t>(bytes, 16)), stream_));
+    owned_.push_back(p);
+    return p;
+  }
+  const int32_t* upload(const std::vector<int32_t>& values) override {
+    auto* p = static_cast<int32_t*>(alloc(static_cast<int64_t>(values.size() * sizeof(int32_t))));
+    // From pageable memory the driver stages the bytes before returning, so
+    // `values` may die at once.
+    ATTN_CUDA(cudaMemcpyAsync(p, values.data(), values.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    return p;
+  }
+  void fill(const TensorView& t, float value) override { run(view4(t), view4(t), nullptr, 0, 2, value); }
+  void copy(const TensorView& src, const TensorView& dst, const int32_t* index, int dim) override {
+    const View4 s = view4(src, &dim);
+    run(s, view4(dst), index, dim, 0);
+  }
+  void add(const TensorView& src, const TensorView& dst) override { run(view4(src), view4(dst), nullptr, 0, 1); }
+  void merge(QkvFormat format, const TensorView& block_out, const TensorView& block_lse, const TensorView& acc_out,
+             const TensorView& acc_lse) override {
+    const MergeRows m = merge_rows(format, block_out, block_lse, acc_out, acc_lse);
+    const int64_t rows = m.dims[0] * m.dims[1] * m.dims[2];
+    if (rows == 0) return;
+    merge_kernel<<<blocks_for(rows * 32, 256), 256, 0, stream_>>>(m, block_out.data, block_out.dtype,
+                                                                  static_cast<const float*>(block_lse.data),
+                                                                  static_cast<float*>(acc_out.data),
+                                                                  static_cast<float*>(acc_lse.data), rows);
+    ATTN_CUDA(cudaGetLastError());
+  }
+
+ private:
+  void run(const View4& a, const View4& b, const int32_t* index, int dim, int mode, float value = 0.f) {
+    const int64_t n = a.shape[0] * a.shape[1] * a.shape[2] * a.shape[3];
+    if (n == 0) return;
+    elementwise_kernel<<<blocks_for(n, 256), 256, 0, stream_>>>(a, b, index, dim, mode, value, n);
+    ATTN_CUDA(cudaGetLastError());
+  }
+
+  int device_;
+  cudaStream_t stream_;
+  std::vector<void*> owned_;
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> device_ops(int device, void* stream) { return std::make_unique<DeviceOps>(device, stream); }
+
+}  // namespace attn::cp::internal

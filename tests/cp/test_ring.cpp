@@ -1,0 +1,270 @@
+// The ring passes of cp in-process ranks (threads, one LocalRing transport)
+// against the whole sequence computed at once, in fp64 through the reference:
+// out, lse, dq, dk, dv for bshd/sbhd/thd, causal or not, GQA and windows; the
+// rule and a mismatch between ranks are errors on every rank, not hangs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attn/cp.h"
+#include "testing/case.h"
+
+namespace attn {
+namespace {
+
+// cp ranks in one process: an exchange hands every send buffer to the next rank.
+class LocalRing {
+ public:
+  explicit LocalRing(int size) : size_(size), mail_(size), sync_(size) {}
+  class Endpoint : public cp::Transport {
+   public:
+    Endpoint(LocalRing& ring, int rank) : ring_(ring), rank_(rank) {}
+    int rank() const override { return rank_; }
+    int size() const override { return ring_.size_; }
+    void start(const void* send, void* recv, int64_t bytes) override {
+      ++exchanges;
+      const auto* s = static_cast<const unsigned char*>(send);
+      ring_.mail_[(rank_ + 1) % ring_.size_].assign(s, s + bytes);
+      ring_.sync_.arrive_and_wait();
+      std::copy(ring_.mail_[rank_].begin(), ring_.mail_[rank_].end(), static_cast<unsigned char*>(recv));
+      ring_.sync_.arrive_and_wait();
+    }
+    void all_gather_host(const void* mine, void* all, int64_t bytes) override {
+      const auto* m = static_cast<const unsigned char*>(mine);
+      ring_.mail_[rank_].assign(m, m + bytes);
+      ring_.sync_.arrive_and_wait();
+      for (int r = 0; r < ring_.size_; ++r)
+        std::copy(ring_.mail_[r].begin(), ring_.mail_[r].end(), static_cast<unsigned char*>(all) + r * bytes);
+      ring_.sync_.arrive_and_wait();
+    }
+    int exchanges = 0;
+
+   private:
+    LocalRing& ring_;
+    int rank_;
+  };
+
+ private:
+  int size_;
+  std::vector<std::vector<unsigned char>> mail_;
+  std::barrier<> sync_;
+};
+
+// Runs f(rank, endpoint) on cp threads; returns each rank's error text ("" = none).
+template <typename F>
+std::vector<std::string> run_ranks(int cp, F f) {
+  LocalRing ring(cp);
+  std::vector<std::string> errors(cp);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < cp; ++r)
+    threads.emplace_back([&, r] {
+      LocalRing::Endpoint ep(ring, r);
+      try {
+        f(r, ep);
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+// Global positions along the sequence dimension of rank r's local rows, in
+// local order (per sequence: chunk r, then chunk 2cp-1-r). thd: token indices.
+std::vector<int64_t> local_positions(const std::vector<int64_t>& lengths, bool thd, int r, int cp) {
+  std::vector<int64_t> pos;
+  int64_t start = 0;
+  for (int64_t len : thd ? lengths : std::vector<int64_t>{lengths[0]}) {
+    const int64_t c = len / (2 * cp);
+    const cp::Chunks ch = cp::chunks_of(r, cp);
+    for (int64_t i = 0; i < 2 * c; ++i) pos.push_back(start + (i < c ? ch.first * c + i : ch.second * c + i - c));
+    start += len;
+  }
+  return pos;
+}
+
+// x (contiguous, `shape`) restricted to positions `pos` along `dim`.
+std::vector<double> take(const std::vector<double>& x, const std::vector<int64_t>& shape, int dim,
+                         const std::vector<int64_t>& pos, std::vector<int64_t>& out_shape) {
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= shape[d];
+  for (size_t d = dim + 1; d < shape.size(); ++d) inner *= shape[d];
+  std::vector<double> out;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t p : pos) out.insert(out.end(), x.begin() + (o * shape[dim] + p) * inner, x.begin() + (o * shape[dim] + p + 1) * inner);
+  out_shape = shape;
+  out_shape[dim] = static_cast<int64_t>(pos.size());
+  return out;
+}
+
+testing::TensorBuffer shard_of(const testing::TensorBuffer& whole, int dim, const std::vector<int64_t>& pos) {
+  std::vector<int64_t> shape;
+  const std::vector<double> part = take(whole.to_doubles(), whole.shape(), dim, pos, shape);
+  testing::TensorBuffer t(whole.view().dtype, shape);
+  t.copy_from(part);
+  return t;
+}
+
+double max_diff(const testing::TensorBuffer& got, const testing::TensorBuffer& whole, int dim,
+                const std::vector<int64_t>& pos) {
+  std::vector<int64_t> shape;
+  const std::vector<double> want = take(whole.to_doubles(), whole.shape(), dim, pos, shape), g = got.to_doubles();
+  double worst = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = std::isinf(want[i]) && want[i] == g[i] ? 0.0 : std::fabs(g[i] - want[i]);
+    worst = std::max(worst, std::isnan(d) ? 1e30 : d);
+  }
+  return worst;
+}
+
+struct RingCase {
+  QkvFormat format;
+  MaskType mask;
+  Window window;
+};
+
+void check_ring(const RingCase& rc, int cp, uint64_t seed) {
+  Policy ref;
+  ref.forced = "reference";
+  std::mt19937_64 rng(seed);
+  testing::CaseSpec s;
+  s.format = rc.format;
+  s.dtype = DType::f64;
+  s.mask = rc.mask;
+  s.window = rc.window;
+  s.h_q = 4;
+  s.h_kv = 2;
+  s.d_qk = 8;
+  s.d_v = 6;
+  s.backward = true;
+  const bool thd = rc.format == QkvFormat::thd;
+  std::vector<int64_t> lengths;
+  if (thd) {
+    s.batch = 3;
+    for (int b = 0; b < 3; ++b) lengths.push_back(2 * cp * (1 + static_cast<int64_t>(rng() % 4)));
+    s.seqlens_q = lengths;
+  } else {
+    s.batch = 2;
+    s.s_q = s.s_kv = 2 * cp * (2 + static_cast<int64_t>(rng() % 3));
+    lengths = {s.s_q, s.s_q};
+  }
+  SCOPED_TRACE(std::string(format_name(rc.format)) + " " + mask_name(rc.mask) + " window=(" +
+               std::to_string(rc.window.left) + "," + std::to_string(rc.window.right) + ") cp=" + std::to_string(cp));
+  testing::Case whole = testing::make_case(s, Device::cpu(), rng());
+  forward(whole.opts, whole.fwd, {}, ref);
+  backward(whole.opts, whole.bwd, {}, ref);
+
+  const int seq = rc.format == QkvFormat::bshd ? 1 : 0, lse_dim = thd ? 1 : 2;
+  std::vector<std::vector<int64_t>> pos;
+  struct Local {
+    testing::TensorBuffer q, k, v, dout, out, lse, dq, dk, dv;
+  };
+  std::vector<Local> local(cp);
+  for (int r = 0; r < cp; ++r) {
+    pos.push_back(local_positions(lengths, thd, r, cp));
+    Local& l = local[r];
+    l.q = shard_of(whole.q, seq, pos[r]), l.k = shard_of(whole.k, seq, pos[r]), l.v = shard_of(whole.v, seq, pos[r]);
+    l.dout = shard_of(whole.dout, seq, pos[r]);
+    l.out = shard_of(whole.out, seq, pos[r]), l.lse = shard_of(whole.lse, lse_dim, pos[r]);
+    l.dq = shard_of(whole.dq, seq, pos[r]), l.dk = shard_of(whole.dk, seq, pos[r]), l.dv = shard_of(whole.dv, seq, pos[r]);
+    for (auto* t : {&l.out, &l.lse, &l.dq, &l.dk, &l.dv}) t->fill_nan();
+  }
+  std::vector<int> exchanges(cp);
+  const std::vector<std::string> errors = run_ranks(cp, [&](int r, LocalRing::Endpoint& ep) {
+    Local& l = local[r];
+    ForwardArgs f;
+    f.in.q = l.q.view(), f.in.k = l.k.view(), f.in.v = l.v.view();
+    if (thd) f.in.cu_seqlens_q = f.in.cu_seqlens_kv = whole.cu_seqlens_q.view();  // global cu_seqlens
+    f.out = l.out.view(), f.lse = l.lse.view();
+    cp::ring_forward(whole.opts, f, ep, ref);
+    BackwardArgs b;
+    b.in = f.in, b.out = f.out, b.lse = f.lse, b.dout = l.dout.view();
+    b.dq = l.dq.view(), b.dk = l.dk.view(), b.dv = l.dv.view();
+    cp::ring_backward(whole.opts, b, ep, ref);
+    exchanges[r] = ep.exchanges;
+  });
+  for (int r = 0; r < cp; ++r) {
+    ASSERT_EQ(errors[r], "") << "rank " << r;
+    // fp64 blocks, fp32 merge / accumulators and fp32 lse.
+    EXPECT_LT(max_diff(local[r].out, whole.out, seq, pos[r]), 1e-5) << "rank " << r << " out";
+    EXPECT_LT(max_diff(local[r].lse, whole.lse, lse_dim, pos[r]), 1e-5) << "rank " << r << " lse";
+    EXPECT_LT(max_diff(local[r].dq, whole.dq, seq, pos[r]), 2e-5) << "rank " << r << " dq";
+    EXPECT_LT(max_diff(local[r].dk, whole.dk, seq, pos[r]), 2e-5) << "rank " << r << " dk";
+    EXPECT_LT(max_diff(local[r].dv, whole.dv, seq, pos[r]), 2e-5) << "rank " << r << " dv";
+    // forward: cp-1 K/V moves; backward: cp-1 K/V moves + cp dK/dV moves (the last one home).
+    EXPECT_EQ(exchanges[r], cp == 1 ? 0 : 3 * cp - 2) << "rank " << r;
+  }
+}
+
+TEST(ContextParallelRing, ForwardAndBackwardEqualTheWholeSequence) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (int cp : {1, 2, 3})
+    for (QkvFormat f : {QkvFormat::bshd, QkvFormat::sbhd, QkvFormat::thd})
+      for (MaskType m : {MaskType::no_mask, MaskType::causal}) check_ring({f, m, {}}, cp, seed + cp);
+}
+
+TEST(ContextParallelRing, SlidingWindowsSkipWhatTheyHide) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (int cp : {2, 3}) {
+    check_ring({QkvFormat::bshd, MaskType::causal, {3, -1}}, cp, seed + cp);
+    check_ring({QkvFormat::sbhd, MaskType::no_mask, {2, 5}}, cp, seed + 7 * cp);
+  }
+}
+
+// A thd batch whose second sequence has length 1: every rank gets the rule's
+// error, naming the sequence, before any exchange.
+TEST(ContextParallelRing, LengthOneIsTheRulesErrorOnEveryRank) {
+  const int cp = 2;
+  testing::TensorBuffer q(DType::f64, {3, 2, 4}), cu(DType::i32, {3}), o(DType::f64, {3, 2, 4});
+  const int32_t cu_host[3] = {0, 4, 5};  // lengths 4 and 1 (global)
+  cu.copy_from_bytes(cu_host, sizeof cu_host);
+  std::vector<int> exchanges(cp);
+  const std::vector<std::string> errors = run_ranks(cp, [&](int r, LocalRing::Endpoint& ep) {
+    Options opts;
+    opts.qkv_format = QkvFormat::thd;
+    ForwardArgs a;
+    a.in.q = a.in.k = a.in.v = q.view();
+    a.in.cu_seqlens_q = a.in.cu_seqlens_kv = cu.view();
+    a.out = o.view();
+    try {
+      cp::ring_forward(opts, a, ep);
+    } catch (...) {
+      exchanges[r] = ep.exchanges;
+      throw;
+    }
+  });
+  for (int r = 0; r < cp; ++r) {
+    EXPECT_NE(errors[r].find("sequence 1 cannot be split"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("length 1"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("pad the sequence to a multiple of 4"), std::string::npos) << errors[r];
+    EXPECT_EQ(exchanges[r], 0);
+  }
+}
+
+// Rank 1 passes a different number of heads: both ranks report the field.
+TEST(ContextParallelRing, RanksThatDisagreeAreReportedNotHung) {
+  const int cp = 2;
+  testing::TensorBuffer q0(DType::f64, {1, 4, 2, 8}), q1(DType::f64, {1, 4, 3, 8});
+  testing::TensorBuffer o0(DType::f64, {1, 4, 2, 8}), o1(DType::f64, {1, 4, 3, 8});
+  const std::vector<std::string> errors = run_ranks(cp, [&](int r, LocalRing::Endpoint& ep) {
+    ForwardArgs a;
+    a.in.q = a.in.k = a.in.v = (r == 0 ? q0 : q1).view();
+    a.out = (r == 0 ? o0 : o1).view();
+    cp::ring_forward(Options{}, a, ep);
+  });
+  for (int r = 0; r < cp; ++r) {
+    EXPECT_NE(errors[r].find("the ranks disagree on h_q"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("rank 1 has 3, rank 0 has 2"), std::string::npos) << errors[r];
+  }
+}
+
+}  // namespace
+}  // namespace attn
