@@ -49,22 +49,34 @@ def _seed_offset(rng_state: Optional[Tensor]) -> Tuple[int, int]:
 
 
 def _capsule(t: Optional[Tensor]) -> Any:
-    """A DLPack capsule from PyTorch's C++ exporter (single use), or None."""
-    if t is None:
-        return None
-    return to_dlpack(t.detach() if t.requires_grad else t)
+    """A DLPack capsule from PyTorch's C++ exporter (single use; it takes
+    tensors that require grad), or None."""
+    return None if t is None else to_dlpack(t)
+
+
+_NO_EXTRAS = (None, None, None, None, None)  # cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask
+_NO_DISABLE: List[str] = []
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _stream(q: Tensor) -> int:
+    """q's device's current CUDA stream as an integer handle (0 on the CPU)."""
+    index = q.get_device()  # -1 on the CPU
+    if index < 0:
+        return 0
+    return _raw_stream(index) if _raw_stream is not None else torch_stream(index)
 
 
 class _Call:
     """One attention call as both passes need it: the compiled core's Options
     (seed and offset included) and the inputs that carry no gradient.
 
-    The passes call attn._C directly: every tensor here is PyTorch's, so the
-    array-generic layer of attn.forward (framework dispatch, allocation through
-    _arrays) would only add host time, which shows when a model makes many
-    small calls."""
+    The passes call attn._C directly, with positional arguments: every tensor
+    here is PyTorch's, so the array-generic layer of attn.forward (framework
+    dispatch, allocation through _arrays, keyword parsing) would only add host
+    time, which shows when a model makes many small calls (bench/overhead.py)."""
 
-    __slots__ = ("opts", "qkv_format", "cu_q", "cu_kv", "alibi", "attn_mask", "backend")
+    __slots__ = ("opts", "qkv_format", "cu_q", "cu_kv", "alibi", "attn_mask", "backend", "plain")
 
     def __init__(self, qkv_format, mask, window, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv, dropout_p,
                  seed, offset, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, alibi_slopes, attn_mask):
@@ -72,18 +84,21 @@ class _Call:
                                    max_seqlen_kv or None, dropout_p, seed, offset, deterministic, True)
         self.qkv_format = qkv_format
         self.cu_q, self.cu_kv, self.alibi, self.attn_mask = cu_seqlens_q, cu_seqlens_kv, alibi_slopes, attn_mask
+        self.plain = cu_seqlens_q is None and cu_seqlens_kv is None and alibi_slopes is None and attn_mask is None
         self.backend = backend
 
-    def _inputs(self, bias: Optional[Tensor]) -> dict:
+    def _extras(self, bias: Optional[Tensor]) -> tuple:
+        """The optional inputs in _C's positional order (capsules are single use: made per pass)."""
+        if self.plain and bias is None:
+            return _NO_EXTRAS
         c = _capsule
-        return dict(cu_seqlens_q=c(self.cu_q), cu_seqlens_kv=c(self.cu_kv), bias=c(bias),
-                    alibi_slopes=c(self.alibi), attn_mask=c(self.attn_mask), backend=self.backend)
+        return c(self.cu_q), c(self.cu_kv), c(bias), c(self.alibi), c(self.attn_mask)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
         out = q.new_empty(q.shape[:-1] + v.shape[-1:])
         lse = q.new_empty(_lse_shape(q, self.qkv_format), dtype=torch.float32)
-        _C.forward(self.opts, _capsule(q), _capsule(k), _capsule(v), _capsule(out), _capsule(lse),
-                   stream=_stream(q), **self._inputs(bias))
+        _C.forward(self.opts, to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(lse),
+                   *self._extras(bias), self.backend, _NO_DISABLE, _stream(q))
         return out, lse
 
     def backward(self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
@@ -94,14 +109,10 @@ class _Call:
             dout = dout.contiguous()
         dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
         dbias = bias.new_empty(bias.shape) if bias_grad else None
-        _C.backward(self.opts, _capsule(q), _capsule(k), _capsule(v), _capsule(out), _capsule(dout), _capsule(lse),
-                    _capsule(dq), _capsule(dk), _capsule(dv), _capsule(dbias), stream=_stream(q),
-                    **self._inputs(bias))
+        _C.backward(self.opts, to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(dout),
+                    to_dlpack(lse), to_dlpack(dq), to_dlpack(dk), to_dlpack(dv), _capsule(dbias),
+                    *self._extras(bias), self.backend, _NO_DISABLE, _stream(q))
         return dq, dk, dv, dbias
-
-
-def _stream(q: Tensor) -> int:
-    return torch_stream(q.device.index) if q.is_cuda else 0
 
 
 # ---- the custom ops (torch.compile) ----------------------------------------------

@@ -268,7 +268,7 @@ NB_MODULE(_C, m) {
         return selection_tuple(s);
       },
       "options"_a, "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "out"_a.noconvert(),
-      "lse"_a.noconvert() = nb::none(), nb::kw_only(), "cu_seqlens_q"_a.noconvert() = nb::none(),
+      "lse"_a.noconvert() = nb::none(), "cu_seqlens_q"_a.noconvert() = nb::none(),
       "cu_seqlens_kv"_a.noconvert() = nb::none(), "bias"_a.noconvert() = nb::none(),
       "alibi_slopes"_a.noconvert() = nb::none(), "attn_mask"_a.noconvert() = nb::none(),
       "backend"_a = nb::none(), "disable"_a = std::vector<std::string>{}, "stream"_a = 0,
@@ -301,7 +301,7 @@ NB_MODULE(_C, m) {
       },
       "options"_a, "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "out"_a.noconvert(),
       "dout"_a.noconvert(), "lse"_a.noconvert(), "dq"_a.noconvert(), "dk"_a.noconvert(), "dv"_a.noconvert(),
-      "dbias"_a.noconvert() = nb::none(), nb::kw_only(), "cu_seqlens_q"_a.noconvert() = nb::none(),
+      "dbias"_a.noconvert() = nb::none(), "cu_seqlens_q"_a.noconvert() = nb::none(),
       "cu_seqlens_kv"_a.noconvert() = nb::none(), "bias"_a.noconvert() = nb::none(),
       "alibi_slopes"_a.noconvert() = nb::none(), "attn_mask"_a.noconvert() = nb::none(),
       "backend"_a = nb::none(), "disable"_a = std::vector<std::string>{}, "stream"_a = 0,
