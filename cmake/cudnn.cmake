@@ -11,18 +11,8 @@ if(NOT ATTN_WITH_CUDNN)
   return()
 endif()
 
-set(_attn_cudnn_hints ${CUDNN_ROOT} $ENV{CUDNN_ROOT})
-find_package(Python3 COMPONENTS Interpreter QUIET)
-if(Python3_FOUND)
-  execute_process(COMMAND ${Python3_EXECUTABLE} -c "import nvidia.cudnn as m; print(list(m.__path__)[0])"
-                  OUTPUT_VARIABLE _attn_py_cudnn OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-  if(_attn_py_cudnn)
-    list(APPEND _attn_cudnn_hints ${_attn_py_cudnn})
-  endif()
-endif()
-find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${_attn_cudnn_hints} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
-find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9
-             HINTS ${_attn_cudnn_hints} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
+include(${CMAKE_CURRENT_LIST_DIR}/find_nvidia_library.cmake)
+attn_find_nvidia_library(CUDNN cudnn.h cudnn cudnn libcudnn.so.9)
 find_path(CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h
           HINTS ${CUDNN_FRONTEND_ROOT} $ENV{CUDNN_FRONTEND_ROOT} ${CMAKE_SOURCE_DIR}/.deps/cudnn_frontend
                 ${CMAKE_SOURCE_DIR}/.carry

@@ -9,19 +9,8 @@ if(NOT ATTN_WITH_NCCL)
   return()
 endif()
 
-set(_attn_nccl_hints ${NCCL_ROOT} $ENV{NCCL_ROOT})
-find_package(Python3 COMPONENTS Interpreter QUIET)
-if(Python3_FOUND)
-  execute_process(COMMAND ${Python3_EXECUTABLE} -c "import nvidia.nccl as m; print(list(m.__path__)[0])"
-                  OUTPUT_VARIABLE _attn_py_nccl OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-  if(_attn_py_nccl)
-    list(APPEND _attn_nccl_hints ${_attn_py_nccl})
-  endif()
-endif()
-find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_attn_nccl_hints} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
-# The pip package ships only the versioned name.
-find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
-             HINTS ${_attn_nccl_hints} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
+include(${CMAKE_CURRENT_LIST_DIR}/find_nvidia_library.cmake)
+attn_find_nvidia_library(NCCL nccl.h nccl nccl libnccl.so.2)
 
 if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
   set(ATTN_HAVE_NCCL ON)

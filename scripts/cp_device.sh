@@ -6,12 +6,8 @@
 #   command="NCCL_NVLS_ENABLE=0 bash scripts/cp_device.sh", carry=[".carry"]).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp/attn-cp-out}
-mkdir -p "$out"
-export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
-pkg() { python3 -c "import nvidia.$1 as m; print(list(m.__path__)[0])" 2>/dev/null; }
-export CUDNN_ROOT=${CUDNN_ROOT:-$(pkg cudnn)} NCCL_ROOT=${NCCL_ROOT:-$(pkg nccl)}
-export LD_LIBRARY_PATH=${CUDNN_ROOT:+$CUDNN_ROOT/lib:}${NCCL_ROOT:+$NCCL_ROOT/lib:}${LD_LIBRARY_PATH:-}
+source scripts/device_env.sh /tmp/attn-cp-out  # PATH, CUDNN_ROOT / NCCL_ROOT, $out
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 gpus=$(nvidia-smi -L | wc -l)
 

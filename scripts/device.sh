@@ -5,12 +5,7 @@
 # `bash scripts/prepare_device.sh` here. Logs go to $OUT when it is set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp/attn-device-out}
-mkdir -p "$out"
-export PATH=/usr/local/cuda/bin:$PATH
-# cuDNN there is PyTorch's package (cudnn.h and libcudnn.so.9); CMake reads CUDNN_ROOT.
-export CUDNN_ROOT=${CUDNN_ROOT:-$(python3 -c "import nvidia.cudnn as m; print(list(m.__path__)[0])" 2>/dev/null)}
-export LD_LIBRARY_PATH=${CUDNN_ROOT:+$CUDNN_ROOT/lib:}${LD_LIBRARY_PATH:-}
+source scripts/device_env.sh  # PATH, CUDNN_ROOT / NCCL_ROOT (PyTorch's packages there), $out
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 
 t0=$(date +%s)

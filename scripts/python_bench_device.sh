@@ -7,11 +7,7 @@
 # ATTN_BENCH=overhead|layer|all (default all).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp/attn-device-out}
-mkdir -p "$out"
-export PATH=/usr/local/cuda/bin:$PATH
-export CUDNN_ROOT=${CUDNN_ROOT:-$(python3 -c "import nvidia.cudnn as m; print(list(m.__path__)[0])" 2>/dev/null)}
-export LD_LIBRARY_PATH=${CUDNN_ROOT:+$CUDNN_ROOT/lib:}${LD_LIBRARY_PATH:-}
+source scripts/device_env.sh  # PATH, CUDNN_ROOT / NCCL_ROOT (PyTorch's packages there), $out
 export CMAKE_PREFIX_PATH="$PWD/.carry" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 commit=$(cat .carry/commit 2>/dev/null || echo unknown)
 t0=$(date +%s)

@@ -1,0 +1,10 @@
+# Sourced by the device scripts, ON the device machine: the CUDA toolkit on
+# PATH; cuDNN and NCCL, which live in PyTorch's pip packages there, as
+# CUDNN_ROOT / NCCL_ROOT (CMake reads them) and on LD_LIBRARY_PATH; $out, the
+# folder for logs ($OUT when the device tool sets it, else $1 or a default).
+out=${OUT:-${1:-/tmp/attn-device-out}}
+mkdir -p "$out"
+export PATH=/usr/local/cuda/bin:$PATH
+_pip_package() { python3 -c "import nvidia.$1 as m; print(list(m.__path__)[0])" 2>/dev/null; }
+export CUDNN_ROOT=${CUDNN_ROOT:-$(_pip_package cudnn)} NCCL_ROOT=${NCCL_ROOT:-$(_pip_package nccl)}
+export LD_LIBRARY_PATH=${CUDNN_ROOT:+$CUDNN_ROOT/lib:}${NCCL_ROOT:+$NCCL_ROOT/lib:}${LD_LIBRARY_PATH:-}
