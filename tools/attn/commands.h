@@ -35,6 +35,7 @@ struct RunFlags {
 struct ExplainFlags {
   ProblemFlags problem;
   bool json = false;
+  std::optional<int> cp;  // also the context-parallel plan over this many ranks
 };
 
 struct CheckFlags {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "attn/cp.h"
 #include "attn/error.h"
 #include "commands.h"
 #include "report.h"
@@ -79,6 +80,23 @@ void print_json(const Problem& p, const DeviceInfo& dev, const testing::CaseSpec
   std::fputs(s.c_str(), stdout);
 }
 
+// The context-parallel plan over `cp` ranks (attn/cp.h), or the rule the
+// sequence lengths break, as the ring would report it before any transfer.
+std::string cp_report(const Problem& p, const testing::CaseSpec& spec, int cp) {
+  try {
+    cp::check_lengths(testing::lengths_q(spec), cp);
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  Options opts;
+  opts.qkv_format = p.qkv_format;
+  opts.mask = p.mask;
+  opts.window.left = p.window_left;
+  opts.window.right = p.window_right;
+  const int64_t chunk = p.qkv_format == QkvFormat::thd ? 0 : p.s_q / (2 * cp);  // thd: per sequence
+  return cp::describe_plan(opts, cp, chunk);
+}
+
 }  // namespace
 
 int explain_command(const ExplainFlags& f) {
@@ -92,6 +110,8 @@ int explain_command(const ExplainFlags& f) {
     print_json(p, dev, spec, verdicts, choice);
   else
     print_text(p, dev, spec, verdicts, choice);
+  if (f.cp && !f.json) std::printf("%s", cp_report(p, spec, *f.cp).c_str());
+  if (f.cp && f.json) std::printf("{\"cp_plan\": %s}\n", json_string(cp_report(p, spec, *f.cp)).c_str());
   return 0;
 }
 

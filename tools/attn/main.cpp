@@ -87,6 +87,9 @@ int main(int argc, char** argv) {
                     "the device to judge for: sm80, sm86, sm89, sm90 (simulated), cpu, cuda or cuda:N "
                     "[this machine's GPU, ATTN_SIMULATE_DEVICE, else cpu]");
   explain_cmd->add_flag("--json", explain.json, "print the verdicts as JSON");
+  add(explain_cmd, "--cp", explain.cp,
+      "also the context-parallel plan over this many ranks (chunks per rank, steps skipped) or the rule it breaks")
+      ->check(CLI::PositiveNumber);
 
   CheckFlags check;
   CLI::App* check_cmd = app.add_subcommand(
