@@ -58,7 +58,7 @@ void print_text(const Problem& p, const DeviceInfo& dev, const testing::CaseSpec
 }
 
 void print_json(const Problem& p, const DeviceInfo& dev, const testing::CaseSpec& spec,
-                const std::vector<Verdict>& verdicts, const Choice& choice) {
+                const std::vector<Verdict>& verdicts, const Choice& choice, const std::string* cp_plan) {
   std::string s = "{\n";
   s += "  \"problem\": " + json_string(describe_problem(p)) + ",\n";
   s += "  \"device\": {\"name\": " + json_string(dev.name) + ", \"sm\": " + std::to_string(dev.sm) +
@@ -76,7 +76,9 @@ void print_json(const Problem& p, const DeviceInfo& dev, const testing::CaseSpec
     for (size_t r = 0; r < v.reasons.size(); ++r) s += (r ? ", " : "") + json_string(v.reasons[r]);
     s += "]}";
   }
-  s += "\n  ]\n}\n";
+  s += "\n  ]";
+  if (cp_plan) s += ",\n  \"cp_plan\": " + json_string(*cp_plan);
+  s += "\n}\n";
   std::fputs(s.c_str(), stdout);
 }
 
@@ -106,12 +108,14 @@ int explain_command(const ExplainFlags& f) {
   const Policy policy = policy_from(f.problem);
   const std::vector<Verdict> verdicts = explain(p, dev, policy);
   const Choice choice = choose(p, dev, policy);
-  if (f.json)
-    print_json(p, dev, spec, verdicts, choice);
-  else
+  const std::optional<std::string> cp_plan =
+      f.cp ? std::optional<std::string>(cp_report(p, spec, *f.cp)) : std::nullopt;
+  if (f.json) {
+    print_json(p, dev, spec, verdicts, choice, cp_plan ? &*cp_plan : nullptr);
+  } else {
     print_text(p, dev, spec, verdicts, choice);
-  if (f.cp && !f.json) std::printf("%s", cp_report(p, spec, *f.cp).c_str());
-  if (f.cp && f.json) std::printf("{\"cp_plan\": %s}\n", json_string(cp_report(p, spec, *f.cp)).c_str());
+    if (cp_plan) std::printf("%s", cp_plan->c_str());
+  }
   return 0;
 }
 
