@@ -6,6 +6,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -80,6 +83,28 @@ __global__ void merge_kernel(MergeRows m, const void* out, DType t, const float*
 
 int blocks_for(int64_t n, int threads) { return static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 1 << 16)); }
 
+// The ring's buffers (K/V twice, fp32 accumulators, the work-order copies) are
+// gigabytes at long lengths. cudaMallocAsync's default pool hands memory back
+// to the driver at every synchronization (release threshold 0), so each call
+// would map it again; attn's own pool per device keeps it, as PyTorch's caching
+// allocator does, without changing the process's default pool.
+cudaMemPool_t ring_pool(int device) {
+  static std::mutex mutex;
+  static std::map<int, cudaMemPool_t> pools;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = pools.find(device); it != pools.end()) return it->second;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  cudaMemPool_t pool = nullptr;
+  ATTN_CUDA(cudaMemPoolCreate(&pool, &props));
+  uint64_t keep = UINT64_MAX;
+  ATTN_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  pools[device] = pool;
+  return pool;
+}
+
 class DeviceOps : public Ops {
  public:
   DeviceOps(int device, void* stream) : device_(device), stream_(static_cast<cudaStream_t>(stream)) {
@@ -90,7 +115,8 @@ class DeviceOps : public Ops {
   }
   void* alloc(int64_t bytes) override {
     void* p = nullptr;
-    ATTN_CUDA(cudaMallocAsync(&p, static_cast<size_t>(std::max<int64_t>(bytes, 16)), stream_));
+    ATTN_CUDA(cudaMallocFromPoolAsync(&p, static_cast<size_t>(std::max<int64_t>(bytes, 16)), ring_pool(device_),
+                                      stream_));
     owned_.push_back(p);
     return p;
   }
