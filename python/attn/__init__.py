@@ -236,8 +236,8 @@ def forward(
         from . import cp as _cp
         _cp.refuse_unsupported(cu_seqlens_q, cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
                                attn_mask=attn_mask)
-        plan = _cp._fallback_plan(cp, q, k, v, qkv_format, cu_seqlens_q, _mask_name(mask), _window(window),
-                                  dropout_p) if cp_fallback else None
+        plan = _cp._route(cp, cp_fallback, q, k, v, qkv_format, cu_seqlens_q, _mask_name(mask), _window(window),
+                          dropout_p)
         if plan is not None:  # the batch breaks the 2*cp rule: unsplit, K/V gathered
             _cp.fallback_forward(cp, plan, q, k, v, out, lse, qkv_format, _mask_name(mask), _window(window),
                                  softmax_scale=softmax_scale, softcap=softcap, backend=backend,
@@ -319,8 +319,8 @@ def backward(
         from . import cp as _cp
         _cp.refuse_unsupported(cu_seqlens_q, cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
                                attn_mask=attn_mask, dbias=dbias)
-        plan = _cp._fallback_plan(cp, q, k, v, qkv_format, cu_seqlens_q, _mask_name(mask), _window(window),
-                                  dropout_p) if cp_fallback else None
+        plan = _cp._route(cp, cp_fallback, q, k, v, qkv_format, cu_seqlens_q, _mask_name(mask), _window(window),
+                          dropout_p)
         if plan is not None:
             _cp.fallback_backward(cp, plan, q, k, v, out, dout, lse, dq, dk, dv, qkv_format, _mask_name(mask),
                                   _window(window), softmax_scale=softmax_scale, softcap=softcap, backend=backend,

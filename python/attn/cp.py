@@ -122,6 +122,26 @@ def _uses_fallback(lengths: list, cp: int, cp_fallback: bool) -> bool:
     return _first_breaker(lengths, cp) is not None
 
 
+def _padded_refusal(qkv_format: str) -> ValueError:
+    return ValueError(
+        "attn: context parallelism: a padded batch in bshd/sbhd (cu_seqlens) cannot use the ring\n"
+        f"  got:      qkv_format {qkv_format} with cu_seqlens (true lengths of padded sequences)\n"
+        "  expected: full sequences for the ring in bshd/sbhd, or thd for packed ones\n"
+        "  fix:      pass cp_fallback=True (to shard, unshard and the call, on every rank) to run it unsplit "
+        "with K/V gathered, or pack the batch to thd (real tokens only) for the ring")
+
+
+def _fallback_layout(x_lengths: list, qkv_format: str, cu_seqlens: Any, size: int, cp_fallback: bool) -> bool:
+    """True when shard/unshard/the call use the fallback's contiguous pieces:
+    cp_fallback and a sequence breaking the rule, or a padded bshd/sbhd batch
+    (the ring runs no padding there; it needs cp_fallback)."""
+    if qkv_format != "thd" and cu_seqlens is not None:
+        if not cp_fallback:
+            raise _padded_refusal(qkv_format)
+        return True
+    return _uses_fallback(x_lengths, size, cp_fallback)
+
+
 def _piece(n: int, rank: int, size: int) -> tuple:
     """The fallback's rows [begin, end) of a length-n sequence on `rank`: contiguous, sizes differ by at most 1."""
     return rank * n // size, (rank + 1) * n // size
@@ -186,11 +206,14 @@ def shard(x: Any, comm: Any, *, qkv_format: str = "bshd", cu_seqlens: Any = None
     cp_fallback=True: if any sequence breaks that rule, the whole batch takes
     the fallback layout instead: rank r holds rows [r*n//size, (r+1)*n//size)
     of every sequence (length n), contiguous; pieces may be empty (n < size).
-    Pass the same cp_fallback to unshard and to the attention call."""
+    Pass the same cp_fallback to unshard and to the attention call.
+    bshd/sbhd with cu_seqlens (a padded batch, true lengths as
+    TransformerEngine passes them) needs cp_fallback=True and always takes the
+    fallback layout: pieces of the padded length s."""
     rank = comm.rank if rank is None else rank
     size = comm.size if size is None else size
     lengths = _lengths(x, qkv_format, cu_seqlens)
-    fallback = _uses_fallback(lengths, size, cp_fallback)
+    fallback = _fallback_layout(lengths, qkv_format, cu_seqlens, size, cp_fallback)
     import torch
 
     index = torch.tensor(_positions(lengths, qkv_format, rank, size, fallback), dtype=torch.long, device=x.device)
@@ -211,7 +234,7 @@ def unshard(parts: Any, comm: Any = None, *, qkv_format: str = "bshd", cu_seqlen
     size = len(parts)
     joined = torch.cat(list(parts), dim=dim)
     lengths = _lengths(None, "thd", cu_seqlens) if qkv_format == "thd" else [joined.shape[dim]]
-    fallback = _uses_fallback(lengths, size, cp_fallback)
+    fallback = _fallback_layout(lengths, qkv_format, cu_seqlens, size, cp_fallback)
     return joined.index_select(dim, _inverse_order(lengths, qkv_format, size, fallback).to(joined.device))
 
 
@@ -266,6 +289,7 @@ def _backward(comm: Any, opts: Any, q: Any, k: Any, v: Any, out: Any, dout: Any,
 _CAUSAL = ("causal", "causal_bottom_right", "padding_causal", "padding_causal_bottom_right")
 _THD_MASKS = ("no_mask", "padding") + _CAUSAL
 _DENSE_MASKS = ("no_mask", "causal", "causal_bottom_right")
+_PADDED_MASKS = ("padding", "padding_causal", "padding_causal_bottom_right")
 
 
 def _refuse(what: str, got: str, expected: str, fix: str) -> None:
@@ -273,11 +297,20 @@ def _refuse(what: str, got: str, expected: str, fix: str) -> None:
 
 
 class _Fallback:
-    """How this call runs unsplit: every sequence's whole length, each rank's
-    local rows (bshd/sbhd: along s; thd: tokens) and the sequence that broke the rule."""
+    """How this call runs unsplit: every sequence's whole length (padded
+    bshd/sbhd: s), each rank's local rows (bshd/sbhd: along s; thd: tokens),
+    the true lengths of a padded bshd/sbhd batch (else None) and why."""
 
-    def __init__(self, lengths: list, counts: list, breaker: tuple):
-        self.lengths, self.counts, self.breaker = lengths, counts, breaker
+    def __init__(self, lengths: list, counts: list, true_lengths: Optional[list], why: str):
+        self.lengths, self.counts, self.true_lengths, self.why = lengths, counts, true_lengths, why
+
+
+def _route(comm: Any, cp_fallback: bool, q: Any, k: Any, v: Any, qkv_format: str, cu_seqlens: Any, mask: str,
+           window: tuple, dropout_p: float) -> Optional[_Fallback]:
+    """attn.forward/backward's choice for cp=: None runs the ring, else the fallback's plan."""
+    if qkv_format != "thd" and cu_seqlens is not None and not cp_fallback:
+        raise _padded_refusal(qkv_format)  # the ring would refuse it too, with a fix that omits the fallback
+    return _fallback_plan(comm, q, k, v, qkv_format, cu_seqlens, mask, window, dropout_p) if cp_fallback else None
 
 
 def _fallback_plan(comm: Any, q: Any, k: Any, v: Any, qkv_format: str, cu_seqlens: Any, mask: str, window: tuple,
@@ -302,26 +335,37 @@ def _fallback_plan(comm: Any, q: Any, k: Any, v: Any, qkv_format: str, cu_seqlen
             raise TypeError(f"attn: cp_fallback works on torch tensors (torch.distributed moves them); "
                             f"{name} is a {type(x).__module__}.{type(x).__name__}")
     thd = qkv_format == "thd"
+    padded = not thd and cu_seqlens is not None
     size, rank = comm.size, comm.rank
+    true_lengths = _lengths(None, "thd", cu_seqlens) if cu_seqlens is not None else None
     if thd:
-        lengths = _lengths(None, "thd", cu_seqlens)
+        lengths = true_lengths
         if _first_breaker(lengths, size) is None:
             return None  # global cu_seqlens: every rank decides alike; the ring checks that ranks agree
-    if mask not in (_THD_MASKS if thd else _DENSE_MASKS):
-        _refuse("mask type", mask, ", ".join(_THD_MASKS if thd else _DENSE_MASKS),
-                "pad the batch to the 2*cp rule and use the ring, or run it without cp")
+    masks = _THD_MASKS if thd else _PADDED_MASKS if padded else _DENSE_MASKS
+    if mask not in masks:
+        _refuse("mask type" + (" of a padded bshd/sbhd batch (cu_seqlens)" if padded else ""), mask,
+                ", ".join(masks), "use one of those, or run this call without cp")
     if dropout_p:
         _refuse("dropout", str(dropout_p), "0 (dropout's pattern follows positions inside the call)",
                 "run this call without cp")
     if thd and window != (-1, -1):
         _refuse("a sliding window in thd", str(window), "bshd or sbhd for windows (as for the ring)",
                 "use bshd/sbhd, or run this call without cp")
+    if padded and window != (-1, -1) and mask not in _CAUSAL:
+        # Each sequence's key range would end at its own true length, so the
+        # window's shift would differ per sequence within one call.
+        _refuse("a sliding window without a causal mask in a padded bshd/sbhd batch", str(window),
+                "a causal padding mask with a window, or no window", "pack the batch to thd, or run it without cp")
+    if padded and (cu_seqlens.dim() != 1 or len(true_lengths) != q.shape[1 - (1 if qkv_format == "bshd" else 0)]):
+        _refuse("cu_seqlens of a padded batch", f"{len(true_lengths)} sequences",
+                f"batch + 1 = {q.shape[1 - (1 if qkv_format == 'bshd' else 0)] + 1} entries", "pass cu_seqlens [b + 1]")
     sd = 1 if qkv_format == "bshd" else 0
     fields = [("q rows", q.shape[sd]), ("k rows", k.shape[sd]), ("v rows", v.shape[sd]),
               ("batch", 0 if thd else q.shape[1 - sd]), ("h_q", q.shape[-2]), ("h_kv", k.shape[-2]),
               ("d_qk", q.shape[-1]), ("d_v", v.shape[-1]), ("dtype", zlib.crc32(str(q.dtype).encode())),
               ("causal", int(mask in _CAUSAL)), ("window.left", window[0]), ("window.right", window[1]),
-              ("sequence lengths (crc)", zlib.crc32(repr(lengths).encode()) if thd else 0)]
+              ("sequence lengths (crc)", zlib.crc32(repr(true_lengths).encode()) if true_lengths else 0)]
     mine = torch.tensor([f for _, f in fields], dtype=torch.int64, device=q.device)
     every = [torch.empty_like(mine) for _ in range(size)]
     dist.all_gather(every, mine, group=comm.group)
@@ -341,8 +385,12 @@ def _fallback_plan(comm: Any, q: Any, k: Any, v: Any, qkv_format: str, cu_seqlen
     if not thd:
         lengths = [sum(row[0] for row in table)] * q.shape[1 - sd]
     breaker = _first_breaker(lengths, size)
-    if breaker is None:
+    if padded:
+        why = "a padded bshd/sbhd batch (cu_seqlens): the ring runs no padding masks there"
+    elif breaker is None:
         return None  # every sequence keeps the rule: shard chose chunks, the ring runs
+    else:
+        why = f"sequence {breaker[0]} has length {breaker[1]}, not divisible by 2*cp = {2 * size}"
     expected = [sum(b - a for a, b in (_piece(n, r, size) for n in (lengths if thd else lengths[:1])))
                 for r in range(size)]
     got = [row[0] for row in table]
@@ -352,7 +400,7 @@ def _fallback_plan(comm: Any, q: Any, k: Any, v: Any, qkv_format: str, cu_seqlen
                 f"{got[r]} local {'tokens' if thd else 'rows'} on rank {r}",
                 f"{expected[r]}: rows [r*n//{size}, (r+1)*n//{size}) of every sequence (length n)",
                 "cut the batch with attn.cp.shard(x, comm, cp_fallback=True)")
-    return _Fallback(lengths, got, breaker)
+    return _Fallback(lengths, got, true_lengths if padded else None, why)
 
 
 def _say(comm: Any, plan: _Fallback, pass_name: str) -> None:
@@ -364,10 +412,9 @@ def _say(comm: Any, plan: _Fallback, pass_name: str) -> None:
     except ValueError:
         level = 0
     if level >= 1:
-        i, n = plan.breaker
-        print(f"attn: cp rank {comm.rank}/{comm.size}: cp_fallback ({pass_name}): sequence {i} has length {n}, "
-              f"not divisible by 2*cp = {2 * comm.size}; the whole batch runs unsplit: K/V all-gathered to every "
-              f"rank, this rank computes its {plan.counts[comm.rank]} contiguous query rows", file=sys.stderr)
+        print(f"attn: cp rank {comm.rank}/{comm.size}: cp_fallback ({pass_name}): {plan.why}; the whole batch "
+              f"runs unsplit: K/V all-gathered to every rank, this rank computes its {plan.counts[comm.rank]} "
+              "contiguous query rows", file=sys.stderr)
 
 
 def _full_kv(comm: Any, plan: _Fallback, k: Any, v: Any, qkv_format: str) -> tuple:
@@ -379,6 +426,14 @@ def _full_kv(comm: Any, plan: _Fallback, k: Any, v: Any, qkv_format: str) -> tup
     whole = torch.cat(parts, sd)
     whole = whole.index_select(sd, _inverse_order(plan.lengths, qkv_format, comm.size, True).to(whole.device))
     return whole[..., :k.shape[-1]], whole[..., k.shape[-1]:]
+
+
+def _cumsum(xs: list) -> list:
+    out, total = [], 0
+    for x in xs:
+        total += x
+        out.append(total)
+    return out
 
 
 def _local_call(comm: Any, plan: _Fallback, K: Any, V: Any, qkv_format: str, mask: str, window: tuple) -> Any:
@@ -406,6 +461,16 @@ def _local_call(comm: Any, plan: _Fallback, K: Any, V: Any, qkv_format: str, mas
             extra = hi - b
             win = (left + extra if left >= 0 else -1, right - extra if right >= 0 else -1)
         kw = dict(qkv_format=qkv_format, mask="causal_bottom_right" if causal else "no_mask", window=win)
+        if plan.true_lengths is not None:
+            # Padded: sequence j's queries are rows [a, min(b, L)) of its true
+            # length L and its keys [0, min(hi, L)); bottom-right alignment
+            # shifts the queries by a, as above (causal; windows only with causal).
+            dev = K.device
+            lq = [max(0, min(b, n_j) - a) for n_j in plan.true_lengths]
+            lk = [min(hi, n_j) for n_j in plan.true_lengths]
+            kw.update(mask="padding_causal_bottom_right" if causal else "padding",
+                      cu_seqlens_q=torch.tensor([0] + _cumsum(lq), dtype=torch.int32, device=dev),
+                      cu_seqlens_kv=torch.tensor([0] + _cumsum(lk), dtype=torch.int32, device=dev))
         return K.narrow(sd, 0, hi), V.narrow(sd, 0, hi), kw, hi
     cu_q, cu_kv, keys, start = [0], [0], [], 0
     for n in plan.lengths:

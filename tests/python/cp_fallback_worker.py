@@ -16,7 +16,9 @@ import torch.distributed as dist
 import attn
 import attn.cp
 
-# (name, qkv_format, mask, lengths, window, h_q, h_kv): each breaks the 2*cp rule.
+# (name, qkv_format, mask, lengths, window, h_q, h_kv[, s]): each breaks the
+# 2*cp rule, or (with s) is a padded bshd/sbhd batch of true lengths `lengths`
+# padded to s, which always runs through the fallback (s = 8 keeps the rule).
 CASES = {
     2: [
         ("bshd-causal-7-gqa", "bshd", "causal", [7, 7], (-1, -1), 4, 2),
@@ -28,32 +30,36 @@ CASES = {
         ("sbhd-nomask-9-leftwindow", "sbhd", "no_mask", [9, 9], (2, -1), 2, 2),
         ("thd-causal-8-1-7", "thd", "causal", [8, 1, 7], (-1, -1), 4, 2),
         ("thd-nomask-1", "thd", "no_mask", [1], (-1, -1), 2, 2),
+        ("bshd-padded-causal-8", "bshd", "padding_causal", [8, 1, 5], (-1, -1), 4, 2, 8),
+        ("sbhd-padded-7", "sbhd", "padding", [7, 3], (-1, -1), 2, 2, 7),
+        ("bshd-padded-causal-window-10", "bshd", "padding_causal", [10, 6, 2], (3, 0), 2, 2, 10),
     ],
     3: [
         ("bshd-causal-7", "bshd", "causal", [7, 7], (-1, -1), 2, 2),
         ("sbhd-nomask-2", "sbhd", "no_mask", [2], (-1, -1), 2, 1),
         ("bshd-causal-10-window", "bshd", "causal", [10], (2, 0), 2, 2),
         ("thd-causal-5-1-12", "thd", "causal", [5, 1, 12], (-1, -1), 2, 2),
+        ("sbhd-padded-causal-9", "sbhd", "padding_causal_bottom_right", [9, 2, 4], (-1, -1), 2, 2, 9),
     ],
 }
 
 
-def make(fmt, lengths, h_q, h_kv, seed, d=8):
+def make(fmt, lengths, h_q, h_kv, seed, pad_to=None, d=8):
     g = torch.Generator().manual_seed(seed)
+    cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
     if fmt == "thd":
         t = sum(lengths)
-        cu = torch.tensor([0] + torch.tensor(lengths).cumsum(0).tolist(), dtype=torch.int32)
         shapes = [(t, h_q, d), (t, h_kv, d), (t, h_kv, d), (t, h_q, d)]
     else:
-        b, s = len(lengths), lengths[0]
-        cu = None
+        b, s = len(lengths), pad_to or lengths[0]
+        cu = cu if pad_to else None
         shapes = [(b, s, h, d) if fmt == "bshd" else (s, b, h, d) for h in (h_q, h_kv, h_kv, h_q)]
     return [torch.randn(sh, generator=g, dtype=torch.float64) for sh in shapes] + [cu]
 
 
 def run_case(comm, case, seed):
-    name, fmt, mask, lengths, window, h_q, h_kv = case
-    q, k, v, dout, cu = make(fmt, lengths, h_q, h_kv, seed)
+    name, fmt, mask, lengths, window, h_q, h_kv = case[:7]
+    q, k, v, dout, cu = make(fmt, lengths, h_q, h_kv, seed, *case[7:])
     sh = dict(qkv_format=fmt, cu_seqlens=cu, cp_fallback=True)
     ql, kl, vl, dl = (attn.cp.shard(x, comm, **sh) for x in (q, k, v, dout))
     kw = dict(qkv_format=fmt, mask=mask, window=window, cu_seqlens_q=cu, backend="reference", cp=comm,
@@ -99,6 +105,10 @@ def run_errors(comm):
     # Ranks disagree on the problem (heads).
     qm = torch.randn(1, 4 if rank == 0 else 3, 2 + rank, 8, dtype=torch.float64)
     errors["mismatch"] = error_of(lambda: attn.forward(qm, qm, qm, **kw))
+    # A padded bshd batch without cp_fallback: the ring cannot run it.
+    cu = torch.tensor([0, 3 * size], dtype=torch.int32)
+    errors["padded"] = error_of(lambda: attn.forward(x, x, x, mask="padding", cu_seqlens_q=cu, backend="reference",
+                                                     cp=comm))
     # Pieces not in the fallback layout (length 7 cut 4 + 3 instead of 3 + 4).
     if size == 2:
         ql = torch.randn(1, 4 if rank == 0 else 3, 2, 8, dtype=torch.float64)

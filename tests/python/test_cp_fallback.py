@@ -55,7 +55,7 @@ def _run(size, tmp_path_factory):
 
 def _reference(case, inputs):
     """The one-process call on the whole batch (what the ranks together must reproduce)."""
-    _, fmt, mask, _, window, _, _ = case
+    _, fmt, mask, _, window = case[:5]
     q, k, v, dout, cu = (inputs[n] for n in ("q", "k", "v", "dout", "cu"))
     kw = dict(qkv_format=fmt, mask=mask, window=window, cu_seqlens_q=cu, cu_seqlens_kv=cu, backend="reference")
     out, lse = attn.forward(q, k, v, return_lse=True, **kw)
@@ -69,7 +69,8 @@ CASES = [(size, case) for size, cases in worker.CASES.items() for case in cases]
 @pytest.mark.parametrize("size,case", CASES, ids=[f"cp{s}-{c[0]}" for s, c in CASES])
 def test_fallback_matches_one_process(size, case, tmp_path_factory):
     ranks, seed = _run(size, tmp_path_factory)
-    _, fmt, _, lengths, _, _, _ = case
+    _, fmt, _, lengths = case[:4]
+    padded_to = case[7] if len(case) > 7 else None
     res = ranks[0]["cases"][case[0]]
     want = _reference(case, res["inputs"])
     for name in ("out", "lse", "dq", "dk", "dv"):
@@ -82,15 +83,18 @@ def test_fallback_matches_one_process(size, case, tmp_path_factory):
                                        msg=lambda m: f"{got_name} (seed {seed}): {m}")
     # Something real was compared: finite values, gradients not all zero (dk
     # is 0 for length 1: one visible key, the softmax cannot move).
-    assert torch.isfinite(want["lse"]).all() and want["dv"].abs().min() > 0
+    if padded_to is None:
+        assert torch.isfinite(want["lse"]).all() and want["dv"].abs().min() > 0
+    assert torch.isfinite(want["out"]).all() and want["dv"].abs().sum() > 0
     assert max(lengths) == 1 or want["dk"].abs().sum() > 0
     # Rank r held rows [r*n//size, (r+1)*n//size) of every sequence, and said so at ATTN_LOG=1.
     for r, rank in enumerate(ranks):
-        rows = sum((r + 1) * n // size - r * n // size for n in (lengths if fmt == "thd" else lengths[:1]))
+        rows = sum((r + 1) * n // size - r * n // size for n in (lengths if fmt == "thd" else [padded_to or lengths[0]]))
         assert rank["cases"][case[0]]["local_rows"] == rows
         log = rank["cases"][case[0]]["log"]
         assert f"attn: cp rank {r}/{size}: cp_fallback (forward)" in log, log
-        assert "cp_fallback (backward)" in log and "not divisible by 2*cp" in log and "K/V all-gathered" in log, log
+        why = "a padded bshd/sbhd batch (cu_seqlens)" if padded_to else "not divisible by 2*cp"
+        assert "cp_fallback (backward)" in log and why in log and "K/V all-gathered" in log, log
 
 
 @pytest.mark.parametrize("size", [2, 3])
@@ -100,6 +104,7 @@ def test_fallback_errors_are_the_same_on_every_rank(size, tmp_path_factory):
     for e in errors:
         assert e["mismatch"] and "ranks run different problems" in e["mismatch"] and "h_q" in e["mismatch"], e
         assert e["ring"] and "needs attn's NCCL communicator" in e["ring"], e  # the rule held: the ring, not the fallback
+        assert e["padded"] and "padded batch in bshd/sbhd" in e["padded"] and "cp_fallback=True" in e["padded"], e
         if size == 2:
             assert e["layout"] and "not in the fallback layout" in e["layout"] and "cp_fallback=True" in e["layout"], e
     assert len({e["mismatch"] for e in errors}) == 1
@@ -123,6 +128,16 @@ def test_fallback_layout_round_trip(size, fmt):
         assert [p.shape[1] for p in parts] == [(r + 1) * 7 // size - r * 7 // size for r in range(size)]
     if fmt == "thd":  # rank 0's piece of the length-1 sequence is empty; the last rank holds it
         assert parts[0].shape[0] == sum(n // size for n in lengths)
+
+
+def test_padded_bshd_takes_the_fallback_layout():
+    x = torch.randn(3, 8, 2, 4)
+    cu = torch.tensor([0, 8, 9, 14], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"(?s)padded batch in bshd/sbhd.*cp_fallback=True.*thd"):
+        attn.cp.shard(x, None, cu_seqlens=cu, rank=0, size=2)
+    parts = [attn.cp.shard(x, None, cu_seqlens=cu, rank=r, size=2, cp_fallback=True) for r in range(2)]
+    assert torch.equal(parts[0], x[:, :4]) and torch.equal(parts[1], x[:, 4:])  # pieces, though 8 keeps the rule
+    assert torch.equal(attn.cp.unshard(parts, cu_seqlens=cu, cp_fallback=True), x)
 
 
 def test_fallback_keeps_chunks_when_every_sequence_keeps_the_rule():
