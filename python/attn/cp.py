@@ -509,7 +509,7 @@ def fallback_forward(comm: Any, plan: _Fallback, q: Any, k: Any, v: Any, out: An
 def fallback_backward(comm: Any, plan: _Fallback, q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any,
                       dk: Any, dv: Any, qkv_format: str, mask: str, window: tuple, **kw: Any) -> None:
     """dq of this rank's rows; dk/dv of the gathered keys, summed over the
-    ranks in fp32 or wider (one all-reduce of [dK | dV]), sliced to this rank's rows."""
+    ranks in fp32 or wider by one reduce-scatter of [dK | dV] to their owners."""
     import torch
     import torch.distributed as dist
 
@@ -530,14 +530,21 @@ def fallback_backward(comm: Any, plan: _Fallback, q: Any, k: Any, v: Any, out: A
             grads.index_add_(0, keys, part)
         else:
             grads.narrow(sd, 0, keys).copy_(part)
-    # Every rank joins the sum, rows or not; a reduce-scatter would move less,
-    # but the pieces differ in length and gloo (CPU) has none.
-    dist.all_reduce(grads, group=comm.group)
-    mine = torch.tensor(_positions(plan.lengths, qkv_format, comm.rank, comm.size, True), dtype=torch.long,
-                        device=grads.device)
-    grads = grads.index_select(sd, mine)
-    dk.copy_(grads[..., :K.shape[-1]])
-    dv.copy_(grads[..., K.shape[-1]:])
+    # Every rank joins the sum, rows or not: one reduce-scatter, each rank's
+    # rows padded to the longest piece (collectives want equal sizes).
+    longest = max(plan.counts)
+    sends = []
+    for r in range(comm.size):
+        rows = grads.index_select(sd, torch.tensor(_positions(plan.lengths, qkv_format, r, comm.size, True),
+                                                   dtype=torch.long, device=grads.device))
+        pad = list(rows.shape)
+        pad[sd] = longest - rows.shape[sd]
+        sends.append(torch.cat([rows, rows.new_zeros(pad)], sd))
+    mine = torch.empty_like(sends[0])
+    dist.reduce_scatter(mine, sends, group=comm.group)
+    mine = mine.narrow(sd, 0, plan.counts[comm.rank])
+    dk.copy_(mine[..., :K.shape[-1]])
+    dv.copy_(mine[..., K.shape[-1]:])
 
 
 def attention(q: Any, k: Any, v: Any, *, cp: Any, **kw: Any) -> Any:
