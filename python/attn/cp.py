@@ -549,7 +549,8 @@ def fallback_backward(comm: Any, plan: _Fallback, q: Any, k: Any, v: Any, out: A
 
 def attention(q: Any, k: Any, v: Any, *, cp: Any, **kw: Any) -> Any:
     """Differentiable ring attention on torch tensors (this rank's shards):
-    attn.forward's keywords; gradients through the ring backward."""
+    attn.forward's keywords (cp_fallback= included); gradients through the
+    ring backward, or the fallback's when the batch takes it."""
     import torch
 
     import attn as _attn
