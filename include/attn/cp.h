@@ -14,8 +14,10 @@
 // matched the one-GPU result within bf16 tolerances on 2x H200 for bshd, sbhd,
 // thd, causal or not, GQA and windows (docs/PERF.md), and ran 128k tokens
 // (h32 d128 causal, fwd+bwd) at 1.85x one GPU (bench/cp.py). Not yet:
-// padding masks, bias/ALiBi/arbitrary masks, dropout (each is refused with a
-// reason), the unsplit fallback in C++ (Python's cp_fallback gathers instead).
+// padding masks in bshd/sbhd, bias/ALiBi/arbitrary masks, dropout (each is
+// refused with a reason), the unsplit fallback in C++: Python's cp_fallback
+// (attn/cp.py, docs/CP.md) runs batches that break the rule, and padded
+// bshd/sbhd, by gathering K/V over torch.distributed (CPU-tested over gloo).
 //
 // Local tensors: bshd [b, 2c, h, d] / sbhd [2c, b, h, d] hold chunk r then chunk
 // 2cp-1-r of each sequence (c = s / (2cp)); thd holds, per sequence, its chunk r

@@ -199,6 +199,7 @@ def forward(
     disable: Sequence[str] = (),
     stream: Optional[int] = None,
     cp: Any = None,
+    cp_fallback: bool = False,
 ) -> Any:
     """Attention forward: softmax(softmax_scale * q k^T [softcap, bias, mask]) v.
 
@@ -216,6 +217,9 @@ def forward(
     default the current stream of q's framework (PyTorch, CuPy), else 0.
     Raises ValueError / TypeError for bad calls, BackendUnavailableError when
     no backend can run it, with the core's full message.
+    cp=: an attn.cp.Communicator; q, k, v are this rank's shards (attn.cp.shard).
+    cp_fallback=True: a batch whose sequence lengths break the 2*cp rule runs
+    unsplit (K/V gathered to every rank; shard with the same cp_fallback).
     """
     for x, name in ((q, "q"), (k, "k"), (v, "v")):
         _arrays.require_array(x, name)
@@ -232,6 +236,13 @@ def forward(
         from . import cp as _cp
         _cp.refuse_unsupported(cu_seqlens_q, cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
                                attn_mask=attn_mask)
+        plan = _cp._route(cp, cp_fallback, q, k, v, qkv_format, cu_seqlens_q, _mask_name(mask), _window(window),
+                          dropout_p)
+        if plan is not None:  # the batch breaks the 2*cp rule: unsplit, K/V gathered
+            _cp.fallback_forward(cp, plan, q, k, v, out, lse, qkv_format, _mask_name(mask), _window(window),
+                                 softmax_scale=softmax_scale, softcap=softcap, backend=backend,
+                                 disable=list(disable), stream=stream, deterministic=deterministic)
+            return (out, lse) if return_lse else out
         _cp._forward(cp, opts, d(q), d(k), d(v), out, lse, None if cu_seqlens_q is None else d(cu_seqlens_q),
                      backend, list(disable), _stream(q, stream))
         out = _arrays.finish(q, out)
@@ -280,13 +291,15 @@ def backward(
     disable: Sequence[str] = (),
     stream: Optional[int] = None,
     cp: Any = None,
+    cp_fallback: bool = False,
 ) -> Tuple[Any, ...]:
     """Attention backward: (dq, dk, dv) from the forward's q, k, v, out, its lse
     (forward(..., return_lse=True)) and dout, with the same keywords as the
     forward (dropout needs the same seed and offset; return_lse is accepted and
     ignored so one keyword dict serves both passes). With a bias and
     return_dbias=True (or a preallocated dbias=) returns (dq, dk, dv, dbias).
-    dq= / dk= / dv= take preallocated gradients.
+    dq= / dk= / dv= take preallocated gradients. cp=, cp_fallback=: as for
+    forward (the same values the forward had).
     """
     del return_lse
     for x, name in ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (dout, "dout"), (lse, "lse")):
@@ -306,6 +319,13 @@ def backward(
         from . import cp as _cp
         _cp.refuse_unsupported(cu_seqlens_q, cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
                                attn_mask=attn_mask, dbias=dbias)
+        plan = _cp._route(cp, cp_fallback, q, k, v, qkv_format, cu_seqlens_q, _mask_name(mask), _window(window),
+                          dropout_p)
+        if plan is not None:
+            _cp.fallback_backward(cp, plan, q, k, v, out, dout, lse, dq, dk, dv, qkv_format, _mask_name(mask),
+                                  _window(window), softmax_scale=softmax_scale, softcap=softcap, backend=backend,
+                                  disable=list(disable), stream=stream, deterministic=deterministic)
+            return dq, dk, dv
         _cp._backward(cp, opts, d(q), d(k), d(v), d(out), d(dout), d(lse), dq, dk, dv,
                       None if cu_seqlens_q is None else d(cu_seqlens_q), backend, list(disable), _stream(q, stream))
         return tuple(_arrays.finish(q, g) for g in (dq, dk, dv))

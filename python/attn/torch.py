@@ -315,13 +315,16 @@ def attention(
     return_lse: bool = False,
     deterministic: bool = False,
     cp: Any = None,
+    cp_fallback: bool = False,
 ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Differentiable attention on PyTorch tensors (CPU or CUDA): attn.forward's
     keywords and semantics, gradients for q, k, v (and bias when it requires
     grad) through attn.backward. With dropout_p > 0 and seed=None, a fresh seed
     comes from PyTorch's default generator; pass seed= to fix it. Returns out,
     or (out, lse) with return_lse=True (lse carries no gradient). cp=: an
-    attn.cp.Communicator; q, k, v are this rank's shards (attn.cp.shard)."""
+    attn.cp.Communicator; q, k, v are this rank's shards (attn.cp.shard).
+    cp_fallback=True: a batch breaking the 2*cp rule runs unsplit (K/V gathered
+    to every rank); shard/unshard with the same cp_fallback."""
     for t, name in ((q, "q"), (k, "k"), (v, "v")):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"attn.torch.attention: {name} must be a torch.Tensor, got {type(t).__name__}; "
@@ -333,7 +336,7 @@ def attention(
                              cu_seqlens_kv=cu_seqlens_kv, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
                              bias=bias, alibi_slopes=alibi_slopes, attn_mask=attn_mask, dropout_p=dropout_p,
                              seed=0 if seed is None else seed, offset=offset, backend=backend,
-                             deterministic=deterministic, return_lse=return_lse)
+                             deterministic=deterministic, return_lse=return_lse, cp_fallback=cp_fallback)
     left, right = _attn._window(window)
     mask = _attn._mask_name(mask)
     scale = None if softmax_scale is None else float(softmax_scale)

@@ -20,7 +20,7 @@ void check_lengths(const std::vector<int64_t>& lengths, int cp) {
            "every sequence length divisible by 2*cp = " + std::to_string(2 * cp) +
                " (each rank holds two of the 2*cp equal chunks, for balanced causal work)",
            "pad the sequence to a multiple of " + std::to_string(2 * cp) +
-               ", or allow the fallback that runs such a batch without splitting it");
+               ", or allow the fallback that runs such a batch without splitting it (Python: cp_fallback=True)");
 }
 
 Chunks chunks_of(int rank, int cp) { return {rank, 2 * int64_t{cp} - 1 - rank}; }

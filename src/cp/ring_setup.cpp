@@ -82,7 +82,8 @@ void Ring::check_features(const Inputs& in, Pass pass) const {
                                           std::to_string(opts_.window.right) + ")",
            "bshd or sbhd for windows (a window's block bounds depend on each sequence's chunk length)", later);
   if (!thd && (in.cu_seqlens_q.defined() || in.cu_seqlens_kv.defined()))
-    refuse("padded bshd/sbhd (cu_seqlens)", "given", "full sequences, or thd for packed ones", later);
+    refuse("padded bshd/sbhd (cu_seqlens)", "given", "full sequences, or thd for packed ones",
+           "pack the batch to thd, or (Python) pass cp_fallback=True to run it unsplit with K/V gathered");
   if (!in.q.defined() || !in.k.defined() || !in.v.defined())
     fail(ErrorKind::value, "context parallelism: q, k and v are required", "missing", "all three", "pass them");
   if (in.q.device != in.k.device || in.q.device != in.v.device)
