@@ -2,7 +2,9 @@
 forward+backward of one long causal sequence on N GPUs through attn's ring
 against the same call on one GPU, the same backend (ATTN_BACKEND, default
 cudnn). CUDA events, warm-up, median of repeats. The share of communication
-hidden behind compute: 1 - (T_ring - T_compute) / T_comm, where T_compute runs
+hidden behind compute, two ways: from one profiled ring call, the share of the
+NCCL kernels' time during which a compute kernel also ran (kernel timestamps);
+and 1 - (T_ring - T_compute) / T_comm, where T_compute runs
 this rank's ring blocks alone (the same attn calls on local data, no
 transfers) and T_comm runs the ring's transfers alone (the same bytes, NCCL
 send/recv around the ring); both are maxima over ranks."""
@@ -34,6 +36,44 @@ def timed(fn, repeats, warmup=1):
     t = torch.tensor([statistics.median(times)], device="cuda")
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.item()
+
+
+def kernel_overlap(fn):
+    """Runs fn once under torch.profiler and measures, from the GPU kernels'
+    own start/end times, how much of the NCCL kernels' time overlaps compute
+    kernels (the share of communication hidden), plus kernel time by kind."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()  # warm
+    torch.cuda.synchronize()
+    dist.barrier()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels = [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
+               if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start]
+
+    def kind(name):
+        n = name.lower()
+        if "nccl" in n:
+            return "nccl"
+        if "cudnn" in n or "sdpa" in n:
+            return "attention (cuDNN)"
+        if "memcpy" in n or "memset" in n:
+            return "memcpy/memset"
+        return "other (ring merges, adds, copies)"
+    by_kind = {}
+    for name, t0, t1 in kernels:
+        by_kind[kind(name)] = by_kind.get(kind(name), 0.0) + (t1 - t0) / 1e3
+    compute = sorted((t0, t1) for name, t0, t1 in kernels if kind(name) != "nccl")
+    merged = []
+    for t0, t1 in compute:  # the union of compute intervals
+        if merged and t0 <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], t1)
+        else:
+            merged.append([t0, t1])
+    nccl = [(t0, t1) for name, t0, t1 in kernels if kind(name) == "nccl"]
+    hidden = sum(max(0, min(t1, c1) - max(t0, c0)) for t0, t1 in nccl for c0, c1 in merged)
+    return {"nccl_ms": sum(t1 - t0 for t0, t1 in nccl) / 1e3, "hidden_ms": hidden / 1e3, "by_kind": by_kind}
 
 
 def main():
@@ -113,6 +153,10 @@ def main():
             exchange(dkv, dkv_in)
 
     t_comm = timed(comm_alone, a.repeats)
+    try:
+        overlap = kernel_overlap(ring)
+    except Exception as e:  # noqa: BLE001 - the profiler's event API moves between PyTorch versions
+        overlap = {"error": f"{type(e).__name__}: {e}"}
     if rank == 0:
         flops = 3.5 * 4 * a.dim * a.heads * a.seq * (a.seq + 1) / 2  # causal visible pairs, fwd + 2.5x bwd
         hidden = max(0.0, min(1.0, 1 - (t_ring - t_compute) / t_comm)) if t_comm > 0 else 1.0
@@ -121,6 +165,14 @@ def main():
         print(f"  {size} GPUs ring:  {t_ring * 1e3:9.1f} ms  {flops / t_ring / 1e12:6.1f} TFLOP/s  speed-up {t1 / t_ring:.2f}x")
         print(f"  compute alone {t_compute * 1e3:.1f} ms, transfers alone {t_comm * 1e3:.1f} ms, "
               f"communication hidden {100 * hidden:.0f}%")
+        o = overlap
+        if "error" in o:
+            print(f"  profile of one ring call failed: {o['error']}")
+        else:
+            print(f"  one ring call under torch.profiler (rank 0): NCCL kernels {o['nccl_ms']:.1f} ms, of which "
+                  f"{o['hidden_ms']:.1f} ms ({100 * o['hidden_ms'] / max(o['nccl_ms'], 1e-9):.0f}%) ran while a "
+                  f"compute kernel ran; GPU kernel time by kind (ms): "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in sorted(o["by_kind"].items(), key=lambda kv: -kv[1])))
     dist.destroy_process_group()
 
 
