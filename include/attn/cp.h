@@ -8,12 +8,14 @@
 // arrives back at its owner after the last step.
 //
 // Status (2026-11-23): plan, rules, forward and backward over any Transport,
-// for bshd, sbhd and thd, causal (top-left) and not, sliding windows (bshd,
-// sbhd), GQA; host tensors checked on the CPU with in-process ranks (cp 1-3)
+// for bshd, sbhd and thd, causal (top-left) and not, sliding windows (thd:
+// one block call per sequence, since block bounds follow each sequence's chunk
+// length), GQA; host tensors checked on the CPU with in-process ranks (cp 1-3)
 // and an NCCL transport for CUDA tensors (ATTN_HAVE_NCCL builds), which
 // matched the one-GPU result within bf16 tolerances on 2x H200 for bshd, sbhd,
-// thd, causal or not, GQA and windows (docs/PERF.md), and ran 128k tokens
-// (h32 d128 causal, fwd+bwd) at 1.85x one GPU (bench/cp.py). Not yet:
+// thd, causal or not, GQA and windows in bshd (windows in thd, added later
+// the same day, are checked on the CPU only), and ran 128k tokens (h32 d128
+// causal, fwd+bwd) at 1.87x one GPU (bench/cp.py, docs/PERF.md). Not yet:
 // padding masks in bshd/sbhd, bias/ALiBi/arbitrary masks, dropout (each is
 // refused with a reason), the unsplit fallback in C++: Python's cp_fallback
 // (attn/cp.py, docs/CP.md) runs batches that break the rule, and padded
@@ -74,6 +76,10 @@ struct BlockCall {
   int64_t q_begin, q_end, kv_begin, kv_end;
   MaskType mask;
   Window window;
+  // thd in the ring: 0 = the block covers whole halves of every sequence;
+  // n > 0 = one sequence's block of n query and n key tokens (windowed thd,
+  // whose block bounds depend on each sequence's chunk length).
+  int64_t seq_tokens = 0;
 };
 // The calls of step `step` on rank `rank` (whose K/V comes from rank - step),
 // chunk length c; empty when the mask hides the whole step. `whole_halves`

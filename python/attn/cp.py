@@ -350,8 +350,9 @@ def _fallback_plan(comm: Any, q: Any, k: Any, v: Any, qkv_format: str, cu_seqlen
         _refuse("dropout", str(dropout_p), "0 (dropout's pattern follows positions inside the call)",
                 "run this call without cp")
     if thd and window != (-1, -1):
-        _refuse("a sliding window in thd", str(window), "bshd or sbhd for windows (as for the ring)",
-                "use bshd/sbhd, or run this call without cp")
+        _refuse("a sliding window in thd", str(window), "no window in the fallback's thd",
+                "pad each sequence to a multiple of 2*cp and run the ring (it takes windows in thd), "
+                "or run this call without cp")
     if padded and window != (-1, -1) and mask not in _CAUSAL:
         # Each sequence's key range would end at its own true length, so the
         # window's shift would differ per sequence within one call.

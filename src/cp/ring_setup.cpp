@@ -77,10 +77,6 @@ void Ring::check_features(const Inputs& in, Pass pass) const {
   if (opts_.dropout_p != 0.0)
     refuse("dropout", std::to_string(opts_.dropout_p), "0 (a ring block's dropout pattern differs from the whole's)",
            later);
-  if (thd && (opts_.window.left >= 0 || opts_.window.right >= 0))
-    refuse("a sliding window in thd", "window (" + std::to_string(opts_.window.left) + ", " +
-                                          std::to_string(opts_.window.right) + ")",
-           "bshd or sbhd for windows (a window's block bounds depend on each sequence's chunk length)", later);
   if (!thd && (in.cu_seqlens_q.defined() || in.cu_seqlens_kv.defined()))
     refuse("padded bshd/sbhd (cu_seqlens)", "given", "full sequences, or thd for packed ones",
            "pack the batch to thd, or (Python) pass cp_fallback=True to run it unsplit with K/V gathered");
@@ -125,6 +121,7 @@ void Ring::read_lengths(const Inputs& in) {
     cum.push_back(cum.back() + static_cast<int32_t>(len / (2 * cp_)));
     max_chunk_ = std::max(max_chunk_, len / (2 * cp_));
   }
+  chunk_start_.assign(cum.begin(), cum.end());
   half_tokens_ = cum.back();
   if (in.q.shape[0] != 2 * half_tokens_)
     fail(ErrorKind::value, "context parallelism: the thd shard does not match cu_seqlens",
@@ -187,7 +184,35 @@ void Ring::check_ranks_agree(const Inputs& in, Pass pass) {
 }
 
 std::vector<BlockCall> Ring::step(int t) const {
-  return plan_step(rank_, t, cp_, chunk_, causal_, opts_.window, per_chunk_);
+  if (opts_.qkv_format != QkvFormat::thd) return plan_step(rank_, t, cp_, chunk_, causal_, opts_.window, per_chunk_);
+  // thd: block rows become work rows (all first chunks, then all second chunks).
+  // Without a window a call covers whole halves of every sequence; with one, a
+  // block's bounds depend on the sequence's own chunk length, so each sequence
+  // plans and runs on its own.
+  std::vector<BlockCall> calls;
+  const bool windowed = opts_.window.left >= 0 || opts_.window.right >= 0;
+  if (!windowed) {
+    for (BlockCall c : plan_step(rank_, t, cp_, chunk_, causal_, opts_.window, true)) {
+      c.q_begin = c.q_begin / chunk_ * half_tokens_, c.q_end = c.q_end / chunk_ * half_tokens_;
+      c.kv_begin = c.kv_begin / chunk_ * half_tokens_, c.kv_end = c.kv_end / chunk_ * half_tokens_;
+      calls.push_back(c);
+    }
+    return calls;
+  }
+  for (size_t s = 0; s + 1 < chunk_start_.size(); ++s) {
+    const int64_t c = chunk_start_[s + 1] - chunk_start_[s];
+    auto work_row = [&](int64_t plan_row) {  // the sequence's [chunk r | chunk 2cp-1-r] -> work order
+      const int64_t half = plan_row / c;
+      return half * half_tokens_ + chunk_start_[s] + (plan_row - half * c);
+    };
+    for (BlockCall b : plan_step(rank_, t, cp_, c, causal_, opts_.window, true)) {
+      b.seq_tokens = b.q_end - b.q_begin;  // a trimmed block is square: as many keys
+      b.q_begin = work_row(b.q_begin), b.kv_begin = work_row(b.kv_begin);
+      b.q_end = b.q_begin + b.seq_tokens, b.kv_end = b.kv_begin + b.seq_tokens;
+      calls.push_back(b);
+    }
+  }
+  return calls;
 }
 
 TensorView Ring::alloc_like(const TensorView& t, DType dtype, int64_t d) {
@@ -227,7 +252,6 @@ TensorView Ring::lse_over(void* data, const TensorView& q_rows) const {
 
 TensorView Ring::rows(const TensorView& t, int64_t begin, int64_t end) const {
   const int dim = static_cast<int>(seq_dim(opts_.qkv_format));
-  if (opts_.qkv_format == QkvFormat::thd) begin = begin / chunk_ * half_tokens_, end = end / chunk_ * half_tokens_;
   TensorView v = t;
   v.shape[dim] = end - begin;
   v.data = static_cast<unsigned char*>(t.data) + begin * t.strides_elems[dim] * dtype_size_bytes(t.dtype);
@@ -237,7 +261,6 @@ TensorView Ring::rows(const TensorView& t, int64_t begin, int64_t end) const {
 TensorView Ring::lse_rows(const TensorView& lse, int64_t begin, int64_t end) const {
   const bool thd = opts_.qkv_format == QkvFormat::thd;
   const int dim = thd ? 1 : 2;
-  if (thd) begin = begin / chunk_ * half_tokens_, end = end / chunk_ * half_tokens_;
   TensorView v = lse;
   v.shape[dim] = end - begin;
   v.data = static_cast<unsigned char*>(lse.data) + begin * lse.strides_elems[dim] * sizeof(float);
@@ -275,7 +298,7 @@ Options Ring::block_options(const BlockCall& call) const {
   o.mask = call.mask;
   o.window = call.window;
   if (opts_.qkv_format == QkvFormat::thd) {
-    o.max_seqlen_q = o.max_seqlen_kv = max_chunk_;
+    o.max_seqlen_q = o.max_seqlen_kv = call.seq_tokens > 0 ? call.seq_tokens : max_chunk_;
     o.check_seqlens = false;  // built here, valid; reading them back would sync every block
   }
   return o;
@@ -287,8 +310,18 @@ Inputs Ring::block_inputs(const BlockCall& call, const TensorView& q, const Tens
   in.q = rows(q, call.q_begin, call.q_end);
   in.k = rows(k, call.kv_begin, call.kv_end);
   in.v = rows(v, call.kv_begin, call.kv_end);
-  if (opts_.qkv_format == QkvFormat::thd) in.cu_seqlens_q = in.cu_seqlens_kv = cu_half_;
+  if (opts_.qkv_format == QkvFormat::thd)
+    in.cu_seqlens_q = in.cu_seqlens_kv = call.seq_tokens > 0 ? cu_single(call.seq_tokens) : cu_half_;
   return in;
+}
+
+TensorView Ring::cu_single(int64_t n) const {
+  auto it = cu_single_.find(n);
+  if (it == cu_single_.end()) {
+    const int32_t* p = ops_->upload({0, static_cast<int32_t>(n)});  // freed with the ring's other buffers
+    it = cu_single_.emplace(n, make_view(const_cast<int32_t*>(p), DType::i32, {2}, cu_half_.device)).first;
+  }
+  return it->second;
 }
 
 void Ring::log(const std::string& what) const {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,7 +41,7 @@ class Ring {
   // lse for a work q (fp32 [b, h_q, s] or [h_q, t]), fresh or over `data`.
   TensorView alloc_lse(const TensorView& q);
   TensorView lse_over(void* data, const TensorView& q_rows) const;
-  // Rows [begin, end) of the plan (per sequence) of a work q/k-like tensor / lse.
+  // Rows [begin, end) of a work q/k-like tensor / lse (a step's call coordinates).
   TensorView rows(const TensorView& t, int64_t begin, int64_t end) const;
   TensorView lse_rows(const TensorView& lse, int64_t begin, int64_t end) const;
   // A contiguous view over `data` shaped like `like` (a block's outputs).
@@ -58,6 +59,7 @@ class Ring {
   void check_features(const Inputs& in, Pass pass) const;
   void read_lengths(const Inputs& in);
   void check_ranks_agree(const Inputs& in, Pass pass);
+  TensorView cu_single(int64_t n) const;
 
   Options opts_;
   Policy policy_;
@@ -73,6 +75,8 @@ class Ring {
   const int32_t* to_work_ = nullptr;  // uploaded: work token p reads user token index[p]
   const int32_t* to_user_ = nullptr;
   TensorView cu_half_;           // thd: int32 [b + 1], cumulative chunk lengths
+  std::vector<int64_t> chunk_start_;  // thd (host): the same, each sequence's first row in a half
+  mutable std::map<int64_t, TensorView> cu_single_;  // thd: [0, n] for one sequence's block of n tokens
   int64_t max_chunk_ = 0;
 };
 

@@ -216,6 +216,10 @@ TEST(ContextParallelRing, SlidingWindowsSkipWhatTheyHide) {
   for (int cp : {2, 3}) {
     check_ring({QkvFormat::bshd, MaskType::causal, {3, -1}}, cp, seed + cp);
     check_ring({QkvFormat::sbhd, MaskType::no_mask, {2, 5}}, cp, seed + 7 * cp);
+    // thd: each sequence has its own chunk length, so its blocks run per sequence.
+    check_ring({QkvFormat::thd, MaskType::causal, {3, -1}}, cp, seed + 11 * cp);
+    check_ring({QkvFormat::thd, MaskType::no_mask, {2, 5}}, cp, seed + 13 * cp);
+    check_ring({QkvFormat::thd, MaskType::causal, {0, -1}}, cp, seed + 17 * cp);
   }
 }
 

@@ -107,7 +107,8 @@ def main():
     cases = [("bshd", "causal", 16, 16, (-1, -1)), ("bshd", "no_mask", 16, 16, (-1, -1)),
              ("sbhd", "causal", 16, 4, (-1, -1)), ("sbhd", "no_mask", 16, 4, (-1, -1)),
              ("thd", "causal", 16, 4, (-1, -1)), ("thd", "no_mask", 16, 16, (-1, -1)),
-             ("bshd", "causal", 16, 4, (300, -1)), ("bshd", "no_mask", 16, 16, (128, 64))]
+             ("bshd", "causal", 16, 4, (300, -1)), ("bshd", "no_mask", 16, 16, (128, 64)),
+             ("thd", "causal", 16, 4, (100, -1)), ("thd", "no_mask", 16, 16, (48, 20))]
     cases = [c + (False,) for c in cases] + [("bshd", "causal", 16, 4, (-1, -1), True),
                                              ("thd", "causal", 16, 4, (-1, -1), True),
                                              ("sbhd", "no_mask", 16, 16, (-1, -1), True)]
