@@ -7,6 +7,7 @@ DLPack producer works on the CPU with NumPy outputs, or with preallocated ones.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 
@@ -51,7 +52,7 @@ def as_dlpack(x: Any) -> Any:
         # is Python code with stream checks, several microseconds per tensor,
         # which adds up over the nine tensors of a backward call. attn runs on
         # the stream it is given, so the protocol's stream handshake is not needed.
-        return _torch_to_dlpack(x.detach() if x.requires_grad else x)
+        return torch_capsule(x)
     return exportable(x)
 
 
@@ -69,23 +70,31 @@ def exportable(x: Any) -> Any:
     return x
 
 
-def _torch_to_dlpack(x: Any) -> Any:
+def torch_capsule(t: Any) -> Any:
+    """A DLPack capsule from PyTorch's C++ exporter (single use; it takes
+    tensors that require grad), or None."""
+    if t is None:
+        return None
     from torch.utils.dlpack import to_dlpack
 
-    return to_dlpack(x)
+    return to_dlpack(t)
 
 
-def torch_stream(device_index: int) -> int:
-    """PyTorch's current stream on a CUDA device, as an integer handle.
+@functools.lru_cache(maxsize=None)
+def _torch_stream_query() -> Any:
+    """PyTorch's current-stream query for a device index, resolved once:
     torch.cuda.current_stream(device) builds a Stream object through several
     Python layers (~15 us); the raw query that torch.compile's generated code
     uses is one C call, so it is preferred where this PyTorch has it."""
     import torch
 
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw(device_index)
-    return torch.cuda.current_stream(device_index).cuda_stream
+    return raw if raw is not None else (lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+
+def torch_stream(device_index: int) -> int:
+    """PyTorch's current stream on a CUDA device, as an integer handle."""
+    return _torch_stream_query()(device_index)
 
 
 def stream_of(x: Any) -> int:

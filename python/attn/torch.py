@@ -22,6 +22,7 @@ import torch
 
 import attn as _attn
 from attn import _C
+from attn._arrays import torch_capsule as _capsule
 from attn._arrays import torch_stream
 from torch.utils.dlpack import to_dlpack
 
@@ -48,23 +49,14 @@ def _seed_offset(rng_state: Optional[Tensor]) -> Tuple[int, int]:
     return lo | (hi << 32), offset
 
 
-def _capsule(t: Optional[Tensor]) -> Any:
-    """A DLPack capsule from PyTorch's C++ exporter (single use; it takes
-    tensors that require grad), or None."""
-    return None if t is None else to_dlpack(t)
-
-
 _NO_EXTRAS = (None, None, None, None, None)  # cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask
 _NO_DISABLE: List[str] = []
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def _stream(q: Tensor) -> int:
     """q's device's current CUDA stream as an integer handle (0 on the CPU)."""
     index = q.get_device()  # -1 on the CPU
-    if index < 0:
-        return 0
-    return _raw_stream(index) if _raw_stream is not None else torch_stream(index)
+    return torch_stream(index) if index >= 0 else 0
 
 
 class _Call:
