@@ -4,6 +4,7 @@
 
 #include "attn/select.h"
 #include "backends/flash_sm80/flash_sm80.h"
+#include "backends/flash_sm90/flash_sm90.h"
 #include "backends/reference/reference.h"
 #include "backends/unfused/unfused.h"
 #ifdef ATTN_HAVE_CUDNN
@@ -24,7 +25,7 @@ const std::vector<std::string>& known_backends() {
 
 const std::vector<const Backend*>& registered_backends() {
   static const std::vector<const Backend*> built = {
-      &flash_sm80::backend(),
+      &flash_sm90::backend(), &flash_sm80::backend(),
 #ifdef ATTN_HAVE_CUDNN
       &cudnn::backend(),
 #endif

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runs ON the device machine (an H100 or H200): builds attn (tests, the attn
+# command and the Python extension; ptxas reports for the flash kernels; no
+# cudnn backend, which these checks do not use), counts HGMMA / TMA / setmaxnreg
+# in the d128 forward's SASS, runs the shared GPU grid for flash_sm90,
+# `attn check` edge cases, compute-sanitizer (memcheck, racecheck) on a small
+# thd case, then bench/compare.py --backend flash_sm90 --fwd-only.
+# Usage there: bash scripts/flash_sm90_device.sh [compare.py args]   (logs in $OUT)
+# ATTN_SM90_SKIP_BENCH=1 stops after the checks.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/device_env.sh
+t0=$(date +%s)
+cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.carry" \
+  -DATTN_PTXAS_VERBOSE=ON -DATTN_BUILD_PYTHON=ON -DATTN_WITH_CUDNN=OFF >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+cmake --build build-device -j "$(nproc)" --target attn_tests attn_cli _C >"$out/build.log" 2>&1 || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -60; exit 1; }
+t1=$(date +%s)
+obj=$(find build-device -name 'fwd_instantiate.cu.o' -path '*sm90_fwd_128_128*' | head -1)
+cuobjdump -sass "$obj" >"$out/sass_fwd128.txt" 2>&1
+sass_counts=$(grep -oE "HGMMA|UTMALDG|USETMAXREG|LDL|STL" "$out/sass_fwd128.txt" | sort | uniq -c | tr '\n' ' ')
+build-device/tests/attn_tests --gtest_filter='*BackendGrid*flash_sm90*' >"$out/gpu_tests.log" 2>&1
+tests_rc=$?
+checks_pass=0; checks_fail=0; : >"$out/checks.txt"
+while IFS= read -r line; do
+  case "$line" in ''|'#'*) continue ;; esac
+  if timeout 60 build-device/attn check --backend flash_sm90 $line >>"$out/checks.log" 2>&1; then
+    checks_pass=$((checks_pass + 1)); echo "ok    $line" >>"$out/checks.txt"
+  else
+    checks_fail=$((checks_fail + 1)); echo "FAIL  $line" >>"$out/checks.txt"
+  fi
+done < scripts/sm90_checks.txt
+small="--backend flash_sm90 --format thd --seqlens 5,0,33,170 --heads 4 --kv-heads 2 --head-dim 64 --mask padding_causal --window 40,0 --dropout 0.1 --seed 5"
+timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 build-device/attn check $small >"$out/memcheck.log" 2>&1
+memcheck_rc=$?
+timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/attn check $small >"$out/racecheck.log" 2>&1
+racecheck_rc=$?
+t2=$(date +%s)
+if [ "${ATTN_SM90_SKIP_BENCH:-0}" != 1 ]; then
+  mkdir -p /tmp/py && rm -rf /tmp/py/attn && cp -r python/attn /tmp/py/attn && cp build-device/python/_C*.so /tmp/py/attn/
+  PYTHONPATH=/tmp/py PYTHONUNBUFFERED=1 timeout 300 python3 bench/compare.py --backend flash_sm90 --fwd-only --out "$out" "$@" >"$out/compare.log" 2>&1
+fi
+t3=$(date +%s)
+echo "== ptxas (flash_sm90 forward kernels)"
+grep -E "Compiling entry function '.*flash_fwd_sm90_kernel|spill stores|Used [0-9]+ registers" "$out/build.log" |
+  grep -A2 -E "flash_fwd_sm90_kernel" | grep -v '^--' | paste - - - |
+  sed -E "s/.*flash_fwd_sm90_kernelI([^E]*)E.*(bytes stack frame), ([0-9]+ bytes spill stores).*Used ([0-9]+) registers.*/\1 \3 regs=\4/" | sort -u
+echo "== SASS of the d128 forward: $sass_counts"
+echo "== gpu tests (rc $tests_rc)"
+grep -E "^\[  (PASSED|FAILED) |FAILED|grid cases|Failure|out: |lse: |differs|grid case [0-9]" "$out/gpu_tests.log" | head -40
+echo "== attn check ($checks_pass passed, $checks_fail failed)"
+cat "$out/checks.txt"
+grep -E "FAIL|mismatch|error" "$out/checks.log" | head -20
+echo "== memcheck (rc $memcheck_rc), racecheck (rc $racecheck_rc)"
+grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error|error" "$out/memcheck.log" "$out/racecheck.log" | head -10
+echo "== compare"
+[ -f "$out/compare.log" ] && tail -40 "$out/compare.log"
+echo "build $((t1 - t0)) s, tests $((t2 - t1)) s, compare $((t3 - t2)) s"

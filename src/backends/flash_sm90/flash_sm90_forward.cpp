@@ -1,0 +1,79 @@
+// flash_sm90's forward on the host: flash_sm80's parameter struct (the same
+// problem description) plus TMA tensor maps of Q, K and V, then the table row
+// for (dtype, d_qk, d_v). No host sync: the kernel reads cu_seqlens itself.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "attn/error.h"
+#include "backends/flash_sm80/host_params.h"
+#include "backends/flash_sm90/flash_sm90.h"
+#include "backends/flash_sm90/fwd_config.h"
+#include "backends/flash_sm90/fwd_launch.h"
+#include "backends/flash_sm90/fwd_table.h"
+#include "core/cuda_check.h"
+#include "kernels/sm90/tma_map.h"
+
+namespace attn::flash_sm90 {
+namespace {
+
+// The tensor map of q, k or v: thd is one "sequence" of all tokens.
+CUtensorMap tile_map(const Problem& p, const TensorView& t, int64_t tokens, int64_t heads, int64_t cols,
+                     int box_rows, const char* name) {
+  const flash_sm80::Strides st = flash_sm80::strides_of(t, p.qkv_format);
+  const bool packed = p.qkv_format == QkvFormat::thd;
+  sm90::TileMapShape s;
+  s.base = t.data;
+  s.bf16 = p.dtype == DType::bf16;
+  s.cols = cols;
+  s.tokens = tokens;
+  s.heads = heads;
+  s.sequences = packed ? 1 : p.batch;
+  s.token_stride = st.row;
+  s.head_stride = st.head;
+  s.sequence_stride = st.batch;
+  s.box_rows = box_rows;
+  return sm90::make_tile_map(s, name);
+}
+
+template <typename T, int kDQK, int kDV>
+void run(const Problem& p, const ForwardArgs& a, cudaStream_t stream) {
+  using Cfg = FwdConfig<kDQK, kDV>;
+  const bool packed = p.qkv_format == QkvFormat::thd;
+  Sm90FwdParams args;
+  args.p = flash_sm80::forward_params(p, a);
+  args.q = tile_map(p, a.in.q, packed ? p.total_q : p.s_q, p.h_q, kDQK, Cfg::kBlockM, "q");
+  args.k = tile_map(p, a.in.k, packed ? p.total_kv : p.s_kv, p.h_kv, kDQK, Cfg::kBlockN, "k");
+  args.v = tile_map(p, a.in.v, packed ? p.total_kv : p.s_kv, p.h_kv, kDV, Cfg::kBlockN, "v");
+  launch_fwd<T, kDQK, kDV>(args, stream);
+}
+
+template <typename T>
+bool dispatch(const Problem& p, const ForwardArgs& a, cudaStream_t stream) {
+#define ATTN_DISPATCH_ROW(dqk, dv)         \
+  if (p.d_qk == (dqk) && p.d_v == (dv)) {  \
+    run<T, dqk, dv>(p, a, stream);         \
+    return true;                           \
+  }
+  ATTN_FLASH_SM90_FWD_TABLE(ATTN_DISPATCH_ROW)
+#undef ATTN_DISPATCH_ROW
+  return false;
+}
+
+}  // namespace
+
+void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) {
+  ATTN_CUDA(cudaSetDevice(p.device.index));
+  if (p.batch == 0 || p.h_q == 0 || p.s_q == 0 || p.total_q == 0) return;  // nothing to write
+  const auto stream = static_cast<cudaStream_t>(ctx.stream);
+  const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, args, stream)
+                                          : dispatch<__half>(p, args, stream);
+  if (!ran)  // supports() refuses these; reaching here is a bug in attn
+    fail(ErrorKind::runtime, "flash_sm90 has no kernel for this head dim",
+         std::to_string(p.d_qk) + "/" + std::to_string(p.d_v), "a row of fwd_table.h",
+         "report this: supports() should have refused the call");
+}
+
+}  // namespace attn::flash_sm90

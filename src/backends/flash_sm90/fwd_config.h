@@ -1,0 +1,37 @@
+// Tile shapes of flash_sm90's forward per head dim: compile-time numbers the
+// kernel is built on and the host reads (shared-memory need in supports()).
+// Plain C++: no CUDA needed to include it.
+#pragma once
+
+namespace attn::flash_sm90 {
+
+// One CTA: a producer warpgroup (one thread issues TMA copies) and two
+// consumer warpgroups of 64 query rows each (kBlockM = 128), against KV tiles
+// of kBlockN keys in a kStages-deep ring of shared-memory buffers.
+// Per consumer thread the S tile holds kBlockN / 2 floats and O d_v / 2:
+//   d <= 128:  N 128 (S 64, O <= 64 registers)
+//   d 192:     N 112 (S 56, O <= 96)
+//   d 256:     N 80  (S 40, O 128), as FlashAttention-3 chose for shared memory
+// Head dims are multiples of 64: every tile is whole 128-byte swizzled blocks.
+template <int kDQK, int kDV>
+struct FwdConfig {
+  static constexpr int kHeadDimQK = kDQK;
+  static constexpr int kHeadDimV = kDV;
+  static constexpr int kBlockM = 128;
+  static constexpr int kBlockN = kDQK <= 128 ? 128 : kDQK <= 192 ? 112 : 80;
+  static constexpr int kStages = 2;
+  static constexpr int kConsumers = 2;  // warpgroups
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kSmemQ = kBlockM * kDQK * 2;
+  static constexpr int kSmemK = kBlockN * kDQK * 2;  // one stage
+  static constexpr int kSmemV = kBlockN * kDV * 2;
+  static constexpr int kSmemBarriers = 1024;  // mbarriers, after the tiles
+  // + 1024: the dynamic buffer is aligned up to 1024 bytes (the swizzle's period).
+  static constexpr int kSmemBytes = kSmemQ + kStages * (kSmemK + kSmemV) + kSmemBarriers + 1024;
+
+  static_assert(kDQK % 64 == 0 && kDV % 64 == 0, "head dims are whole 64-column swizzled blocks");
+  static_assert(kBlockN % 16 == 0, "P.V steps over 16 keys");
+  static_assert(kDV <= kDQK, "the output tile is staged in Q's shared memory");
+};
+
+}  // namespace attn::flash_sm90

@@ -1,0 +1,267 @@
+// flash_sm90's forward kernel: FlashAttention's algorithm on Hopper's
+// asynchronous units. One CTA per (128-row query tile, query head, sequence):
+// - warpgroup 0, the producer: one thread loads Q once and K/V tiles into a
+//   kStages-deep ring with TMA, each stage guarded by a "full" mbarrier (bytes
+//   landed) and an "empty" one (both consumers done reading);
+// - warpgroups 1 and 2, the consumers, 64 query rows each: S = Q.K^T on wgmma
+//   (both operands in shared memory), the softmax in registers (flash_sm80's
+//   code: the accumulator layout per warp is mma.sync's), O += P.V on wgmma
+//   with P from registers and V read MN-major, then the epilogue.
+// KV tiles run from the last to the first (boundary tiles first), and only
+// the tiles some row can see (fwd_schedule.cuh): a window costs its width.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/flash_sm80/fwd_epilogue.cuh"
+#include "backends/flash_sm80/fwd_schedule.cuh"
+#include "backends/flash_sm80/fwd_softmax.cuh"
+#include "backends/flash_sm90/fwd_config.h"
+#include "backends/flash_sm90/fwd_params.h"
+#include "core/cuda_check.h"
+#include "kernels/sm80/mma.cuh"
+#include "kernels/sm90/mbarrier.cuh"
+#include "kernels/sm90/tma.cuh"
+#include "kernels/sm90/wgmma.cuh"
+#include "kernels/sm90/wgmma_ops.cuh"
+
+namespace attn::flash_sm90 {
+
+using flash_sm80::KeepBits;
+using flash_sm80::KvTiles;
+using flash_sm80::OnlineSoftmax;
+using flash_sm80::SeqExtent;
+
+// Byte offset of 16-byte chunk `chunk` (of 8 per 128-byte block row) of row r
+// in a 128B-swizzled tile of `rows` rows per column block.
+__device__ __forceinline__ uint32_t swizzled_offset(int rows, int r, int chunk) {
+  return (chunk / 8) * rows * 128 + r * 128 + (((chunk % 8) ^ (r % 8)) * 16);
+}
+
+// Named barriers (0 is __syncthreads): both consumers; each consumer alone.
+constexpr int kBarConsumers = 1;
+constexpr int kBarConsumer0 = 2;
+
+template <typename T, int kDQK, int kDV>
+__global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
+    flash_fwd_sm90_kernel(const __grid_constant__ Sm90FwdParams args) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Cfg = FwdConfig<kDQK, kDV>;
+  constexpr int kM = Cfg::kBlockM, kN = Cfg::kBlockN, kS = Cfg::kStages;
+  const FwdParams& p = args.p;
+
+  extern __shared__ char smem_raw[];
+  // The swizzle repeats every 1024 bytes, and TMA and wgmma assume tiles start on it.
+  char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t q_s = sm90::smem_addr(smem);
+  const uint32_t k_s = q_s + Cfg::kSmemQ;
+  const uint32_t v_s = k_s + kS * Cfg::kSmemK;
+  const uint32_t bars = v_s + kS * Cfg::kSmemV;
+  const uint32_t q_full = bars;
+  auto k_full = [&](int s) { return bars + 8 * (1 + s); };
+  auto k_empty = [&](int s) { return bars + 8 * (1 + kS + s); };
+  auto v_full = [&](int s) { return bars + 8 * (1 + 2 * kS + s); };
+  auto v_empty = [&](int s) { return bars + 8 * (1 + 3 * kS + s); };
+
+  const int b = blockIdx.z, h = blockIdx.y;
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * kM;  // heavy (late, for causal) query tiles first
+  const SeqExtent seq = flash_sm80::sequence_extent(p, b);
+  const int rows = max(0, min(kM, seq.len_q - m0));
+  const int rows_out = p.packed ? rows : min(kM, p.s_q - m0);
+  if (rows_out <= 0) return;
+  const int tid = threadIdx.x;
+  const KvTiles tiles = rows > 0 ? flash_sm80::kv_tiles<kM, kN>(p, seq, m0) : KvTiles{};
+
+  T* out = static_cast<T*>(p.out) + b * p.o_batch_stride + (seq.start_q + m0) * p.o_row_stride +
+           h * p.o_head_stride;
+  float* lse = p.lse ? p.lse + b * p.lse_batch_stride + (seq.start_q + m0) * p.lse_row_stride +
+                           h * p.lse_head_stride
+                     : nullptr;
+  if (tiles.last < tiles.first) {  // no row of this tile sees a key
+    flash_sm80::store_zeros<kDV, kM, Cfg::kThreads>(out, p.o_row_stride, rows_out, tid);
+    if (lse)
+      for (int r = tid; r < rows_out; r += Cfg::kThreads) lse[r * p.lse_row_stride] = -INFINITY;
+    return;
+  }
+
+  if (tid == 0) {
+    sm90::mbar_init(q_full, 1);
+    for (int s = 0; s < kS; ++s) {
+      sm90::mbar_init(k_full(s), 1);
+      sm90::mbar_init(v_full(s), 1);
+      sm90::mbar_init(k_empty(s), 128 * Cfg::kConsumers);
+      sm90::mbar_init(v_empty(s), 128 * Cfg::kConsumers);
+    }
+    sm90::mbar_init_fence();
+  }
+  __syncthreads();
+
+  const int n_tiles = tiles.last - tiles.first + 1;
+  const int h_kv = h / p.h_per_kv;
+  // TMA coordinates: thd addresses tokens of the packed tensor (one "sequence");
+  // the others address (token within the sequence, sequence).
+  const int q_row = static_cast<int>(seq.start_q) + m0, kv_row0 = static_cast<int>(seq.start_kv);
+  const int seq_coord = p.packed ? 0 : b;
+
+  if (tid < 128) {  // producer warpgroup
+    sm90::regs_decrease<24>();
+    if (tid == 0) {
+      sm90::tma_prefetch_map(&args.q);
+      sm90::tma_prefetch_map(&args.k);
+      sm90::tma_prefetch_map(&args.v);
+      sm90::mbar_arrive_expect_tx(q_full, Cfg::kSmemQ);
+#pragma unroll
+      for (int cb = 0; cb < kDQK / 64; ++cb)
+        sm90::tma_load_4d(q_s + cb * kM * 128, &args.q, q_full, cb * 64, q_row, h, seq_coord);
+      for (int i = 0; i < n_tiles; ++i) {
+        const int stage = i % kS;
+        const uint32_t parity = ((i / kS) & 1) ^ 1;  // a fresh barrier's "previous phase" is complete
+        const int n0 = (tiles.last - i) * kN;
+        sm90::mbar_wait(k_empty(stage), parity);
+        sm90::mbar_arrive_expect_tx(k_full(stage), Cfg::kSmemK);
+#pragma unroll
+        for (int cb = 0; cb < kDQK / 64; ++cb)
+          sm90::tma_load_4d(k_s + stage * Cfg::kSmemK + cb * kN * 128, &args.k, k_full(stage), cb * 64, kv_row0 + n0,
+                            h_kv, seq_coord);
+        sm90::mbar_wait(v_empty(stage), parity);
+        sm90::mbar_arrive_expect_tx(v_full(stage), Cfg::kSmemV);
+#pragma unroll
+        for (int cb = 0; cb < kDV / 64; ++cb)
+          sm90::tma_load_4d(v_s + stage * Cfg::kSmemV + cb * kN * 128, &args.v, v_full(stage), cb * 64, kv_row0 + n0,
+                            h_kv, seq_coord);
+      }
+    }
+    return;
+  }
+
+  // Consumers.
+  sm90::regs_increase<240>();
+  constexpr int NA = kN / 8, NO = kDV / 8;
+  const int wg = tid / 128 - 1, ctid = tid - 128, lane = tid & 31;
+  const int row0 = wg * 64 + ((tid / 32) & 3) * 16;  // this warp's first row in the tile
+  const float slope = p.alibi ? p.alibi[b * p.alibi_batch_stride + h * p.alibi_head_stride] : 0.f;
+  const float unit = p.score_mods ? 1.f : p.scale_log2;
+  const uint32_t bh = static_cast<uint32_t>(b) * static_cast<uint32_t>(p.h_q) + static_cast<uint32_t>(h);
+
+  OnlineSoftmax<1> softmax;
+  float o[1][NO][4];
+#pragma unroll
+  for (int no = 0; no < NO; ++no)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[0][no][e] = 0.f;
+  float(&o_flat)[kDV / 2] = *reinterpret_cast<float(*)[kDV / 2]>(&o);
+
+  sm90::mbar_wait(q_full, 0);
+  for (int i = 0; i < n_tiles; ++i) {
+    const int stage = i % kS;
+    const uint32_t parity = (i / kS) & 1;
+    const int n0 = (tiles.last - i) * kN;
+
+    KeepBits<1, NA> keep;
+    if (p.dropout_threshold) keep.compute(p, bh, m0 + row0, n0, lane);
+
+    float s[1][NA][4];
+    float(&s_flat)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&s);
+    sm90::mbar_wait(k_full(stage), parity);
+    sm90::wgmma_fence();
+    const uint32_t k_tile = k_s + stage * Cfg::kSmemK;
+#pragma unroll
+    for (int ks = 0; ks < kDQK / 16; ++ks)
+      sm90::Wgmma<kN, T>::template ss<0>(s_flat, sm90::kmajor_descriptor(q_s, kM, wg * 64, ks),
+                                          sm90::kmajor_descriptor(k_tile, kN, 0, ks), ks > 0);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(s_flat);
+    sm90::mbar_arrive(k_empty(stage));
+
+    if (p.score_mods) flash_sm80::apply_score_mods(s, p, slope, m0 + row0, n0, seq.shift, lane);
+    if (!(n0 >= tiles.all_begin && n0 + kN <= tiles.all_end))
+      flash_sm80::apply_mask(s, p, seq, m0 + row0, n0, lane);
+    softmax.step(s, o, unit);
+    if (p.dropout_threshold) keep.apply(s);
+
+    uint32_t pa[kN / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < kN / 16; ++ks) {
+      pa[ks][0] = sm80::pack2<T>(s[0][2 * ks][0], s[0][2 * ks][1]);
+      pa[ks][1] = sm80::pack2<T>(s[0][2 * ks][2], s[0][2 * ks][3]);
+      pa[ks][2] = sm80::pack2<T>(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
+      pa[ks][3] = sm80::pack2<T>(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
+    }
+
+    sm90::mbar_wait(v_full(stage), parity);
+    const uint32_t v_tile = v_s + stage * Cfg::kSmemV;
+    if (n0 + kN > seq.len_kv) {
+      // Keys past the sequence have probability 0, but their V rows (padding,
+      // or the next sequence's) may hold Inf or NaN, and 0 * NaN is NaN: clear them.
+      const int valid = max(0, seq.len_kv - n0);
+      char* v_gen = smem + (v_tile - q_s);
+      for (int idx = ctid; idx < (kN - valid) * (kDV / 8); idx += 128 * Cfg::kConsumers) {
+        const int r = valid + idx / (kDV / 8), c = idx % (kDV / 8);
+        *reinterpret_cast<uint4*>(v_gen + swizzled_offset(kN, r, c)) = make_uint4(0, 0, 0, 0);
+      }
+      sm90::fence_proxy_async();
+      sm90::named_sync(kBarConsumers, 128 * Cfg::kConsumers);
+    }
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kN / 16; ++ks)
+      sm90::Wgmma<kDV, T>::template rs<1>(o_flat, pa[ks], sm90::mnmajor_descriptor(v_tile, kN, ks), 1);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(o_flat);
+    sm90::mbar_arrive(v_empty(stage));
+  }
+
+  float inv[1][2], row_lse[1][2];
+  softmax.finish(inv, row_lse, unit, p.dropout_scale);
+  // Rows past the sequence (padding, or the next sequence's tokens in thd) read
+  // whatever Q rows were there: their output is 0 (padded batches) or unwritten.
+  bool row_valid[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = row0 + 8 * hh + (lane >> 2);
+    row_valid[hh] = r < rows;
+    if (!row_valid[hh]) {
+      inv[0][hh] = 0.f;
+      row_lse[0][hh] = -INFINITY;
+    }
+  }
+  // Stage O in this warpgroup's own rows of Q's tile (its last Q.K^T is done).
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = row0 + 8 * hh + (lane >> 2);
+#pragma unroll
+    for (int no = 0; no < NO; ++no) {
+      const float x = row_valid[hh] ? o[0][no][2 * hh] * inv[0][hh] : 0.f;
+      const float y = row_valid[hh] ? o[0][no][2 * hh + 1] * inv[0][hh] : 0.f;
+      *reinterpret_cast<uint32_t*>(smem + swizzled_offset(kM, r, no) + 4 * (lane & 3)) = sm80::pack2<T>(x, y);
+    }
+    if (lse && (lane & 3) == 0 && r < rows_out) lse[r * p.lse_row_stride] = row_lse[0][hh];
+  }
+  sm90::named_sync(kBarConsumer0 + wg, 128);
+  constexpr int kChunks = kDV / 8;
+  for (int idx = ctid - wg * 128; idx < 64 * kChunks; idx += 128) {
+    const int r = wg * 64 + idx / kChunks, c = idx % kChunks;
+    if (r < rows_out)
+      *reinterpret_cast<uint4*>(out + r * p.o_row_stride + c * 8) =
+          *reinterpret_cast<const uint4*>(smem + swizzled_offset(kM, r, c));
+  }
+#endif
+}
+
+// Launches the kernel for one instantiation on the caller's stream.
+template <typename T, int kDQK, int kDV>
+void launch_fwd(const Sm90FwdParams& args, cudaStream_t stream) {
+  using Cfg = FwdConfig<kDQK, kDV>;
+  auto* kernel = flash_fwd_sm90_kernel<T, kDQK, kDV>;
+  ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  const dim3 grid((args.p.s_q + Cfg::kBlockM - 1) / Cfg::kBlockM, args.p.h_q, args.p.batch);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(args);
+  ATTN_CUDA(cudaGetLastError());
+}
+
+}  // namespace attn::flash_sm90

@@ -1,0 +1,14 @@
+// Host-side view of the forward instantiations: the launch declaration (its
+// definitions live in fwd_instantiate.cu, one object per table row, sm_90a).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backends/flash_sm90/fwd_params.h"
+
+namespace attn::flash_sm90 {
+
+template <typename T, int kDQK, int kDV>
+void launch_fwd(const Sm90FwdParams& p, cudaStream_t stream);
+
+}  // namespace attn::flash_sm90

@@ -1,0 +1,20 @@
+// flash_sm90's forward parameters: flash_sm80's FwdParams (the same problem
+// description: strides, lengths, masks, score modifications, dropout; filled
+// by the same host code) plus TMA tensor maps of Q, K and V, which the
+// kernel reads from its __grid_constant__ parameter space.
+#pragma once
+
+#include <cuda.h>
+
+#include "backends/flash_sm80/fwd_params.h"
+
+namespace attn::flash_sm90 {
+
+using flash_sm80::FwdParams;
+
+struct Sm90FwdParams {
+  CUtensorMap q, k, v;  // 4-D (column, token, head, sequence), 128B-swizzled boxes of 64 columns
+  FwdParams p;
+};
+
+}  // namespace attn::flash_sm90

@@ -1,0 +1,28 @@
+// The tensor memory accelerator on the device: a 4-D tile copy global ->
+// shared that completes on an mbarrier (bytes counted against the barrier's
+// expected transaction count), and the descriptor prefetch. The tensor map
+// (tma_map.h) is built on the host and passed as a __grid_constant__
+// parameter. Rows outside the tensor arrive as zeros.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace attn::sm90 {
+
+// Coordinates innermost first: (column, row, head, batch) of attn's tensors.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
+                                            int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+}  // namespace attn::sm90

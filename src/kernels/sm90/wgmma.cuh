@@ -1,0 +1,77 @@
+// Around the warpgroup matrix product (wgmma_ops.cuh holds the instructions):
+// shared-memory matrix descriptors for 128-byte-swizzled tiles, and the fence,
+// commit and wait that order the asynchronous products against registers.
+//
+// A tile of R rows x C 2-byte columns lives in shared memory as C / 64 column
+// blocks, each R rows of 128 bytes with the 16-byte chunks of row r XOR-ed by
+// r % 8 (the layout TMA's SWIZZLE_128B writes, swizzle.h of this folder), each
+// block 1024-byte aligned. wgmma reads it two ways (PTX ISA, "Matrix
+// Descriptor Format"):
+// - K-major (the reduced dim contiguous: Q and K for Q.K^T): 8-row groups
+//   1024 bytes apart (the stride byte offset); a 16-wide k step starts 32 bytes
+//   further along the row, and the next 64 columns one block further.
+// - MN-major (V for P.V, 16-bit types, kTransposeB = 1): the 64 output columns
+//   of a block are contiguous, the next 64 one block further (the leading byte
+//   offset), 8-row groups along k 1024 bytes apart; a 16-row k step starts
+//   2048 bytes further.
+#pragma once
+
+#include <cstdint>
+
+namespace attn::sm90 {
+
+// Descriptor of a 128B-swizzled operand starting at shared address `addr`
+// (bytes; the enclosing block 1024-byte aligned) with the given offsets.
+__device__ __forceinline__ uint64_t sw128_descriptor(uint32_t addr, uint32_t leading_bytes, uint32_t stride_bytes) {
+  uint64_t d = 0;
+  d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
+  d |= static_cast<uint64_t>((leading_bytes >> 4) & 0x3FFF) << 16;
+  d |= static_cast<uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32;
+  d |= static_cast<uint64_t>(1) << 62;  // layout type 1: 128-byte swizzle
+  return d;
+}
+
+// K-major: k step `ks` (16 columns) of rows starting at `row0` (a multiple of
+// 8) of a tile with `rows` rows per column block.
+__device__ __forceinline__ uint64_t kmajor_descriptor(uint32_t tile, int rows, int row0, int ks) {
+  const uint32_t addr = tile + (ks / 4) * rows * 128 + row0 * 128 + (ks % 4) * 32;
+  return sw128_descriptor(addr, 16, 1024);
+}
+
+// MN-major: k step `ks` (16 rows) of a tile with `rows` rows per column block;
+// the product's N columns span consecutive column blocks.
+__device__ __forceinline__ uint64_t mnmajor_descriptor(uint32_t tile, int rows, int ks) {
+  return sw128_descriptor(tile + ks * 16 * 128, rows * 128, 1024);
+}
+
+// Orders the warpgroup's register and shared-memory accesses before the next
+// wgmma (after the accumulators were touched by ordinary instructions).
+__device__ __forceinline__ void wgmma_fence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void wgmma_commit() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most kPending committed groups are still running.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+// Keeps the compiler from moving reads or writes of accumulators across the
+// asynchronous product's issue and wait (they are in flight in between).
+template <int N>
+__device__ __forceinline__ void fence_registers(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+}  // namespace attn::sm90
