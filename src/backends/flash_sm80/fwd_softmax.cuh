@@ -82,6 +82,16 @@ struct OnlineSoftmax {
   // exp2(-inf) = 0 and no NaN appears.
   template <int NA, int NO>
   __device__ __forceinline__ void step(float (&s)[MA][NA][4], float (&o)[MA][NO][4], float unit) {
+    float correction[MA][2];
+    update(s, unit, correction);
+    rescale(o, correction);
+  }
+
+  // The scores' half of step(): the new running max and sum, s -> probabilities,
+  // and per row the factor O must be multiplied by (flash_sm90 applies it
+  // later, once the previous tile's P.V has left O's registers).
+  template <int NA>
+  __device__ __forceinline__ void update(float (&s)[MA][NA][4], float unit, float (&correction)[MA][2]) {
 #pragma unroll
     for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
@@ -92,14 +102,9 @@ struct OnlineSoftmax {
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
         const float base = m == -INFINITY ? 0.f : m * unit;
-        const float correction = sm80::fast_exp2(max[ma][h] * unit - base);
+        correction[ma][h] = sm80::fast_exp2(max[ma][h] * unit - base);
         max[ma][h] = m;
-        float part = sum[ma][h] * correction;
-#pragma unroll
-        for (int no = 0; no < NO; ++no) {
-          o[ma][no][2 * h] *= correction;
-          o[ma][no][2 * h + 1] *= correction;
-        }
+        float part = sum[ma][h] * correction[ma][h];
 #pragma unroll
         for (int na = 0; na < NA; ++na)
 #pragma unroll
@@ -110,6 +115,19 @@ struct OnlineSoftmax {
           }
         sum[ma][h] = part;
       }
+  }
+
+  template <int NO>
+  __device__ __forceinline__ static void rescale(float (&o)[MA][NO][4], const float (&correction)[MA][2]) {
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int no = 0; no < NO; ++no) {
+          o[ma][no][2 * h] *= correction[ma][h];
+          o[ma][no][2 * h + 1] *= correction[ma][h];
+        }
   }
 
   // Completes the quad's sums; returns per row 1 / sum (0 for a row that saw

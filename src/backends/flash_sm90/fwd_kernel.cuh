@@ -6,7 +6,9 @@
 // - warpgroups 1 and 2, the consumers, 64 query rows each: S = Q.K^T on wgmma
 //   (both operands in shared memory), the softmax in registers (flash_sm80's
 //   code: the accumulator layout per warp is mma.sync's), O += P.V on wgmma
-//   with P from registers and V read MN-major, then the epilogue.
+//   with P from registers and V read MN-major, then the epilogue. Tile i's
+//   Q.K^T runs beside tile i-1's P.V, and the consumers take turns issuing
+//   them (FlashAttention-3's intra-warpgroup overlap and ping-pong).
 // KV tiles run from the last to the first (boundary tiles first), and only
 // the tiles some row can see (fwd_schedule.cuh): a window costs its width.
 #pragma once
@@ -43,7 +45,8 @@ __device__ __forceinline__ uint32_t swizzled_offset(int rows, int r, int chunk) 
 
 // Named barriers (0 is __syncthreads): both consumers; each consumer alone.
 constexpr int kBarConsumers = 1;
-constexpr int kBarConsumer0 = 2;
+constexpr int kBarConsumer0 = 2;  // 2, 3: each consumer's epilogue
+constexpr int kBarTurn0 = 4;      // 4, 5: whose turn it is to issue products
 
 template <typename T, int kDQK, int kDV>
 __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
@@ -154,51 +157,75 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     for (int e = 0; e < 4; ++e) o[0][no][e] = 0.f;
   float(&o_flat)[kDV / 2] = *reinterpret_cast<float(*)[kDV / 2]>(&o);
 
-  sm90::mbar_wait(q_full, 0);
-  for (int i = 0; i < n_tiles; ++i) {
-    const int stage = i % kS;
-    const uint32_t parity = (i / kS) & 1;
-    const int n0 = (tiles.last - i) * kN;
-
-    KeepBits<1, NA> keep;
-    if (p.dropout_threshold) keep.compute(p, bh, m0 + row0, n0, lane);
-
-    float s[1][NA][4];
-    float(&s_flat)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&s);
-    sm90::mbar_wait(k_full(stage), parity);
-    sm90::wgmma_fence();
+  // One tile's products, issued asynchronously (committed as one group each).
+  auto issue_qk = [&](int stage, float(&acc)[kN / 2]) {
     const uint32_t k_tile = k_s + stage * Cfg::kSmemK;
+    sm90::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kDQK / 16; ++ks)
-      sm90::Wgmma<kN, T>::template ss<0>(s_flat, sm90::kmajor_descriptor(q_s, kM, wg * 64, ks),
+      sm90::Wgmma<kN, T>::template ss<0>(acc, sm90::kmajor_descriptor(q_s, kM, wg * 64, ks),
                                           sm90::kmajor_descriptor(k_tile, kN, 0, ks), ks > 0);
     sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();
-    sm90::fence_registers(s_flat);
-    sm90::mbar_arrive(k_empty(stage));
-
-    if (p.score_mods) flash_sm80::apply_score_mods(s, p, slope, m0 + row0, n0, seq.shift, lane);
+  };
+  auto issue_pv = [&](int stage, const uint32_t(&pa)[kN / 16][4]) {
+    const uint32_t v_tile = v_s + stage * Cfg::kSmemV;
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kN / 16; ++ks)
+      sm90::Wgmma<kDV, T>::template rs<1>(o_flat, pa[ks], sm90::mnmajor_descriptor(v_tile, kN, ks), 1);
+    sm90::wgmma_commit();
+  };
+  // Scores of the tile at key n0 -> probabilities (score mods, mask, softmax),
+  // and O's rescale factor per row.
+  auto probabilities = [&](float(&sc)[1][NA][4], int n0, float(&correction)[1][2]) {
+    if (p.score_mods) flash_sm80::apply_score_mods(sc, p, slope, m0 + row0, n0, seq.shift, lane);
     if (!(n0 >= tiles.all_begin && n0 + kN <= tiles.all_end))
-      flash_sm80::apply_mask(s, p, seq, m0 + row0, n0, lane);
-    softmax.step(s, o, unit);
-    if (p.dropout_threshold) keep.apply(s);
-
-    uint32_t pa[kN / 16][4];
+      flash_sm80::apply_mask(sc, p, seq, m0 + row0, n0, lane);
+    softmax.update(sc, unit, correction);
+  };
+  // P as wgmma's A fragments: two adjacent n8 accumulator blocks are one k16 step.
+  auto pack_p = [&](const float(&sc)[1][NA][4], uint32_t(&pa)[kN / 16][4]) {
 #pragma unroll
     for (int ks = 0; ks < kN / 16; ++ks) {
-      pa[ks][0] = sm80::pack2<T>(s[0][2 * ks][0], s[0][2 * ks][1]);
-      pa[ks][1] = sm80::pack2<T>(s[0][2 * ks][2], s[0][2 * ks][3]);
-      pa[ks][2] = sm80::pack2<T>(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
-      pa[ks][3] = sm80::pack2<T>(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
+      pa[ks][0] = sm80::pack2<T>(sc[0][2 * ks][0], sc[0][2 * ks][1]);
+      pa[ks][1] = sm80::pack2<T>(sc[0][2 * ks][2], sc[0][2 * ks][3]);
+      pa[ks][2] = sm80::pack2<T>(sc[0][2 * ks + 1][0], sc[0][2 * ks + 1][1]);
+      pa[ks][3] = sm80::pack2<T>(sc[0][2 * ks + 1][2], sc[0][2 * ks + 1][3]);
     }
+  };
+  // Ping-pong: the two consumers take turns issuing their products, so one's
+  // softmax runs while the other's products occupy the tensor cores.
+  auto turn_begin = [&] { sm90::named_sync(kBarTurn0 + wg, 256); };
+  auto turn_end = [&] { sm90::named_arrive(kBarTurn0 + (wg ^ 1), 256); };
+  if (wg == 0) sm90::named_arrive(kBarTurn0, 256);  // the first consumer starts
 
-    sm90::mbar_wait(v_full(stage), parity);
-    const uint32_t v_tile = v_s + stage * Cfg::kSmemV;
+  float s[1][NA][4];
+  float(&s_flat)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&s);
+  float correction[1][2];
+  uint32_t pa[kN / 16][4];
+  KeepBits<1, NA> keep;
+
+  // Tile 0 (the last KV tile): its scores, then its V with the rows past the
+  // sequence cleared: keys there have probability 0, but their V rows
+  // (padding, or the next sequence's) may hold Inf or NaN, and 0 * NaN = NaN.
+  sm90::mbar_wait(q_full, 0);
+  {
+    const int n0 = tiles.last * kN;
+    if (p.dropout_threshold) keep.compute(p, bh, m0 + row0, n0, lane);
+    sm90::mbar_wait(k_full(0), 0);
+    turn_begin();
+    issue_qk(0, s_flat);
+    turn_end();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(s_flat);
+    sm90::mbar_arrive(k_empty(0));
+    probabilities(s, n0, correction);  // O is 0: nothing to rescale
+    if (p.dropout_threshold) keep.apply(s);
+    pack_p(s, pa);
+    sm90::mbar_wait(v_full(0), 0);
     if (n0 + kN > seq.len_kv) {
-      // Keys past the sequence have probability 0, but their V rows (padding,
-      // or the next sequence's) may hold Inf or NaN, and 0 * NaN is NaN: clear them.
       const int valid = max(0, seq.len_kv - n0);
-      char* v_gen = smem + (v_tile - q_s);
+      char* v_gen = smem + Cfg::kSmemQ + kS * Cfg::kSmemK;  // stage 0's V
       for (int idx = ctid; idx < (kN - valid) * (kDV / 8); idx += 128 * Cfg::kConsumers) {
         const int r = valid + idx / (kDV / 8), c = idx % (kDV / 8);
         *reinterpret_cast<uint4*>(v_gen + swizzled_offset(kN, r, c)) = make_uint4(0, 0, 0, 0);
@@ -206,14 +233,38 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       sm90::fence_proxy_async();
       sm90::named_sync(kBarConsumers, 128 * Cfg::kConsumers);
     }
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kN / 16; ++ks)
-      sm90::Wgmma<kDV, T>::template rs<1>(o_flat, pa[ks], sm90::mnmajor_descriptor(v_tile, kN, ks), 1);
-    sm90::wgmma_commit();
+  }
+  // Steady state: S[i] = Q.K[i] and O += P[i-1].V[i-1] in flight together;
+  // the softmax of S[i] runs while P.V finishes, and O is rescaled after it.
+  for (int i = 1; i < n_tiles; ++i) {
+    const int stage = i % kS, prev = (i - 1) % kS;
+    const uint32_t parity = (i / kS) & 1, prev_parity = ((i - 1) / kS) & 1;
+    const int n0 = (tiles.last - i) * kN;
+    if (p.dropout_threshold) keep.compute(p, bh, m0 + row0, n0, lane);
+    sm90::mbar_wait(k_full(stage), parity);
+    sm90::mbar_wait(v_full(prev), prev_parity);
+    turn_begin();
+    issue_qk(stage, s_flat);
+    issue_pv(prev, pa);
+    turn_end();
+    sm90::wgmma_wait<1>();
+    sm90::fence_registers(s_flat);
+    sm90::mbar_arrive(k_empty(stage));
+    probabilities(s, n0, correction);
     sm90::wgmma_wait<0>();
     sm90::fence_registers(o_flat);
-    sm90::mbar_arrive(v_empty(stage));
+    sm90::mbar_arrive(v_empty(prev));
+    OnlineSoftmax<1>::rescale(o, correction);
+    if (p.dropout_threshold) keep.apply(s);
+    pack_p(s, pa);
+  }
+  {
+    const int last = (n_tiles - 1) % kS;
+    sm90::mbar_wait(v_full(last), ((n_tiles - 1) / kS) & 1);
+    issue_pv(last, pa);
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(o_flat);
+    sm90::mbar_arrive(v_empty(last));
   }
 
   float inv[1][2], row_lse[1][2];
