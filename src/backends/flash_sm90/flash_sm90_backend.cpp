@@ -71,8 +71,8 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
                  " bytes; TMA needs 16 (base addresses and strides multiples of 8 elements)");
   if (p.s_q > INT32_MAX || p.s_kv > INT32_MAX || p.total_q > INT32_MAX || p.total_kv > INT32_MAX)
     no.push_back("sequence lengths beyond 2^31 tokens");
-  if (p.h_q > 65535 || p.batch > 65535)
-    no.push_back("more than 65535 heads or sequences (the kernel's grid dimensions)");
+  if ((p.s_q + 127) / 128 * p.h_q * p.batch > INT32_MAX)
+    no.push_back("more than 2^31 work items (128-row query tiles x heads x sequences)");
   return no;
 }
 

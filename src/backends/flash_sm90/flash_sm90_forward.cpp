@@ -5,6 +5,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "attn/error.h"
@@ -38,6 +40,18 @@ CUtensorMap tile_map(const Problem& p, const TensorView& t, int64_t tokens, int6
   return sm90::make_tile_map(s, name);
 }
 
+// Multiprocessors of the device (the persistent grid's size), asked once per device.
+int sm_count(int device) {
+  static std::mutex mutex;
+  static std::map<int, int> counts;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = counts.find(device);
+  if (it != counts.end()) return it->second;
+  int n = 0;
+  ATTN_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  return counts[device] = n;
+}
+
 template <typename T, int kDQK, int kDV>
 void run(const Problem& p, const ForwardArgs& a, cudaStream_t stream) {
   using Cfg = FwdConfig<kDQK, kDV>;
@@ -47,7 +61,7 @@ void run(const Problem& p, const ForwardArgs& a, cudaStream_t stream) {
   args.q = tile_map(p, a.in.q, packed ? p.total_q : p.s_q, p.h_q, kDQK, Cfg::kBlockM, "q");
   args.k = tile_map(p, a.in.k, packed ? p.total_kv : p.s_kv, p.h_kv, kDQK, Cfg::kBlockN, "k");
   args.v = tile_map(p, a.in.v, packed ? p.total_kv : p.s_kv, p.h_kv, kDV, Cfg::kBlockN, "v");
-  launch_fwd<T, kDQK, kDV>(args, stream);
+  launch_fwd<T, kDQK, kDV>(args, sm_count(static_cast<int>(p.device.index)), stream);
 }
 
 template <typename T>

@@ -5,7 +5,7 @@
 
 namespace attn::flash_sm90 {
 
-// One CTA: a producer warpgroup (one thread issues TMA copies) and two
+// One persistent CTA per SM walks the query tiles: a producer warpgroup (one thread issues TMA copies) and two
 // consumer warpgroups of 64 query rows each (kBlockM = 128), against KV tiles
 // of kBlockN keys in a kStages-deep ring of shared-memory buffers.
 // Per consumer thread the S tile holds kBlockN / 2 floats and O d_v / 2:
@@ -25,9 +25,16 @@ struct FwdConfig {
   static constexpr int kSmemQ = kBlockM * kDQK * 2;
   static constexpr int kSmemK = kBlockN * kDQK * 2;  // one stage
   static constexpr int kSmemV = kBlockN * kDV * 2;
+  static constexpr int kSmemO = kBlockM * kDV * 2;
   static constexpr int kSmemBarriers = 1024;  // mbarriers, after the tiles
+  static constexpr int kSmemLimit = 227 * 1024;  // per block on sm_90
+  // The output tile is staged in its own buffer where it fits, so the next
+  // tile's Q can load during the epilogue; otherwise in Q's (d 192/192, 256).
+  static constexpr bool kSeparateO =
+      kSmemQ + kStages * (kSmemK + kSmemV) + kSmemO + kSmemBarriers + 1024 <= kSmemLimit;
   // + 1024: the dynamic buffer is aligned up to 1024 bytes (the swizzle's period).
-  static constexpr int kSmemBytes = kSmemQ + kStages * (kSmemK + kSmemV) + kSmemBarriers + 1024;
+  static constexpr int kSmemBytes =
+      kSmemQ + kStages * (kSmemK + kSmemV) + (kSeparateO ? kSmemO : 0) + kSmemBarriers + 1024;
 
   static_assert(kDQK % 64 == 0 && kDV % 64 == 0, "head dims are whole 64-column swizzled blocks");
   static_assert(kBlockN % 16 == 0, "P.V steps over 16 keys");

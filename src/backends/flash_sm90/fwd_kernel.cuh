@@ -1,5 +1,7 @@
 // flash_sm90's forward kernel: FlashAttention's algorithm on Hopper's
-// asynchronous units. One CTA per (128-row query tile, query head, sequence):
+// asynchronous units. A persistent grid (one CTA per SM) walks the
+// (128-row query tile, query head, sequence) work items, heaviest first; in
+// each CTA:
 // - warpgroup 0, the producer: one thread loads Q once and K/V tiles into a
 //   kStages-deep ring with TMA, each stage guarded by a "full" mbarrier (bytes
 //   landed) and an "empty" one (both consumers done reading);
@@ -11,6 +13,8 @@
 //   them (FlashAttention-3's intra-warpgroup overlap and ping-pong).
 // KV tiles run from the last to the first (boundary tiles first), and only
 // the tiles some row can see (fwd_schedule.cuh): a window costs its width.
+// The producer runs ahead into the next work item while the consumers finish
+// the current one (its K/V stages, and its Q once Q's buffer is free).
 #pragma once
 
 #include <cuda.h>
@@ -48,6 +52,20 @@ constexpr int kBarConsumers = 1;
 constexpr int kBarConsumer0 = 2;  // 2, 3: each consumer's epilogue
 constexpr int kBarTurn0 = 4;      // 4, 5: whose turn it is to issue products
 
+// The work item t of the persistent walk: query tiles from the last (the
+// heaviest under a causal mask) to the first, and within one query tile the
+// heads fastest (heads sharing a KV head run side by side: K/V stay in L2).
+struct WorkItem {
+  int b, h, m0;
+};
+template <int kM>
+__device__ __forceinline__ WorkItem work_item(const FwdParams& p, int t) {
+  const int per_tile = p.h_q * p.batch;
+  const int m_blocks = (p.s_q + kM - 1) / kM;
+  const int rest = t % per_tile;
+  return {rest / p.h_q, rest % p.h_q, (m_blocks - 1 - t / per_tile) * kM};
+}
+
 template <typename T, int kDQK, int kDV>
 __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ Sm90FwdParams args) {
@@ -62,79 +80,75 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   const uint32_t q_s = sm90::smem_addr(smem);
   const uint32_t k_s = q_s + Cfg::kSmemQ;
   const uint32_t v_s = k_s + kS * Cfg::kSmemK;
-  const uint32_t bars = v_s + kS * Cfg::kSmemV;
-  const uint32_t q_full = bars;
-  auto k_full = [&](int s) { return bars + 8 * (1 + s); };
-  auto k_empty = [&](int s) { return bars + 8 * (1 + kS + s); };
-  auto v_full = [&](int s) { return bars + 8 * (1 + 2 * kS + s); };
-  auto v_empty = [&](int s) { return bars + 8 * (1 + 3 * kS + s); };
+  const uint32_t o_s = v_s + kS * Cfg::kSmemV;  // the output staging tile (Q's when not separate)
+  char* o_smem = Cfg::kSeparateO ? smem + (o_s - q_s) : smem;
+  const uint32_t bars = o_s + (Cfg::kSeparateO ? Cfg::kSmemO : 0);
+  const uint32_t q_full = bars, q_empty = bars + 8;
+  auto k_full = [&](int s) { return bars + 8 * (2 + s); };
+  auto k_empty = [&](int s) { return bars + 8 * (2 + kS + s); };
+  auto v_full = [&](int s) { return bars + 8 * (2 + 2 * kS + s); };
+  auto v_empty = [&](int s) { return bars + 8 * (2 + 3 * kS + s); };
+  constexpr int kConsumerThreads = 128 * Cfg::kConsumers;
 
-  const int b = blockIdx.z, h = blockIdx.y;
-  const int m0 = (gridDim.x - 1 - blockIdx.x) * kM;  // heavy (late, for causal) query tiles first
-  const SeqExtent seq = flash_sm80::sequence_extent(p, b);
-  const int rows = max(0, min(kM, seq.len_q - m0));
-  const int rows_out = p.packed ? rows : min(kM, p.s_q - m0);
-  if (rows_out <= 0) return;
   const int tid = threadIdx.x;
-  const KvTiles tiles = rows > 0 ? flash_sm80::kv_tiles<kM, kN>(p, seq, m0) : KvTiles{};
-
-  T* out = static_cast<T*>(p.out) + b * p.o_batch_stride + (seq.start_q + m0) * p.o_row_stride +
-           h * p.o_head_stride;
-  float* lse = p.lse ? p.lse + b * p.lse_batch_stride + (seq.start_q + m0) * p.lse_row_stride +
-                           h * p.lse_head_stride
-                     : nullptr;
-  if (tiles.last < tiles.first) {  // no row of this tile sees a key
-    flash_sm80::store_zeros<kDV, kM, Cfg::kThreads>(out, p.o_row_stride, rows_out, tid);
-    if (lse)
-      for (int r = tid; r < rows_out; r += Cfg::kThreads) lse[r * p.lse_row_stride] = -INFINITY;
-    return;
-  }
-
   if (tid == 0) {
     sm90::mbar_init(q_full, 1);
+    sm90::mbar_init(q_empty, kConsumerThreads);
     for (int s = 0; s < kS; ++s) {
       sm90::mbar_init(k_full(s), 1);
       sm90::mbar_init(v_full(s), 1);
-      sm90::mbar_init(k_empty(s), 128 * Cfg::kConsumers);
-      sm90::mbar_init(v_empty(s), 128 * Cfg::kConsumers);
+      sm90::mbar_init(k_empty(s), kConsumerThreads);
+      sm90::mbar_init(v_empty(s), kConsumerThreads);
     }
     sm90::mbar_init_fence();
   }
   __syncthreads();
 
-  const int n_tiles = tiles.last - tiles.first + 1;
-  const int h_kv = h / p.h_per_kv;
-  // TMA coordinates: thd addresses tokens of the packed tensor (one "sequence");
-  // the others address (token within the sequence, sequence).
-  const int q_row = static_cast<int>(seq.start_q) + m0, kv_row0 = static_cast<int>(seq.start_kv);
-  const int seq_coord = p.packed ? 0 : b;
+  const int items = ((p.s_q + kM - 1) / kM) * p.h_q * p.batch;
+  // Both roles walk the same items and derive the same facts from each, so
+  // their barrier phases agree: `loaded` counts items with loads (Q's phase),
+  // `it` counts KV tiles over all items (the stages' phases).
+  int loaded = 0, it = 0;
 
   if (tid < 128) {  // producer warpgroup
     sm90::regs_decrease<24>();
-    if (tid == 0) {
-      sm90::tma_prefetch_map(&args.q);
-      sm90::tma_prefetch_map(&args.k);
-      sm90::tma_prefetch_map(&args.v);
+    if (tid != 0) return;
+    sm90::tma_prefetch_map(&args.q);
+    sm90::tma_prefetch_map(&args.k);
+    sm90::tma_prefetch_map(&args.v);
+    for (int t = blockIdx.x; t < items; t += gridDim.x) {
+      const WorkItem w = work_item<kM>(p, t);
+      const SeqExtent seq = flash_sm80::sequence_extent(p, w.b);
+      const int rows = max(0, min(kM, seq.len_q - w.m0));
+      if (rows <= 0) continue;
+      const KvTiles tiles = flash_sm80::kv_tiles<kM, kN>(p, seq, w.m0);
+      if (tiles.last < tiles.first) continue;
+      // TMA coordinates: thd addresses tokens of the packed tensor (one
+      // "sequence"); the others (token within the sequence, sequence).
+      const int seq_coord = p.packed ? 0 : w.b, h_kv = w.h / p.h_per_kv;
+      const int kv_row0 = static_cast<int>(seq.start_kv);
+      sm90::mbar_wait(q_empty, (loaded & 1) ^ 1);  // a fresh barrier's "previous phase" is complete
       sm90::mbar_arrive_expect_tx(q_full, Cfg::kSmemQ);
 #pragma unroll
       for (int cb = 0; cb < kDQK / 64; ++cb)
-        sm90::tma_load_4d(q_s + cb * kM * 128, &args.q, q_full, cb * 64, q_row, h, seq_coord);
-      for (int i = 0; i < n_tiles; ++i) {
-        const int stage = i % kS;
-        const uint32_t parity = ((i / kS) & 1) ^ 1;  // a fresh barrier's "previous phase" is complete
-        const int n0 = (tiles.last - i) * kN;
+        sm90::tma_load_4d(q_s + cb * kM * 128, &args.q, q_full, cb * 64, static_cast<int>(seq.start_q) + w.m0, w.h,
+                          seq_coord);
+      ++loaded;
+      for (int n = tiles.last; n >= tiles.first; --n, ++it) {
+        const int stage = it % kS;
+        const uint32_t parity = ((it / kS) & 1) ^ 1;
         sm90::mbar_wait(k_empty(stage), parity);
         sm90::mbar_arrive_expect_tx(k_full(stage), Cfg::kSmemK);
 #pragma unroll
         for (int cb = 0; cb < kDQK / 64; ++cb)
-          sm90::tma_load_4d(k_s + stage * Cfg::kSmemK + cb * kN * 128, &args.k, k_full(stage), cb * 64, kv_row0 + n0,
-                            h_kv, seq_coord);
+          sm90::tma_load_4d(k_s + stage * Cfg::kSmemK + cb * kN * 128, &args.k, k_full(stage), cb * 64,
+                            kv_row0 + n * kN, h_kv, seq_coord);
         sm90::mbar_wait(v_empty(stage), parity);
         sm90::mbar_arrive_expect_tx(v_full(stage), Cfg::kSmemV);
 #pragma unroll
         for (int cb = 0; cb < kDV / 64; ++cb)
-          sm90::tma_load_4d(v_s + stage * Cfg::kSmemV + cb * kN * 128, &args.v, v_full(stage), cb * 64, kv_row0 + n0,
-                            h_kv, seq_coord);
+          sm90::tma_load_4d(v_s + stage * Cfg::kSmemV + cb * kN * 128, &args.v, v_full(stage), cb * 64,
+                            kv_row0 + n * kN, h_kv, seq_coord);
       }
     }
     return;
@@ -145,172 +159,209 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   constexpr int NA = kN / 8, NO = kDV / 8;
   const int wg = tid / 128 - 1, ctid = tid - 128, lane = tid & 31;
   const int row0 = wg * 64 + ((tid / 32) & 3) * 16;  // this warp's first row in the tile
-  const float slope = p.alibi ? p.alibi[b * p.alibi_batch_stride + h * p.alibi_head_stride] : 0.f;
-  const float unit = p.score_mods ? 1.f : p.scale_log2;
-  const uint32_t bh = static_cast<uint32_t>(b) * static_cast<uint32_t>(p.h_q) + static_cast<uint32_t>(h);
-
-  OnlineSoftmax<1> softmax;
-  float o[1][NO][4];
-#pragma unroll
-  for (int no = 0; no < NO; ++no)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[0][no][e] = 0.f;
-  float(&o_flat)[kDV / 2] = *reinterpret_cast<float(*)[kDV / 2]>(&o);
-
-  // One tile's products, issued asynchronously (committed as one group each).
-  auto issue_qk = [&](int stage, float(&acc)[kN / 2]) {
-    const uint32_t k_tile = k_s + stage * Cfg::kSmemK;
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kDQK / 16; ++ks)
-      sm90::Wgmma<kN, T>::template ss<0>(acc, sm90::kmajor_descriptor(q_s, kM, wg * 64, ks),
-                                          sm90::kmajor_descriptor(k_tile, kN, 0, ks), ks > 0);
-    sm90::wgmma_commit();
-  };
-  auto issue_pv = [&](int stage, const uint32_t(&pa)[kN / 16][4]) {
-    const uint32_t v_tile = v_s + stage * Cfg::kSmemV;
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kN / 16; ++ks)
-      sm90::Wgmma<kDV, T>::template rs<1>(o_flat, pa[ks], sm90::mnmajor_descriptor(v_tile, kN, ks), 1);
-    sm90::wgmma_commit();
-  };
-  // Scores of the tile at key n0 -> probabilities (score mods, mask, softmax),
-  // and O's rescale factor per row.
-  auto probabilities = [&](float(&sc)[1][NA][4], int n0, float(&correction)[1][2]) {
-    if (p.score_mods) flash_sm80::apply_score_mods(sc, p, slope, m0 + row0, n0, seq.shift, lane);
-    if (!(n0 >= tiles.all_begin && n0 + kN <= tiles.all_end))
-      flash_sm80::apply_mask(sc, p, seq, m0 + row0, n0, lane);
-    softmax.update(sc, unit, correction);
-  };
-  // P as wgmma's A fragments: two adjacent n8 accumulator blocks are one k16 step.
-  auto pack_p = [&](const float(&sc)[1][NA][4], uint32_t(&pa)[kN / 16][4]) {
-#pragma unroll
-    for (int ks = 0; ks < kN / 16; ++ks) {
-      pa[ks][0] = sm80::pack2<T>(sc[0][2 * ks][0], sc[0][2 * ks][1]);
-      pa[ks][1] = sm80::pack2<T>(sc[0][2 * ks][2], sc[0][2 * ks][3]);
-      pa[ks][2] = sm80::pack2<T>(sc[0][2 * ks + 1][0], sc[0][2 * ks + 1][1]);
-      pa[ks][3] = sm80::pack2<T>(sc[0][2 * ks + 1][2], sc[0][2 * ks + 1][3]);
-    }
-  };
   // Ping-pong: the two consumers take turns issuing their products, so one's
-  // softmax runs while the other's products occupy the tensor cores.
+  // softmax runs while the other's products occupy the tensor cores. The turn
+  // passes once per KV tile; the first consumer holds it first.
   auto turn_begin = [&] { sm90::named_sync(kBarTurn0 + wg, 256); };
   auto turn_end = [&] { sm90::named_arrive(kBarTurn0 + (wg ^ 1), 256); };
-  if (wg == 0) sm90::named_arrive(kBarTurn0, 256);  // the first consumer starts
+  if (wg == 0) sm90::named_arrive(kBarTurn0, 256);
 
-  float s[1][NA][4];
-  float(&s_flat)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&s);
-  float correction[1][2];
-  uint32_t pa[kN / 16][4];
-  KeepBits<1, NA> keep;
+  for (int t = blockIdx.x; t < items; t += gridDim.x) {
+    const WorkItem w = work_item<kM>(p, t);
+    const int b = w.b, h = w.h, m0 = w.m0;
+    const SeqExtent seq = flash_sm80::sequence_extent(p, b);
+    const int rows = max(0, min(kM, seq.len_q - m0));
+    // Rows this tile writes: a padded batch (bshd/sbhd with cu_seqlens) also
+    // gets out = 0, lse = -inf on its padding rows; in thd the rows past a
+    // sequence belong to the next one.
+    const int rows_out = p.packed ? rows : min(kM, p.s_q - m0);
+    if (rows_out <= 0) continue;
+    const KvTiles tiles = rows > 0 ? flash_sm80::kv_tiles<kM, kN>(p, seq, m0) : KvTiles{};
+    T* out = static_cast<T*>(p.out) + b * p.o_batch_stride + (seq.start_q + m0) * p.o_row_stride +
+             h * p.o_head_stride;
+    float* lse = p.lse ? p.lse + b * p.lse_batch_stride + (seq.start_q + m0) * p.lse_row_stride +
+                             h * p.lse_head_stride
+                       : nullptr;
+    if (rows <= 0 || tiles.last < tiles.first) {  // no row of this tile sees a key
+      flash_sm80::store_zeros<kDV, kM, kConsumerThreads>(out, p.o_row_stride, rows_out, ctid);
+      if (lse)
+        for (int r = ctid; r < rows_out; r += kConsumerThreads) lse[r * p.lse_row_stride] = -INFINITY;
+      continue;
+    }
+    const int n_tiles = tiles.last - tiles.first + 1;
+    const float slope = p.alibi ? p.alibi[b * p.alibi_batch_stride + h * p.alibi_head_stride] : 0.f;
+    const float unit = p.score_mods ? 1.f : p.scale_log2;
+    const uint32_t bh = static_cast<uint32_t>(b) * static_cast<uint32_t>(p.h_q) + static_cast<uint32_t>(h);
 
-  // Tile 0 (the last KV tile): its scores, then its V with the rows past the
-  // sequence cleared: keys there have probability 0, but their V rows
-  // (padding, or the next sequence's) may hold Inf or NaN, and 0 * NaN = NaN.
-  sm90::mbar_wait(q_full, 0);
-  {
-    const int n0 = tiles.last * kN;
-    if (p.dropout_threshold) keep.compute(p, bh, m0 + row0, n0, lane);
-    sm90::mbar_wait(k_full(0), 0);
-    turn_begin();
-    issue_qk(0, s_flat);
-    turn_end();
-    sm90::wgmma_wait<0>();
-    sm90::fence_registers(s_flat);
-    sm90::mbar_arrive(k_empty(0));
-    probabilities(s, n0, correction);  // O is 0: nothing to rescale
-    if (p.dropout_threshold) keep.apply(s);
-    pack_p(s, pa);
-    sm90::mbar_wait(v_full(0), 0);
-    if (n0 + kN > seq.len_kv) {
-      const int valid = max(0, seq.len_kv - n0);
-      char* v_gen = smem + Cfg::kSmemQ + kS * Cfg::kSmemK;  // stage 0's V
-      for (int idx = ctid; idx < (kN - valid) * (kDV / 8); idx += 128 * Cfg::kConsumers) {
-        const int r = valid + idx / (kDV / 8), c = idx % (kDV / 8);
-        *reinterpret_cast<uint4*>(v_gen + swizzled_offset(kN, r, c)) = make_uint4(0, 0, 0, 0);
+    OnlineSoftmax<1> softmax;
+    float o[1][NO][4];
+#pragma unroll
+    for (int no = 0; no < NO; ++no)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[0][no][e] = 0.f;
+    float(&o_flat)[kDV / 2] = *reinterpret_cast<float(*)[kDV / 2]>(&o);
+
+    // One tile's products, issued asynchronously (committed as one group each).
+    auto issue_qk = [&](int stage, float(&acc)[kN / 2]) {
+      const uint32_t k_tile = k_s + stage * Cfg::kSmemK;
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kDQK / 16; ++ks)
+        sm90::Wgmma<kN, T>::template ss<0>(acc, sm90::kmajor_descriptor(q_s, kM, wg * 64, ks),
+                                            sm90::kmajor_descriptor(k_tile, kN, 0, ks), ks > 0);
+      sm90::wgmma_commit();
+    };
+    auto issue_pv = [&](int stage, const uint32_t(&pa)[kN / 16][4]) {
+      const uint32_t v_tile = v_s + stage * Cfg::kSmemV;
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kN / 16; ++ks)
+        sm90::Wgmma<kDV, T>::template rs<1>(o_flat, pa[ks], sm90::mnmajor_descriptor(v_tile, kN, ks), 1);
+      sm90::wgmma_commit();
+    };
+    // Scores of the tile at key n0 -> probabilities (score mods, mask,
+    // softmax), and O's rescale factor per row.
+    auto probabilities = [&](float(&sc)[1][NA][4], int n0, float(&correction)[1][2]) {
+      if (p.score_mods) flash_sm80::apply_score_mods(sc, p, slope, m0 + row0, n0, seq.shift, lane);
+      if (!(n0 >= tiles.all_begin && n0 + kN <= tiles.all_end))
+        flash_sm80::apply_mask(sc, p, seq, m0 + row0, n0, lane);
+      softmax.update(sc, unit, correction);
+    };
+    // P as wgmma's A fragments: two adjacent n8 accumulator blocks are one k16 step.
+    auto pack_p = [&](const float(&sc)[1][NA][4], uint32_t(&pa)[kN / 16][4]) {
+#pragma unroll
+      for (int ks = 0; ks < kN / 16; ++ks) {
+        pa[ks][0] = sm80::pack2<T>(sc[0][2 * ks][0], sc[0][2 * ks][1]);
+        pa[ks][1] = sm80::pack2<T>(sc[0][2 * ks][2], sc[0][2 * ks][3]);
+        pa[ks][2] = sm80::pack2<T>(sc[0][2 * ks + 1][0], sc[0][2 * ks + 1][1]);
+        pa[ks][3] = sm80::pack2<T>(sc[0][2 * ks + 1][2], sc[0][2 * ks + 1][3]);
       }
-      sm90::fence_proxy_async();
-      sm90::named_sync(kBarConsumers, 128 * Cfg::kConsumers);
-    }
-  }
-  // Steady state: S[i] = Q.K[i] and O += P[i-1].V[i-1] in flight together;
-  // the softmax of S[i] runs while P.V finishes, and O is rescaled after it.
-  for (int i = 1; i < n_tiles; ++i) {
-    const int stage = i % kS, prev = (i - 1) % kS;
-    const uint32_t parity = (i / kS) & 1, prev_parity = ((i - 1) / kS) & 1;
-    const int n0 = (tiles.last - i) * kN;
-    if (p.dropout_threshold) keep.compute(p, bh, m0 + row0, n0, lane);
-    sm90::mbar_wait(k_full(stage), parity);
-    sm90::mbar_wait(v_full(prev), prev_parity);
-    turn_begin();
-    issue_qk(stage, s_flat);
-    issue_pv(prev, pa);
-    turn_end();
-    sm90::wgmma_wait<1>();
-    sm90::fence_registers(s_flat);
-    sm90::mbar_arrive(k_empty(stage));
-    probabilities(s, n0, correction);
-    sm90::wgmma_wait<0>();
-    sm90::fence_registers(o_flat);
-    sm90::mbar_arrive(v_empty(prev));
-    OnlineSoftmax<1>::rescale(o, correction);
-    if (p.dropout_threshold) keep.apply(s);
-    pack_p(s, pa);
-  }
-  {
-    const int last = (n_tiles - 1) % kS;
-    sm90::mbar_wait(v_full(last), ((n_tiles - 1) / kS) & 1);
-    issue_pv(last, pa);
-    sm90::wgmma_wait<0>();
-    sm90::fence_registers(o_flat);
-    sm90::mbar_arrive(v_empty(last));
-  }
+    };
 
-  float inv[1][2], row_lse[1][2];
-  softmax.finish(inv, row_lse, unit, p.dropout_scale);
-  // Rows past the sequence (padding, or the next sequence's tokens in thd) read
-  // whatever Q rows were there: their output is 0 (padded batches) or unwritten.
-  bool row_valid[2];
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int r = row0 + 8 * hh + (lane >> 2);
-    row_valid[hh] = r < rows;
-    if (!row_valid[hh]) {
-      inv[0][hh] = 0.f;
-      row_lse[0][hh] = -INFINITY;
+    float s[1][NA][4];
+    float(&s_flat)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&s);
+    float correction[1][2];
+    uint32_t pa[kN / 16][4];
+    KeepBits<1, NA> keep;
+
+    // Tile 0 (the last KV tile): its scores, then its V with the rows past the
+    // sequence cleared: keys there have probability 0, but their V rows
+    // (padding, or the next sequence's) may hold Inf or NaN, and 0 * NaN = NaN.
+    sm90::mbar_wait(q_full, loaded & 1);
+    ++loaded;
+    {
+      const int n0 = tiles.last * kN, stage = it % kS;
+      const uint32_t parity = (it / kS) & 1;
+      if (p.dropout_threshold) keep.compute(p, bh, m0 + row0, n0, lane);
+      sm90::mbar_wait(k_full(stage), parity);
+      turn_begin();
+      issue_qk(stage, s_flat);
+      turn_end();
+      sm90::wgmma_wait<0>();
+      sm90::fence_registers(s_flat);
+      sm90::mbar_arrive(k_empty(stage));
+      probabilities(s, n0, correction);  // O is 0: nothing to rescale
+      if (p.dropout_threshold) keep.apply(s);
+      pack_p(s, pa);
+      sm90::mbar_wait(v_full(stage), parity);
+      if (n0 + kN > seq.len_kv) {
+        const int valid = max(0, seq.len_kv - n0);
+        char* v_gen = smem + Cfg::kSmemQ + kS * Cfg::kSmemK + stage * Cfg::kSmemV;
+        for (int idx = ctid; idx < (kN - valid) * (kDV / 8); idx += kConsumerThreads) {
+          const int r = valid + idx / (kDV / 8), c = idx % (kDV / 8);
+          *reinterpret_cast<uint4*>(v_gen + swizzled_offset(kN, r, c)) = make_uint4(0, 0, 0, 0);
+        }
+        sm90::fence_proxy_async();
+        sm90::named_sync(kBarConsumers, kConsumerThreads);
+      }
     }
-  }
-  // Stage O in this warpgroup's own rows of Q's tile (its last Q.K^T is done).
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int r = row0 + 8 * hh + (lane >> 2);
-#pragma unroll
-    for (int no = 0; no < NO; ++no) {
-      const float x = row_valid[hh] ? o[0][no][2 * hh] * inv[0][hh] : 0.f;
-      const float y = row_valid[hh] ? o[0][no][2 * hh + 1] * inv[0][hh] : 0.f;
-      *reinterpret_cast<uint32_t*>(smem + swizzled_offset(kM, r, no) + 4 * (lane & 3)) = sm80::pack2<T>(x, y);
+    // Steady state: S[i] = Q.K[i] and O += P[i-1].V[i-1] in flight together;
+    // the softmax of S[i] runs while P.V finishes, and O is rescaled after it.
+    for (int i = 1; i < n_tiles; ++i) {
+      const int stage = (it + i) % kS, prev = (it + i - 1) % kS;
+      const uint32_t parity = ((it + i) / kS) & 1, prev_parity = ((it + i - 1) / kS) & 1;
+      const int n0 = (tiles.last - i) * kN;
+      if (p.dropout_threshold) keep.compute(p, bh, m0 + row0, n0, lane);
+      sm90::mbar_wait(k_full(stage), parity);
+      sm90::mbar_wait(v_full(prev), prev_parity);
+      turn_begin();
+      issue_qk(stage, s_flat);
+      issue_pv(prev, pa);
+      turn_end();
+      sm90::wgmma_wait<1>();
+      sm90::fence_registers(s_flat);
+      sm90::mbar_arrive(k_empty(stage));
+      probabilities(s, n0, correction);
+      sm90::wgmma_wait<0>();
+      sm90::fence_registers(o_flat);
+      sm90::mbar_arrive(v_empty(prev));
+      OnlineSoftmax<1>::rescale(o, correction);
+      if (p.dropout_threshold) keep.apply(s);
+      pack_p(s, pa);
     }
-    if (lse && (lane & 3) == 0 && r < rows_out) lse[r * p.lse_row_stride] = row_lse[0][hh];
-  }
-  sm90::named_sync(kBarConsumer0 + wg, 128);
-  constexpr int kChunks = kDV / 8;
-  for (int idx = ctid - wg * 128; idx < 64 * kChunks; idx += 128) {
-    const int r = wg * 64 + idx / kChunks, c = idx % kChunks;
-    if (r < rows_out)
-      *reinterpret_cast<uint4*>(out + r * p.o_row_stride + c * 8) =
-          *reinterpret_cast<const uint4*>(smem + swizzled_offset(kM, r, c));
+    // Every Q.K^T of this item is done: with a separate output tile, the
+    // next item's Q may load now.
+    if (Cfg::kSeparateO) sm90::mbar_arrive(q_empty);
+    {
+      const int last = (it + n_tiles - 1) % kS;
+      sm90::mbar_wait(v_full(last), ((it + n_tiles - 1) / kS) & 1);
+      issue_pv(last, pa);
+      sm90::wgmma_wait<0>();
+      sm90::fence_registers(o_flat);
+      sm90::mbar_arrive(v_empty(last));
+    }
+    it += n_tiles;
+
+    float inv[1][2], row_lse[1][2];
+    softmax.finish(inv, row_lse, unit, p.dropout_scale);
+    // Rows past the sequence (padding, or the next sequence's tokens in thd)
+    // read whatever Q rows were there: their output is 0 or unwritten.
+    bool row_valid[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      row_valid[hh] = row0 + 8 * hh + (lane >> 2) < rows;
+      if (!row_valid[hh]) {
+        inv[0][hh] = 0.f;
+        row_lse[0][hh] = -INFINITY;
+      }
+    }
+    // Stage O in this warpgroup's rows of the output tile (every thread of
+    // the warpgroup is past its previous item's reads of it).
+    sm90::named_sync(kBarConsumer0 + wg, 128);
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = row0 + 8 * hh + (lane >> 2);
+#pragma unroll
+      for (int no = 0; no < NO; ++no) {
+        const float x = row_valid[hh] ? o[0][no][2 * hh] * inv[0][hh] : 0.f;
+        const float y = row_valid[hh] ? o[0][no][2 * hh + 1] * inv[0][hh] : 0.f;
+        *reinterpret_cast<uint32_t*>(o_smem + swizzled_offset(kM, r, no) + 4 * (lane & 3)) = sm80::pack2<T>(x, y);
+      }
+      if (lse && (lane & 3) == 0 && r < rows_out) lse[r * p.lse_row_stride] = row_lse[0][hh];
+    }
+    sm90::named_sync(kBarConsumer0 + wg, 128);
+    constexpr int kChunks = kDV / 8;
+    for (int idx = ctid - wg * 128; idx < 64 * kChunks; idx += 128) {
+      const int r = wg * 64 + idx / kChunks, c = idx % kChunks;
+      if (r < rows_out)
+        *reinterpret_cast<uint4*>(out + r * p.o_row_stride + c * 8) =
+            *reinterpret_cast<const uint4*>(o_smem + swizzled_offset(kM, r, c));
+    }
+    if (!Cfg::kSeparateO) sm90::mbar_arrive(q_empty);  // Q's buffer held the output until now
   }
 #endif
 }
 
-// Launches the kernel for one instantiation on the caller's stream.
+// Launches the kernel for one instantiation on the caller's stream: one CTA
+// per SM (at most one per work item).
 template <typename T, int kDQK, int kDV>
-void launch_fwd(const Sm90FwdParams& args, cudaStream_t stream) {
+void launch_fwd(const Sm90FwdParams& args, int sm_count, cudaStream_t stream) {
   using Cfg = FwdConfig<kDQK, kDV>;
   auto* kernel = flash_fwd_sm90_kernel<T, kDQK, kDV>;
   ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-  const dim3 grid((args.p.s_q + Cfg::kBlockM - 1) / Cfg::kBlockM, args.p.h_q, args.p.batch);
+  const int64_t items =
+      static_cast<int64_t>((args.p.s_q + Cfg::kBlockM - 1) / Cfg::kBlockM) * args.p.h_q * args.p.batch;
+  const int grid = static_cast<int>(items < sm_count ? items : sm_count);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(args);
   ATTN_CUDA(cudaGetLastError());
 }
