@@ -52,18 +52,19 @@ constexpr int kBarConsumers = 1;
 constexpr int kBarConsumer0 = 2;  // 2, 3: each consumer's epilogue
 constexpr int kBarTurn0 = 4;      // 4, 5: whose turn it is to issue products
 
-// The work item t of the persistent walk: query tiles from the last (the
-// heaviest under a causal mask) to the first, and within one query tile the
-// heads fastest (heads sharing a KV head run side by side: K/V stay in L2).
+// The work item t of the persistent walk: the query tiles of one (sequence,
+// head) side by side, from the last (the heaviest under a causal mask) to the
+// first, so the CTAs running at once read the same K/V, from L2. (Heads
+// fastest would balance causal work better but reads K/V from memory once
+// per query tile: slower wherever a tile's work is short.)
 struct WorkItem {
   int b, h, m0;
 };
 template <int kM>
 __device__ __forceinline__ WorkItem work_item(const FwdParams& p, int t) {
-  const int per_tile = p.h_q * p.batch;
   const int m_blocks = (p.s_q + kM - 1) / kM;
-  const int rest = t % per_tile;
-  return {rest / p.h_q, rest % p.h_q, (m_blocks - 1 - t / per_tile) * kM};
+  const int bh = t / m_blocks;
+  return {bh / p.h_q, bh % p.h_q, (m_blocks - 1 - t % m_blocks) * kM};
 }
 
 template <typename T, int kDQK, int kDV>
