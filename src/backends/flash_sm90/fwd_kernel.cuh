@@ -353,16 +353,21 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
 #endif
 }
 
-// Launches the kernel for one instantiation on the caller's stream: one CTA
-// per SM (at most one per work item).
+// Launches the kernel for one instantiation on the caller's stream. Where
+// every work item costs the same (no causal mask, no window, no per-sequence
+// lengths) and the output has its own staging tile, one persistent CTA per SM
+// walks them and overlaps an item's epilogue with the next one's loads;
+// otherwise one CTA per item, and the hardware hands the next item to the
+// first free SM (a static walk would leave SMs idle behind heavy items).
 template <typename T, int kDQK, int kDV>
-void launch_fwd(const Sm90FwdParams& args, int sm_count, cudaStream_t stream) {
+void launch_fwd(const Sm90FwdParams& args, int sm_count, bool uniform_work, cudaStream_t stream) {
   using Cfg = FwdConfig<kDQK, kDV>;
   auto* kernel = flash_fwd_sm90_kernel<T, kDQK, kDV>;
   ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const int64_t items =
       static_cast<int64_t>((args.p.s_q + Cfg::kBlockM - 1) / Cfg::kBlockM) * args.p.h_q * args.p.batch;
-  const int grid = static_cast<int>(items < sm_count ? items : sm_count);
+  const bool persistent = uniform_work && Cfg::kSeparateO && items > sm_count;
+  const int grid = static_cast<int>(persistent ? sm_count : items);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(args);
   ATTN_CUDA(cudaGetLastError());
 }
