@@ -18,7 +18,7 @@ t1=$(date +%s)
 obj=$(find build-device -name 'fwd_instantiate.cu.o' -path '*sm90_fwd_128_128*' | head -1)
 cuobjdump -sass "$obj" >"$out/sass_fwd128.txt" 2>&1
 sass_counts=$(grep -oE "HGMMA|UTMALDG|USETMAXREG|LDL|STL" "$out/sass_fwd128.txt" | sort | uniq -c | tr '\n' ' ')
-build-device/tests/attn_tests --gtest_filter='*BackendGrid*flash_sm90*' >"$out/gpu_tests.log" 2>&1
+build-device/tests/attn_tests --gtest_filter='Sm90*:*BackendGrid*flash_sm90*' >"$out/gpu_tests.log" 2>&1
 tests_rc=$?
 checks_pass=0; checks_fail=0; : >"$out/checks.txt"
 while IFS= read -r line; do

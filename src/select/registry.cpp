@@ -43,8 +43,8 @@ std::vector<std::string> preference_order(const DeviceInfo& dev) {
   std::vector<std::string> order;
   if (!dev.device.is_cuda())
     order = {"reference"};
-  else if (dev.sm >= 90)
-    order = {"flash_sm90", "cudnn", "flash_sm80", "unfused"};
+  else if (dev.sm >= 90)  // flash_sm90 moves ahead of cudnn once it wins (docs/PERF.md): 0.87x geomean now
+    order = {"cudnn", "flash_sm90", "flash_sm80", "unfused"};
   else if (dev.sm >= 80)
     order = {"flash_sm80", "cudnn", "unfused"};
   else

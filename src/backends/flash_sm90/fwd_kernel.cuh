@@ -41,11 +41,7 @@ using flash_sm80::KvTiles;
 using flash_sm80::OnlineSoftmax;
 using flash_sm80::SeqExtent;
 
-// Byte offset of 16-byte chunk `chunk` (of 8 per 128-byte block row) of row r
-// in a 128B-swizzled tile of `rows` rows per column block.
-__device__ __forceinline__ uint32_t swizzled_offset(int rows, int r, int chunk) {
-  return (chunk / 8) * rows * 128 + r * 128 + (((chunk % 8) ^ (r % 8)) * 16);
-}
+using sm90::swizzled_offset;
 
 // Named barriers (0 is __syncthreads): both consumers; each consumer alone.
 constexpr int kBarConsumers = 1;

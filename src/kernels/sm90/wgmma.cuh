@@ -20,6 +20,12 @@
 
 namespace attn::sm90 {
 
+// Byte offset of 16-byte chunk `chunk` (8 per 64-column block) of row r in a
+// tile of `rows` rows per column block: where TMA puts it, and wgmma reads it.
+__host__ __device__ constexpr uint32_t swizzled_offset(int rows, int r, int chunk) {
+  return (chunk / 8) * rows * 128 + r * 128 + (((chunk % 8) ^ (r % 8)) * 16);
+}
+
 // Descriptor of a 128B-swizzled operand starting at shared address `addr`
 // (bytes; the enclosing block 1024-byte aligned) with the given offsets.
 __device__ __forceinline__ uint64_t sw128_descriptor(uint32_t addr, uint32_t leading_bytes, uint32_t stride_bytes) {
