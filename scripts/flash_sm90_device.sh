@@ -55,3 +55,4 @@ grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error|error" "$out/memcheck.log" "$out/
 echo "== compare"
 [ -f "$out/compare.log" ] && tail -40 "$out/compare.log"
 echo "build $((t1 - t0)) s, tests $((t2 - t1)) s, compare $((t3 - t2)) s"
+[ $tests_rc -eq 0 ] && [ $checks_fail -eq 0 ] && [ $memcheck_rc -eq 0 ] && [ $racecheck_rc -eq 0 ]

@@ -19,7 +19,7 @@ struct FwdConfig {
   static constexpr int kHeadDimV = kDV;
   static constexpr int kBlockM = 128;
   static constexpr int kBlockN = kDQK <= 128 ? 128 : kDQK <= 192 ? 112 : 80;
-  static constexpr int kStages = 2;
+  static constexpr int kStages = kDQK <= 64 ? 3 : 2;
   static constexpr int kConsumers = 2;  // warpgroups
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kSmemQ = kBlockM * kDQK * 2;
