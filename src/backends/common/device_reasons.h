@@ -14,4 +14,10 @@ namespace attn::detail {
 // reasons (a host device stops there: no further reason would mean anything).
 std::vector<std::string> gpu_device_reasons(const Problem& p, const DeviceInfo& dev);
 
+// What the flash kernels' parameter struct (flash_sm80's FwdParams, which
+// flash_sm90 shares) cannot describe: dtypes other than bf16/fp16, mask
+// tensors, bias tensors, rows not 16-byte aligned, lengths beyond int32.
+// `backend` names the caller in the reasons.
+std::vector<std::string> flash_kernel_reasons(const Problem& p, const char* backend);
+
 }  // namespace attn::detail

@@ -66,8 +66,6 @@ class FlashSm80Backend final : public Backend {
 std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
   std::vector<std::string> no = detail::gpu_device_reasons(p, dev);
   if (!p.device.is_cuda()) return no;
-  if (p.dtype != DType::bf16 && p.dtype != DType::f16)
-    no.push_back(std::string("dtype ") + dtype_name(p.dtype) + ": flash_sm80 runs bfloat16 and float16");
   const char* pass = p.pass == Pass::forward ? "forward" : "backward";
   const int64_t smem = smem_bytes_for(p.pass, p.d_qk, p.d_v);
   if (smem == 0)
@@ -84,14 +82,7 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
       no.push_back("the backward needs " + std::to_string(ws >> 20) + " MiB of workspace (fp32 dQ), over a quarter of the device's " +
                    std::to_string(dev.global_mem_bytes >> 20) + " MiB");
   }
-  if (p.mask == MaskType::arbitrary) no.push_back("mask=arbitrary (a mask tensor) is not supported; unfused runs it");
-  if (p.bias == BiasType::post_scale_bias)
-    no.push_back("post_scale_bias (a bias tensor) is not supported; ALiBi slopes are");
-  if (p.row_alignment_bytes < 16)
-    no.push_back("q/k/v/out rows are aligned to " + std::to_string(p.row_alignment_bytes) +
-                 " bytes; flash_sm80 needs 16 (base addresses and strides multiples of 8 elements)");
-  if (p.s_q > INT32_MAX || p.s_kv > INT32_MAX || p.total_q > INT32_MAX || p.total_kv > INT32_MAX)
-    no.push_back("sequence lengths beyond 2^31 tokens");
+  for (std::string& reason : detail::flash_kernel_reasons(p, "flash_sm80")) no.push_back(std::move(reason));
   if (p.h_q > 65535 || p.batch > 65535)
     no.push_back("more than 65535 heads or sequences (the kernel's grid dimensions)");
   return no;

@@ -53,8 +53,6 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
     no.push_back("sm" + std::to_string(dev.sm) + ": flash_sm90 is built for sm_90a (H100/H200) only");
   if (p.pass == Pass::backward)
     no.push_back("backward: flash_sm90 has only the forward so far (flash_sm80 and cudnn run the backward)");
-  if (p.dtype != DType::bf16 && p.dtype != DType::f16)
-    no.push_back(std::string("dtype ") + dtype_name(p.dtype) + ": flash_sm90 runs bfloat16 and float16");
   const int64_t smem = smem_bytes_for(p.d_qk, p.d_v);
   if (smem == 0)
     no.push_back("head_dim " + std::to_string(p.d_qk) + "/" + std::to_string(p.d_v) +
@@ -63,14 +61,7 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
     no.push_back("head_dim " + std::to_string(p.d_qk) + "/" + std::to_string(p.d_v) + " needs " +
                  std::to_string(smem / 1024) + " KiB of shared memory per block; the device allows " +
                  std::to_string(dev.smem_per_block_optin_bytes / 1024) + " KiB");
-  if (p.mask == MaskType::arbitrary) no.push_back("mask=arbitrary (a mask tensor) is not supported; unfused runs it");
-  if (p.bias == BiasType::post_scale_bias)
-    no.push_back("post_scale_bias (a bias tensor) is not supported; ALiBi slopes are");
-  if (p.row_alignment_bytes < 16)
-    no.push_back("q/k/v/out rows are aligned to " + std::to_string(p.row_alignment_bytes) +
-                 " bytes; TMA needs 16 (base addresses and strides multiples of 8 elements)");
-  if (p.s_q > INT32_MAX || p.s_kv > INT32_MAX || p.total_q > INT32_MAX || p.total_kv > INT32_MAX)
-    no.push_back("sequence lengths beyond 2^31 tokens");
+  for (std::string& reason : detail::flash_kernel_reasons(p, "flash_sm90")) no.push_back(std::move(reason));
   if ((p.s_q + 127) / 128 * p.h_q * p.batch > INT32_MAX)
     no.push_back("more than 2^31 work items (128-row query tiles x heads x sequences)");
   return no;

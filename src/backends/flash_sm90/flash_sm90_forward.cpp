@@ -5,10 +5,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <map>
-#include <mutex>
 #include <string>
 
+#include "attn/backend.h"
 #include "attn/error.h"
 #include "backends/flash_sm80/host_params.h"
 #include "backends/flash_sm90/flash_sm90.h"
@@ -40,18 +39,6 @@ CUtensorMap tile_map(const Problem& p, const TensorView& t, int64_t tokens, int6
   return sm90::make_tile_map(s, name);
 }
 
-// Multiprocessors of the device (the persistent grid's size), asked once per device.
-int sm_count(int device) {
-  static std::mutex mutex;
-  static std::map<int, int> counts;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = counts.find(device);
-  if (it != counts.end()) return it->second;
-  int n = 0;
-  ATTN_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  return counts[device] = n;
-}
-
 template <typename T, int kDQK, int kDV>
 void run(const Problem& p, const ForwardArgs& a, cudaStream_t stream) {
   using Cfg = FwdConfig<kDQK, kDV>;
@@ -63,7 +50,7 @@ void run(const Problem& p, const ForwardArgs& a, cudaStream_t stream) {
   args.v = tile_map(p, a.in.v, packed ? p.total_kv : p.s_kv, p.h_kv, kDV, Cfg::kBlockN, "v");
   // Every query tile sees every key: no mask that depends on the row, no window, one length.
   const bool uniform_work = !p.has_seqlens && !p.has_window();  // causal masks are windows (right = 0) here
-  launch_fwd<T, kDQK, kDV>(args, sm_count(static_cast<int>(p.device.index)), uniform_work, stream);
+  launch_fwd<T, kDQK, kDV>(args, query_device(p.device).sm_count, uniform_work, stream);  // cached per device
 }
 
 template <typename T>

@@ -362,7 +362,7 @@ void launch_fwd(const Sm90FwdParams& args, int sm_count, bool uniform_work, cuda
   ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const int64_t items =
       static_cast<int64_t>((args.p.s_q + Cfg::kBlockM - 1) / Cfg::kBlockM) * args.p.h_q * args.p.batch;
-  const bool persistent = uniform_work && Cfg::kSeparateO && items > sm_count;
+  const bool persistent = uniform_work && Cfg::kSeparateO && sm_count > 0 && items > sm_count;
   const int grid = static_cast<int>(persistent ? sm_count : items);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(args);
   ATTN_CUDA(cudaGetLastError());

@@ -47,7 +47,7 @@ CUtensorMap make_tile_map(const TileMapShape& s, const char* tensor_name) {
                                  stride(s.sequence_stride, s.sequences)};
   const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(s.box_rows), 1, 1};
   const cuuint32_t unit[4] = {1, 1, 1, 1};
-  bool zero = s.token_stride == 0 && s.tokens > 1;
+  bool zero = false;
   for (int i = 0; i < 3; ++i) zero = zero || strides[i] == 0;
   const CUresult r = zero ? CUDA_ERROR_INVALID_VALUE : encoder()(&map, s.bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
                                const_cast<void*>(s.base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
