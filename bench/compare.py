@@ -27,8 +27,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import attn
 
 
-def grid(quick):
-    for d in (64, 128, 256):
+def grid(quick, dims=(64, 128, 256)):
+    for d in dims:
         for s in ((1024, 4096) if quick else (1024, 4096, 16384)):
             for causal in (False, True):
                 yield d, s, causal
@@ -206,6 +206,7 @@ def main():
     ap.add_argument("--no-flex", action="store_true", help="skip the FlexAttention cases")
     ap.add_argument("--backend", default=None, help="force this attn backend (default: attn's choice)")
     ap.add_argument("--fwd-only", action="store_true", help="time the forward only")
+    ap.add_argument("--dims", default="64,128,256", help="head dims of the grid, comma-separated")
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for compare.json and compare.png")
     args = ap.parse_args()
     dev = torch.cuda.get_device_name()
@@ -215,7 +216,7 @@ def main():
         "sdpa_flash": lambda c: sdpa_fns(SDPBackend.FLASH_ATTENTION, c),
     }
     rows = []
-    for d, s, causal in grid(args.quick):
+    for d, s, causal in grid(args.quick, [int(x) for x in args.dims.split(",")]):
         b, h = 16384 // s, 2048 // d
         sets = make_sets(b, s, h, d)
         flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)

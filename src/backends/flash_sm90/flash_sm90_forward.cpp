@@ -15,6 +15,7 @@
 #include "backends/flash_sm90/fwd_launch.h"
 #include "backends/flash_sm90/fwd_table.h"
 #include "core/cuda_check.h"
+#include "core/workspace.h"
 #include "kernels/sm90/tma_map.h"
 
 namespace attn::flash_sm90 {
@@ -48,9 +49,10 @@ void run(const Problem& p, const ForwardArgs& a, cudaStream_t stream) {
   args.q = tile_map(p, a.in.q, packed ? p.total_q : p.s_q, p.h_q, kDQK, Cfg::kBlockM, "q");
   args.k = tile_map(p, a.in.k, packed ? p.total_kv : p.s_kv, p.h_kv, kDQK, Cfg::kBlockN, "k");
   args.v = tile_map(p, a.in.v, packed ? p.total_kv : p.s_kv, p.h_kv, kDV, Cfg::kBlockN, "v");
-  // Every query tile sees every key: no mask that depends on the row, no window, one length.
-  const bool uniform_work = !p.has_seqlens && !p.has_window();  // causal masks are windows (right = 0) here
-  launch_fwd<T, kDQK, kDV>(args, query_device(p.device).sm_count, uniform_work, stream);  // cached per device
+  // The work-item counter: stream-ordered workspace, zeroed on the stream.
+  args.item_counter = static_cast<int*>(detail::workspace(p.device.index, sizeof(int)));
+  ATTN_CUDA(cudaMemsetAsync(args.item_counter, 0, sizeof(int), stream));
+  launch_fwd<T, kDQK, kDV>(args, query_device(p.device).sm_count, stream);  // SM count cached per device
 }
 
 template <typename T>

@@ -5,11 +5,16 @@
 
 namespace attn::flash_sm90 {
 
-// One persistent CTA per SM walks the query tiles: a producer warpgroup (one thread issues TMA copies) and two
-// consumer warpgroups of 64 query rows each (kBlockM = 128), against KV tiles
-// of kBlockN keys in a kStages-deep ring of shared-memory buffers.
+// One persistent CTA per SM walks the query tiles: a producer warpgroup (one
+// thread issues TMA copies) and two or three consumer warpgroups of 64 query
+// rows each (kBlockM = 64 x consumers), against KV tiles of kBlockN keys in a
+// kStages-deep ring of shared-memory buffers.
 // Per consumer thread the S tile holds kBlockN / 2 floats and O d_v / 2:
-//   d <= 128:  N 128 (S 64, O <= 64 registers)
+//   d 64:      N 128 (S 64, O 32), three consumers of 160 registers each:
+//              at d 64 a tile's softmax takes as long as its products, and a
+//              third warpgroup keeps the tensor cores fed (FlashAttention-3
+//              uses 192-row tiles here too)
+//   d 128:     N 128 (S 64, O 64), two consumers of 240 registers
 //   d 192:     N 112 (S 56, O <= 96)
 //   d 256:     N 80  (S 40, O 128), as FlashAttention-3 chose for shared memory
 // Head dims are multiples of 64: every tile is whole 128-byte swizzled blocks.
@@ -17,11 +22,16 @@ template <int kDQK, int kDV>
 struct FwdConfig {
   static constexpr int kHeadDimQK = kDQK;
   static constexpr int kHeadDimV = kDV;
-  static constexpr int kBlockM = 128;
+  static constexpr int kConsumers = kDQK <= 64 ? 3 : 2;  // warpgroups
+  static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kDQK <= 128 ? 128 : kDQK <= 192 ? 112 : 80;
   static constexpr int kStages = kDQK <= 64 ? 3 : 2;
-  static constexpr int kConsumers = 2;  // warpgroups
   static constexpr int kThreads = 128 * (1 + kConsumers);
+  // setmaxnreg's split of the register file (65536 per SM, one CTA): the
+  // producer gives up what the consumers take, 128 threads per warpgroup.
+  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 24;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "register file");
   static constexpr int kSmemQ = kBlockM * kDQK * 2;
   static constexpr int kSmemK = kBlockN * kDQK * 2;  // one stage
   static constexpr int kSmemV = kBlockN * kDV * 2;

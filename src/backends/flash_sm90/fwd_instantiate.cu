@@ -16,7 +16,7 @@ namespace attn::flash_sm90 {
 static_assert(false ATTN_FLASH_SM90_FWD_TABLE(ATTN_IS_ROW), "ATTN_FWD_DQK/DV is not a row of fwd_table.h");
 #undef ATTN_IS_ROW
 
-template void launch_fwd<__nv_bfloat16, ATTN_FWD_DQK, ATTN_FWD_DV>(const Sm90FwdParams&, int, bool, cudaStream_t);
-template void launch_fwd<__half, ATTN_FWD_DQK, ATTN_FWD_DV>(const Sm90FwdParams&, int, bool, cudaStream_t);
+template void launch_fwd<__nv_bfloat16, ATTN_FWD_DQK, ATTN_FWD_DV>(const Sm90FwdParams&, int, cudaStream_t);
+template void launch_fwd<__half, ATTN_FWD_DQK, ATTN_FWD_DV>(const Sm90FwdParams&, int, cudaStream_t);
 
 }  // namespace attn::flash_sm90

@@ -1,11 +1,12 @@
 // flash_sm90's forward kernel: FlashAttention's algorithm on Hopper's
-// asynchronous units. A persistent grid (one CTA per SM) walks the
-// (128-row query tile, query head, sequence) work items, heaviest first; in
+// asynchronous units. A persistent grid (one CTA per SM) takes the
+// (query tile of 64 rows per consumer, query head, sequence) work items one at a time from a
+// global counter, in an order that puts a sequence's heaviest tiles first; in
 // each CTA:
 // - warpgroup 0, the producer: one thread loads Q once and K/V tiles into a
 //   kStages-deep ring with TMA, each stage guarded by a "full" mbarrier (bytes
-//   landed) and an "empty" one (both consumers done reading);
-// - warpgroups 1 and 2, the consumers, 64 query rows each: S = Q.K^T on wgmma
+//   landed) and an "empty" one (every consumer done reading);
+// - warpgroups 1.. (two, or three at d 64), the consumers, 64 query rows each: S = Q.K^T on wgmma
 //   (both operands in shared memory), the softmax in registers (flash_sm80's
 //   code: the accumulator layout per warp is mma.sync's), O += P.V on wgmma
 //   with P from registers and V read MN-major, then the epilogue. Tile i's
@@ -13,8 +14,9 @@
 //   them (FlashAttention-3's intra-warpgroup overlap and ping-pong).
 // KV tiles run from the last to the first (boundary tiles first), and only
 // the tiles some row can see (fwd_schedule.cuh): a window costs its width.
-// The producer runs ahead into the next work item while the consumers finish
-// the current one (its K/V stages, and its Q once Q's buffer is free).
+// The producer takes the next work item and runs ahead into it while the
+// consumers finish the current one (its K/V stages, and its Q once Q's buffer
+// is free); it hands each item's index to the consumers through shared memory.
 #pragma once
 
 #include <cuda.h>
@@ -43,16 +45,17 @@ using flash_sm80::SeqExtent;
 
 using sm90::swizzled_offset;
 
-// Named barriers (0 is __syncthreads): both consumers; each consumer alone.
+// Named barriers (0 is __syncthreads): all consumers; each consumer alone.
 constexpr int kBarConsumers = 1;
-constexpr int kBarConsumer0 = 2;  // 2, 3: each consumer's epilogue
-constexpr int kBarTurn0 = 4;      // 4, 5: whose turn it is to issue products
+constexpr int kBarConsumer0 = 2;  // 2..4: each consumer's epilogue
+constexpr int kBarTurn0 = 5;      // 5..7: whose turn it is to issue products
 
-// The work item t of the persistent walk: the query tiles of one (sequence,
-// head) side by side, from the last (the heaviest under a causal mask) to the
-// first, so the CTAs running at once read the same K/V, from L2. (Heads
-// fastest would balance causal work better but reads K/V from memory once
-// per query tile: slower wherever a tile's work is short.)
+// The work item t: the query tiles of one (sequence, head) side by side, from
+// the last (the heaviest under a causal mask) to the first, so the CTAs
+// running at once read the same K/V, from L2. (Heads fastest reads K/V from
+// memory once per query tile: memory-bound wherever a tile's work is short.)
+// CTAs take items in this order from a counter, so a CTA that drew light
+// items takes more: no SM idles behind a heavy item while work is left.
 struct WorkItem {
   int b, h, m0;
 };
@@ -85,6 +88,11 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   auto k_empty = [&](int s) { return bars + 8 * (2 + kS + s); };
   auto v_full = [&](int s) { return bars + 8 * (2 + 2 * kS + s); };
   auto v_empty = [&](int s) { return bars + 8 * (2 + 3 * kS + s); };
+  // The work-item ring: the producer writes an item's index into a slot,
+  // the consumers read it; two slots let the producer run an item ahead.
+  auto item_full = [&](int s) { return bars + 8 * (2 + 4 * kS + s); };
+  auto item_empty = [&](int s) { return bars + 8 * (4 + 4 * kS + s); };
+  const uint32_t item_slots = bars + 8 * (6 + 4 * kS);
   constexpr int kConsumerThreads = 128 * Cfg::kConsumers;
 
   const int tid = threadIdx.x;
@@ -97,23 +105,35 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       sm90::mbar_init(k_empty(s), kConsumerThreads);
       sm90::mbar_init(v_empty(s), kConsumerThreads);
     }
+    for (int s = 0; s < 2; ++s) {
+      sm90::mbar_init(item_full(s), 1);
+      sm90::mbar_init(item_empty(s), kConsumerThreads);
+    }
     sm90::mbar_init_fence();
   }
   __syncthreads();
 
   const int items = ((p.s_q + kM - 1) / kM) * p.h_q * p.batch;
-  // Both roles walk the same items and derive the same facts from each, so
-  // their barrier phases agree: `loaded` counts items with loads (Q's phase),
-  // `it` counts KV tiles over all items (the stages' phases).
-  int loaded = 0, it = 0;
+  // Both roles walk the same items (the producer publishes each index) and
+  // derive the same facts from each, so their barrier phases agree: `loaded`
+  // counts items with loads (Q's phase), `it` counts KV tiles over all items
+  // (the stages' phases), `taken` counts items (the item ring's phase).
+  int loaded = 0, it = 0, taken = 0;
 
   if (tid < 128) {  // producer warpgroup
-    sm90::regs_decrease<24>();
+    sm90::regs_decrease<Cfg::kProducerRegs>();
     if (tid != 0) return;
     sm90::tma_prefetch_map(&args.q);
     sm90::tma_prefetch_map(&args.k);
     sm90::tma_prefetch_map(&args.v);
-    for (int t = blockIdx.x; t < items; t += gridDim.x) {
+    // The next item is taken once this one's loads are issued (a few KV
+    // tiles before the consumers need it), not earlier: an item reserved
+    // while another runs is one an idle SM cannot take.
+    for (int t = blockIdx.x;; t = atomicAdd(args.item_counter, 1) + static_cast<int>(gridDim.x), ++taken) {
+      sm90::mbar_wait(item_empty(taken & 1), ((taken >> 1) & 1) ^ 1);
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(item_slots + 4 * (taken & 1)), "r"(t) : "memory");
+      sm90::mbar_arrive(item_full(taken & 1));  // release: the consumers see the index
+      if (t >= items) break;
       const WorkItem w = work_item<kM>(p, t);
       const SeqExtent seq = flash_sm80::sequence_extent(p, w.b);
       const int rows = max(0, min(kM, seq.len_q - w.m0));
@@ -152,18 +172,23 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   }
 
   // Consumers.
-  sm90::regs_increase<240>();
+  sm90::regs_increase<Cfg::kConsumerRegs>();
   constexpr int NA = kN / 8, NO = kDV / 8;
   const int wg = tid / 128 - 1, ctid = tid - 128, lane = tid & 31;
   const int row0 = wg * 64 + ((tid / 32) & 3) * 16;  // this warp's first row in the tile
-  // Ping-pong: the two consumers take turns issuing their products, so one's
-  // softmax runs while the other's products occupy the tensor cores. The turn
-  // passes once per KV tile; the first consumer holds it first.
+  // Ping-pong: the consumers take turns issuing their products, so one's
+  // softmax runs while another's products occupy the tensor cores. The turn
+  // passes round the consumers once per KV tile; the first holds it first.
   auto turn_begin = [&] { sm90::named_sync(kBarTurn0 + wg, 256); };
-  auto turn_end = [&] { sm90::named_arrive(kBarTurn0 + (wg ^ 1), 256); };
+  auto turn_end = [&] { sm90::named_arrive(kBarTurn0 + (wg + 1) % Cfg::kConsumers, 256); };
   if (wg == 0) sm90::named_arrive(kBarTurn0, 256);
 
-  for (int t = blockIdx.x; t < items; t += gridDim.x) {
+  for (;; ++taken) {
+    sm90::mbar_wait(item_full(taken & 1), (taken >> 1) & 1);
+    int t;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(t) : "r"(item_slots + 4 * (taken & 1)) : "memory");
+    sm90::mbar_arrive(item_empty(taken & 1));
+    if (t >= items) break;
     const WorkItem w = work_item<kM>(p, t);
     const int b = w.b, h = w.h, m0 = w.m0;
     const SeqExtent seq = flash_sm80::sequence_extent(p, b);
@@ -349,21 +374,17 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
 #endif
 }
 
-// Launches the kernel for one instantiation on the caller's stream. Where
-// every work item costs the same (no causal mask, no window, no per-sequence
-// lengths) and the output has its own staging tile, one persistent CTA per SM
-// walks them and overlaps an item's epilogue with the next one's loads;
-// otherwise one CTA per item, and the hardware hands the next item to the
-// first free SM (a static walk would leave SMs idle behind heavy items).
+// Launches the kernel for one instantiation on the caller's stream: one
+// persistent CTA per SM (fewer for fewer items). `item_counter` is a zeroed
+// int in device memory; the CTAs take their second and later items from it.
 template <typename T, int kDQK, int kDV>
-void launch_fwd(const Sm90FwdParams& args, int sm_count, bool uniform_work, cudaStream_t stream) {
+void launch_fwd(const Sm90FwdParams& args, int sm_count, cudaStream_t stream) {
   using Cfg = FwdConfig<kDQK, kDV>;
   auto* kernel = flash_fwd_sm90_kernel<T, kDQK, kDV>;
   ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const int64_t items =
       static_cast<int64_t>((args.p.s_q + Cfg::kBlockM - 1) / Cfg::kBlockM) * args.p.h_q * args.p.batch;
-  const bool persistent = uniform_work && Cfg::kSeparateO && sm_count > 0 && items > sm_count;
-  const int grid = static_cast<int>(persistent ? sm_count : items);
+  const int grid = static_cast<int>(sm_count > 0 && items > sm_count ? sm_count : items);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(args);
   ATTN_CUDA(cudaGetLastError());
 }

@@ -9,6 +9,6 @@
 namespace attn::flash_sm90 {
 
 template <typename T, int kDQK, int kDV>
-void launch_fwd(const Sm90FwdParams& p, int sm_count, bool uniform_work, cudaStream_t stream);
+void launch_fwd(const Sm90FwdParams& p, int sm_count, cudaStream_t stream);
 
 }  // namespace attn::flash_sm90

@@ -15,6 +15,7 @@ using flash_sm80::FwdParams;
 struct Sm90FwdParams {
   CUtensorMap q, k, v;  // 4-D (column, token, head, sequence), 128B-swizzled boxes of 64 columns
   FwdParams p;
+  int* item_counter;  // zeroed before the launch (workspace)
 };
 
 }  // namespace attn::flash_sm90
