@@ -117,8 +117,15 @@ struct OnlineSoftmax {
       }
   }
 
+  // A row whose max did not change has correction exactly 1: where that holds
+  // for every row of the warp, O is left as it is (the same bits, without
+  // MA x NO x 4 multiplies; once the running max settles, most tiles).
   template <int NO>
   __device__ __forceinline__ static void rescale(float (&o)[MA][NO][4], const float (&correction)[MA][2]) {
+    bool changed = false;
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma) changed |= correction[ma][0] != 1.f || correction[ma][1] != 1.f;
+    if (!__any_sync(0xffffffffu, changed)) return;
 #pragma unroll
     for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
