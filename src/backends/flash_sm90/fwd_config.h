@@ -43,6 +43,10 @@ struct FwdConfig {
   static constexpr bool kSeparateO =
       kSmemQ + kStages * (kSmemK + kSmemV) + kSmemO + kSmemBarriers + 1024 <= kSmemLimit;
   // + 1024: the dynamic buffer is aligned up to 1024 bytes (the swizzle's period).
+  // The next item's first Q.K^T runs under this item's epilogue where Q has
+  // its own buffer (the output does not go through it) and the registers
+  // allow (S in flight beside O: not within three consumers' 160).
+  static constexpr bool kOverlapEpilogue = kSeparateO && kConsumers == 2;
   static constexpr int kSmemBytes =
       kSmemQ + kStages * (kSmemK + kSmemV) + (kSeparateO ? kSmemO : 0) + kSmemBarriers + 1024;
 

@@ -183,111 +183,160 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   auto turn_end = [&] { sm90::named_arrive(kBarTurn0 + (wg + 1) % Cfg::kConsumers, 256); };
   if (wg == 0) sm90::named_arrive(kBarTurn0, 256);
 
-  for (;; ++taken) {
-    sm90::mbar_wait(item_full(taken & 1), (taken >> 1) & 1);
-    int t;
-    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(t) : "r"(item_slots + 4 * (taken & 1)) : "memory");
-    sm90::mbar_arrive(item_empty(taken & 1));
-    if (t >= items) break;
-    const WorkItem w = work_item<kM>(p, t);
-    const int b = w.b, h = w.h, m0 = w.m0;
-    const SeqExtent seq = flash_sm80::sequence_extent(p, b);
-    const int rows = max(0, min(kM, seq.len_q - m0));
-    // Rows this tile writes: a padded batch (bshd/sbhd with cu_seqlens) also
-    // gets out = 0, lse = -inf on its padding rows; in thd the rows past a
-    // sequence belong to the next one.
-    const int rows_out = p.packed ? rows : min(kM, p.s_q - m0);
-    if (rows_out <= 0) continue;
-    const KvTiles tiles = rows > 0 ? flash_sm80::kv_tiles<kM, kN>(p, seq, m0) : KvTiles{};
-    T* out = static_cast<T*>(p.out) + b * p.o_batch_stride + (seq.start_q + m0) * p.o_row_stride +
-             h * p.o_head_stride;
-    float* lse = p.lse ? p.lse + b * p.lse_batch_stride + (seq.start_q + m0) * p.lse_row_stride +
-                             h * p.lse_head_stride
-                       : nullptr;
-    if (rows <= 0 || tiles.last < tiles.first) {  // no row of this tile sees a key
-      flash_sm80::store_zeros<kDV, kM, kConsumerThreads>(out, p.o_row_stride, rows_out, ctid);
-      if (lse)
-        for (int r = ctid; r < rows_out; r += kConsumerThreads) lse[r * p.lse_row_stride] = -INFINITY;
-      continue;
-    }
-    const int n_tiles = tiles.last - tiles.first + 1;
-    const float slope = p.alibi ? p.alibi[b * p.alibi_batch_stride + h * p.alibi_head_stride] : 0.f;
-    const float unit = p.score_mods ? 1.f : p.scale_log2;
-    const uint32_t bh = static_cast<uint32_t>(b) * static_cast<uint32_t>(p.h_q) + static_cast<uint32_t>(h);
+  // One work item as the consumers see it.
+  struct Item {
+    int b, h, m0;
+    int rows;      // rows of the tile inside its sequence
+    int rows_out;  // rows it writes: a padded batch (bshd/sbhd with cu_seqlens) also gets out = 0, lse = -inf
+                   // on its padding rows; in thd the rows past a sequence belong to the next one
+    SeqExtent seq;
+    KvTiles tiles;
+  };
+  auto out_rows = [&](const Item& c) {
+    return static_cast<T*>(p.out) + c.b * p.o_batch_stride + (c.seq.start_q + c.m0) * p.o_row_stride +
+           c.h * p.o_head_stride;
+  };
+  auto lse_rows = [&](const Item& c) {
+    return p.lse + c.b * p.lse_batch_stride + (c.seq.start_q + c.m0) * p.lse_row_stride + c.h * p.lse_head_stride;
+  };
+  const float unit = p.score_mods ? 1.f : p.scale_log2;
+  auto head_index = [&](const Item& c) {
+    return static_cast<uint32_t>(c.b) * static_cast<uint32_t>(p.h_q) + static_cast<uint32_t>(c.h);
+  };
+  OnlineSoftmax<1> softmax;
+  float o[1][NO][4];
+  float(&o_flat)[kDV / 2] = *reinterpret_cast<float(*)[kDV / 2]>(&o);
+  float s[1][NA][4];
+  float(&s_flat)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&s);
+  float correction[1][2];
+  uint32_t pa[kN / 16][4];
+  KeepBits<1, NA> keep;
 
-    OnlineSoftmax<1> softmax;
-    float o[1][NO][4];
+  // The item at index t, as the consumers use it.
+  auto load_item = [&](int t) {
+    Item c;
+    const WorkItem w = work_item<kM>(p, t);
+    c.b = w.b;
+    c.h = w.h;
+    c.m0 = w.m0;
+    c.seq = flash_sm80::sequence_extent(p, c.b);
+    c.rows = max(0, min(kM, c.seq.len_q - c.m0));
+    c.rows_out = p.packed ? c.rows : min(kM, p.s_q - c.m0);
+    c.tiles = c.rows > 0 ? flash_sm80::kv_tiles<kM, kN>(p, c.seq, c.m0) : KvTiles{};
+    return c;
+  };
+  // The index of the next item with work, from the producer's ring (-1 once
+  // the walk is over), and its first tile's dropout bits in `keep` (computed
+  // here, while S's registers are free); items no row of which sees a key
+  // get out = 0 and lse = -inf here (the producer loads nothing for them).
+  auto take_item = [&]() -> int {
+    for (;; ++taken) {
+      sm90::mbar_wait(item_full(taken & 1), (taken >> 1) & 1);
+      int t;
+      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(t) : "r"(item_slots + 4 * (taken & 1)) : "memory");
+      sm90::mbar_arrive(item_empty(taken & 1));
+      if (t >= items) return -1;
+      const Item c = load_item(t);
+      if (c.rows_out <= 0) continue;
+      if (c.rows > 0 && c.tiles.last >= c.tiles.first) {
+        if (p.dropout_threshold) keep.compute(p, head_index(c), c.m0 + row0, c.tiles.last * kN, lane);
+        ++taken;
+        return t;
+      }
+      flash_sm80::store_zeros<kDV, kM, kConsumerThreads>(out_rows(c), p.o_row_stride, c.rows_out, ctid);
+      if (p.lse)
+        for (int r = ctid; r < c.rows_out; r += kConsumerThreads) lse_rows(c)[r * p.lse_row_stride] = -INFINITY;
+    }
+  };
+
+
+  // One tile's products, issued asynchronously (committed as one group each).
+  auto issue_qk = [&](int stage) {
+    const uint32_t k_tile = k_s + stage * Cfg::kSmemK;
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kDQK / 16; ++ks)
+      sm90::Wgmma<kN, T>::template ss<0>(s_flat, sm90::kmajor_descriptor(q_s, kM, wg * 64, ks),
+                                          sm90::kmajor_descriptor(k_tile, kN, 0, ks), ks > 0);
+    sm90::wgmma_commit();
+  };
+  auto issue_pv = [&](int stage) {
+    const uint32_t v_tile = v_s + stage * Cfg::kSmemV;
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kN / 16; ++ks)
+      sm90::Wgmma<kDV, T>::template rs<1>(o_flat, pa[ks], sm90::mnmajor_descriptor(v_tile, kN, ks), 1);
+    sm90::wgmma_commit();
+  };
+  // Scores of the tile at key n0 -> probabilities (score mods, mask,
+  // softmax), and O's rescale factor per row.
+  auto probabilities = [&](const Item& c, float slope, int n0) {
+    if (p.score_mods) flash_sm80::apply_score_mods(s, p, slope, c.m0 + row0, n0, c.seq.shift, lane);
+    if (!(n0 >= c.tiles.all_begin && n0 + kN <= c.tiles.all_end))
+      flash_sm80::apply_mask(s, p, c.seq, c.m0 + row0, n0, lane);
+    softmax.update(s, unit, correction);
+  };
+  // P as wgmma's A fragments: two adjacent n8 accumulator blocks are one k16 step.
+  auto pack_p = [&] {
+#pragma unroll
+    for (int ks = 0; ks < kN / 16; ++ks) {
+      pa[ks][0] = sm80::pack2<T>(s[0][2 * ks][0], s[0][2 * ks][1]);
+      pa[ks][1] = sm80::pack2<T>(s[0][2 * ks][2], s[0][2 * ks][3]);
+      pa[ks][2] = sm80::pack2<T>(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
+      pa[ks][3] = sm80::pack2<T>(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
+    }
+  };
+  // An item's first product is Q.K^T of its last KV tile, in stage it % kS.
+  // These wait until its Q and K are in.
+  auto await_first = [&] {
+    sm90::mbar_wait(q_full, loaded & 1);
+    ++loaded;
+    sm90::mbar_wait(k_full(it % kS), (it / kS) & 1);
+  };
+  // Every Q.K^T of the item is done: with a separate output tile, the next
+  // item's Q may load now.
+  auto release_q = [&] {
+    if (Cfg::kSeparateO) sm90::mbar_arrive(q_empty);
+  };
+
+  // Each pass of the loop starts with the item's first scores in S. No
+  // product is in flight across a branch that ptxas cannot see through
+  // (a conditional wgmma or one in flight over the loop's back edge
+  // serializes every wgmma of the kernel: ptxas C7518), so the one product
+  // issued without knowing whether a next item exists reads whatever K and
+  // Q are in shared memory and is discarded.
+  int t = take_item();
+  if (t >= 0) {
+    await_first();
+    turn_begin();
+    issue_qk(it % kS);
+    turn_end();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(s_flat);
+  }
+  while (t >= 0) {
+    const Item cur = load_item(t);
+    const int n_tiles = cur.tiles.last - cur.tiles.first + 1;
+    const float slope = p.alibi ? p.alibi[cur.b * p.alibi_batch_stride + cur.h * p.alibi_head_stride] : 0.f;
+    softmax = OnlineSoftmax<1>();
 #pragma unroll
     for (int no = 0; no < NO; ++no)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[0][no][e] = 0.f;
-    float(&o_flat)[kDV / 2] = *reinterpret_cast<float(*)[kDV / 2]>(&o);
-
-    // One tile's products, issued asynchronously (committed as one group each).
-    auto issue_qk = [&](int stage, float(&acc)[kN / 2]) {
-      const uint32_t k_tile = k_s + stage * Cfg::kSmemK;
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < kDQK / 16; ++ks)
-        sm90::Wgmma<kN, T>::template ss<0>(acc, sm90::kmajor_descriptor(q_s, kM, wg * 64, ks),
-                                            sm90::kmajor_descriptor(k_tile, kN, 0, ks), ks > 0);
-      sm90::wgmma_commit();
-    };
-    auto issue_pv = [&](int stage, const uint32_t(&pa)[kN / 16][4]) {
-      const uint32_t v_tile = v_s + stage * Cfg::kSmemV;
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < kN / 16; ++ks)
-        sm90::Wgmma<kDV, T>::template rs<1>(o_flat, pa[ks], sm90::mnmajor_descriptor(v_tile, kN, ks), 1);
-      sm90::wgmma_commit();
-    };
-    // Scores of the tile at key n0 -> probabilities (score mods, mask,
-    // softmax), and O's rescale factor per row.
-    auto probabilities = [&](float(&sc)[1][NA][4], int n0, float(&correction)[1][2]) {
-      if (p.score_mods) flash_sm80::apply_score_mods(sc, p, slope, m0 + row0, n0, seq.shift, lane);
-      if (!(n0 >= tiles.all_begin && n0 + kN <= tiles.all_end))
-        flash_sm80::apply_mask(sc, p, seq, m0 + row0, n0, lane);
-      softmax.update(sc, unit, correction);
-    };
-    // P as wgmma's A fragments: two adjacent n8 accumulator blocks are one k16 step.
-    auto pack_p = [&](const float(&sc)[1][NA][4], uint32_t(&pa)[kN / 16][4]) {
-#pragma unroll
-      for (int ks = 0; ks < kN / 16; ++ks) {
-        pa[ks][0] = sm80::pack2<T>(sc[0][2 * ks][0], sc[0][2 * ks][1]);
-        pa[ks][1] = sm80::pack2<T>(sc[0][2 * ks][2], sc[0][2 * ks][3]);
-        pa[ks][2] = sm80::pack2<T>(sc[0][2 * ks + 1][0], sc[0][2 * ks + 1][1]);
-        pa[ks][3] = sm80::pack2<T>(sc[0][2 * ks + 1][2], sc[0][2 * ks + 1][3]);
-      }
-    };
-
-    float s[1][NA][4];
-    float(&s_flat)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&s);
-    float correction[1][2];
-    uint32_t pa[kN / 16][4];
-    KeepBits<1, NA> keep;
 
     // Tile 0 (the last KV tile): its scores, then its V with the rows past the
     // sequence cleared: keys there have probability 0, but their V rows
     // (padding, or the next sequence's) may hold Inf or NaN, and 0 * NaN = NaN.
-    sm90::mbar_wait(q_full, loaded & 1);
-    ++loaded;
     {
-      const int n0 = tiles.last * kN, stage = it % kS;
-      const uint32_t parity = (it / kS) & 1;
-      if (p.dropout_threshold) keep.compute(p, bh, m0 + row0, n0, lane);
-      sm90::mbar_wait(k_full(stage), parity);
-      turn_begin();
-      issue_qk(stage, s_flat);
-      turn_end();
-      sm90::wgmma_wait<0>();
-      sm90::fence_registers(s_flat);
+      const int n0 = cur.tiles.last * kN, stage = it % kS;
       sm90::mbar_arrive(k_empty(stage));
-      probabilities(s, n0, correction);  // O is 0: nothing to rescale
+      if (n_tiles == 1) release_q();
+      probabilities(cur, slope, n0);  // O is 0: nothing to rescale
       if (p.dropout_threshold) keep.apply(s);
-      pack_p(s, pa);
-      sm90::mbar_wait(v_full(stage), parity);
-      if (n0 + kN > seq.len_kv) {
-        const int valid = max(0, seq.len_kv - n0);
+      pack_p();
+      sm90::mbar_wait(v_full(stage), (it / kS) & 1);
+      if (n0 + kN > cur.seq.len_kv) {
+        const int valid = max(0, cur.seq.len_kv - n0);
         char* v_gen = smem + Cfg::kSmemQ + kS * Cfg::kSmemK + stage * Cfg::kSmemV;
         for (int idx = ctid; idx < (kN - valid) * (kDV / 8); idx += kConsumerThreads) {
           const int r = valid + idx / (kDV / 8), c = idx % (kDV / 8);
@@ -302,37 +351,48 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     for (int i = 1; i < n_tiles; ++i) {
       const int stage = (it + i) % kS, prev = (it + i - 1) % kS;
       const uint32_t parity = ((it + i) / kS) & 1, prev_parity = ((it + i - 1) / kS) & 1;
-      const int n0 = (tiles.last - i) * kN;
-      if (p.dropout_threshold) keep.compute(p, bh, m0 + row0, n0, lane);
+      const int n0 = (cur.tiles.last - i) * kN;
+      if (p.dropout_threshold) keep.compute(p, head_index(cur), cur.m0 + row0, n0, lane);
       sm90::mbar_wait(k_full(stage), parity);
       sm90::mbar_wait(v_full(prev), prev_parity);
       turn_begin();
-      issue_qk(stage, s_flat);
-      issue_pv(prev, pa);
+      issue_qk(stage);
+      issue_pv(prev);
       turn_end();
       sm90::wgmma_wait<1>();
       sm90::fence_registers(s_flat);
       sm90::mbar_arrive(k_empty(stage));
-      probabilities(s, n0, correction);
+      if (i == n_tiles - 1) release_q();
+      probabilities(cur, slope, n0);
       sm90::wgmma_wait<0>();
       sm90::fence_registers(o_flat);
       sm90::mbar_arrive(v_empty(prev));
       OnlineSoftmax<1>::rescale(o, correction);
       if (p.dropout_threshold) keep.apply(s);
-      pack_p(s, pa);
+      pack_p();
     }
-    // Every Q.K^T of this item is done: with a separate output tile, the
-    // next item's Q may load now.
-    if (Cfg::kSeparateO) sm90::mbar_arrive(q_empty);
-    {
-      const int last = (it + n_tiles - 1) % kS;
-      sm90::mbar_wait(v_full(last), ((it + n_tiles - 1) / kS) & 1);
-      issue_pv(last, pa);
-      sm90::wgmma_wait<0>();
-      sm90::fence_registers(o_flat);
-      sm90::mbar_arrive(v_empty(last));
-    }
+    const int last = (it + n_tiles - 1) % kS;
+    const uint32_t last_parity = ((it + n_tiles - 1) / kS) & 1;
     it += n_tiles;
+    int next_t = -1;
+    if (Cfg::kOverlapEpilogue) {
+      // The last P.V and the next item's first Q.K^T go in together, and
+      // this item's epilogue runs under the Q.K^T.
+      next_t = take_item();
+      sm90::mbar_wait(v_full(last), last_parity);
+      if (next_t >= 0) await_first();
+      turn_begin();
+      issue_pv(last);
+      issue_qk(it % kS);
+      turn_end();
+      sm90::wgmma_wait<1>();
+    } else {
+      sm90::mbar_wait(v_full(last), last_parity);
+      issue_pv(last);
+      sm90::wgmma_wait<0>();
+    }
+    sm90::fence_registers(o_flat);
+    sm90::mbar_arrive(v_empty(last));
 
     float inv[1][2], row_lse[1][2];
     softmax.finish(inv, row_lse, unit, p.dropout_scale);
@@ -341,7 +401,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     bool row_valid[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      row_valid[hh] = row0 + 8 * hh + (lane >> 2) < rows;
+      row_valid[hh] = row0 + 8 * hh + (lane >> 2) < cur.rows;
       if (!row_valid[hh]) {
         inv[0][hh] = 0.f;
         row_lse[0][hh] = -INFINITY;
@@ -359,17 +419,34 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
         const float y = row_valid[hh] ? o[0][no][2 * hh + 1] * inv[0][hh] : 0.f;
         *reinterpret_cast<uint32_t*>(o_smem + swizzled_offset(kM, r, no) + 4 * (lane & 3)) = sm80::pack2<T>(x, y);
       }
-      if (lse && (lane & 3) == 0 && r < rows_out) lse[r * p.lse_row_stride] = row_lse[0][hh];
+      if (p.lse && (lane & 3) == 0 && r < cur.rows_out) lse_rows(cur)[r * p.lse_row_stride] = row_lse[0][hh];
     }
     sm90::named_sync(kBarConsumer0 + wg, 128);
     constexpr int kChunks = kDV / 8;
+    T* const out = out_rows(cur);
+#pragma unroll
     for (int idx = ctid - wg * 128; idx < 64 * kChunks; idx += 128) {
       const int r = wg * 64 + idx / kChunks, c = idx % kChunks;
-      if (r < rows_out)
+      if (r < cur.rows_out)
         *reinterpret_cast<uint4*>(out + r * p.o_row_stride + c * 8) =
             *reinterpret_cast<const uint4*>(o_smem + swizzled_offset(kM, r, c));
     }
-    if (!Cfg::kSeparateO) sm90::mbar_arrive(q_empty);  // Q's buffer held the output until now
+    if (Cfg::kOverlapEpilogue) {
+      sm90::wgmma_wait<0>();  // the next item's first scores (or the discarded product)
+      sm90::fence_registers(s_flat);
+    } else {
+      if (!Cfg::kSeparateO) sm90::mbar_arrive(q_empty);  // Q's buffer held the output until now
+      next_t = take_item();
+      if (next_t >= 0) {
+        await_first();
+        turn_begin();
+        issue_qk(it % kS);
+        turn_end();
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(s_flat);
+      }
+    }
+    t = next_t;
   }
 #endif
 }
