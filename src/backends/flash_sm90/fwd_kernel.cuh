@@ -293,6 +293,16 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     ++loaded;
     sm90::mbar_wait(k_full(it % kS), (it / kS) & 1);
   };
+  // The first scores of an item, alone (at the start of the walk, and
+  // where they do not run under the previous item's epilogue).
+  auto first_scores = [&] {
+    await_first();
+    turn_begin();
+    issue_qk(it % kS);
+    turn_end();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(s_flat);
+  };
   // Every Q.K^T of the item is done: with a separate output tile, the next
   // item's Q may load now.
   auto release_q = [&] {
@@ -306,14 +316,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   // issued without knowing whether a next item exists reads whatever K and
   // Q are in shared memory and is discarded.
   int t = take_item();
-  if (t >= 0) {
-    await_first();
-    turn_begin();
-    issue_qk(it % kS);
-    turn_end();
-    sm90::wgmma_wait<0>();
-    sm90::fence_registers(s_flat);
-  }
+  if (t >= 0) first_scores();
   while (t >= 0) {
     const Item cur = load_item(t);
     const int n_tiles = cur.tiles.last - cur.tiles.first + 1;
@@ -437,14 +440,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     } else {
       if (!Cfg::kSeparateO) sm90::mbar_arrive(q_empty);  // Q's buffer held the output until now
       next_t = take_item();
-      if (next_t >= 0) {
-        await_first();
-        turn_begin();
-        issue_qk(it % kS);
-        turn_end();
-        sm90::wgmma_wait<0>();
-        sm90::fence_registers(s_flat);
-      }
+      if (next_t >= 0) first_scores();
     }
     t = next_t;
   }
