@@ -120,6 +120,32 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   // (the stages' phases), `taken` counts items (the item ring's phase).
   int loaded = 0, it = 0, taken = 0;
 
+  // One work item, as both roles derive it: which of its tiles have loads
+  // (the producer) and which rows it computes and writes (the consumers).
+  struct Item {
+    int b, h, m0;
+    int rows;      // rows of the tile inside its sequence
+    int rows_out;  // rows it writes: a padded batch (bshd/sbhd with cu_seqlens) also gets out = 0, lse = -inf
+                   // on its padding rows; in thd the rows past a sequence belong to the next one
+    SeqExtent seq;
+    KvTiles tiles;
+    // Some row sees a key: the producer loads Q and K/V tiles, the
+    // consumers compute (otherwise they write out = 0 and lse = -inf).
+    __device__ bool has_work() const { return rows > 0 && tiles.last >= tiles.first; }
+  };
+  // The item at index t.
+  auto load_item = [&](int t) {
+    Item c;
+    const WorkItem w = work_item<kM>(p, t);
+    c.b = w.b;
+    c.h = w.h;
+    c.m0 = w.m0;
+    c.seq = flash_sm80::sequence_extent(p, c.b);
+    c.rows = max(0, min(kM, c.seq.len_q - c.m0));
+    c.rows_out = p.packed ? c.rows : min(kM, p.s_q - c.m0);
+    c.tiles = c.rows > 0 ? flash_sm80::kv_tiles<kM, kN>(p, c.seq, c.m0) : KvTiles{};
+    return c;
+  };
   if (tid < 128) {  // producer warpgroup
     sm90::regs_decrease<Cfg::kProducerRegs>();
     if (tid != 0) return;
@@ -134,12 +160,10 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(item_slots + 4 * (taken & 1)), "r"(t) : "memory");
       sm90::mbar_arrive(item_full(taken & 1));  // release: the consumers see the index
       if (t >= items) break;
-      const WorkItem w = work_item<kM>(p, t);
-      const SeqExtent seq = flash_sm80::sequence_extent(p, w.b);
-      const int rows = max(0, min(kM, seq.len_q - w.m0));
-      if (rows <= 0) continue;
-      const KvTiles tiles = flash_sm80::kv_tiles<kM, kN>(p, seq, w.m0);
-      if (tiles.last < tiles.first) continue;
+      const Item w = load_item(t);
+      if (!w.has_work()) continue;
+      const SeqExtent& seq = w.seq;
+      const KvTiles& tiles = w.tiles;
       // TMA coordinates: thd addresses tokens of the packed tensor (one
       // "sequence"); the others (token within the sequence, sequence).
       const int seq_coord = p.packed ? 0 : w.b, h_kv = w.h / p.h_per_kv;
@@ -183,15 +207,6 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   auto turn_end = [&] { sm90::named_arrive(kBarTurn0 + (wg + 1) % Cfg::kConsumers, 256); };
   if (wg == 0) sm90::named_arrive(kBarTurn0, 256);
 
-  // One work item as the consumers see it.
-  struct Item {
-    int b, h, m0;
-    int rows;      // rows of the tile inside its sequence
-    int rows_out;  // rows it writes: a padded batch (bshd/sbhd with cu_seqlens) also gets out = 0, lse = -inf
-                   // on its padding rows; in thd the rows past a sequence belong to the next one
-    SeqExtent seq;
-    KvTiles tiles;
-  };
   auto out_rows = [&](const Item& c) {
     return static_cast<T*>(p.out) + c.b * p.o_batch_stride + (c.seq.start_q + c.m0) * p.o_row_stride +
            c.h * p.o_head_stride;
@@ -212,19 +227,6 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   uint32_t pa[kN / 16][4];
   KeepBits<1, NA> keep;
 
-  // The item at index t, as the consumers use it.
-  auto load_item = [&](int t) {
-    Item c;
-    const WorkItem w = work_item<kM>(p, t);
-    c.b = w.b;
-    c.h = w.h;
-    c.m0 = w.m0;
-    c.seq = flash_sm80::sequence_extent(p, c.b);
-    c.rows = max(0, min(kM, c.seq.len_q - c.m0));
-    c.rows_out = p.packed ? c.rows : min(kM, p.s_q - c.m0);
-    c.tiles = c.rows > 0 ? flash_sm80::kv_tiles<kM, kN>(p, c.seq, c.m0) : KvTiles{};
-    return c;
-  };
   // The index of the next item with work, from the producer's ring (-1 once
   // the walk is over), and its first tile's dropout bits in `keep` (computed
   // here, while S's registers are free); items no row of which sees a key
@@ -238,7 +240,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       if (t >= items) return -1;
       const Item c = load_item(t);
       if (c.rows_out <= 0) continue;
-      if (c.rows > 0 && c.tiles.last >= c.tiles.first) {
+      if (c.has_work()) {
         if (p.dropout_threshold) keep.compute(p, head_index(c), c.m0 + row0, c.tiles.last * kN, lane);
         ++taken;
         return t;
