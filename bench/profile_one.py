@@ -21,6 +21,7 @@ def main():
     ap.add_argument("--heads", type=int, default=None)
     ap.add_argument("--kv-heads", type=int, default=None)
     ap.add_argument("--backward", action="store_true", help="forward + backward through autograd")
+    ap.add_argument("--backend", default=None, help="force one attn backend (default: attn's choice)")
     a = ap.parse_args()
     b, h = a.batch or 16384 // a.seqlen, a.heads or 2048 // a.d
     hk = a.kv_heads or h
@@ -33,9 +34,9 @@ def main():
     def run_attn():
         if a.backward:
             import attn.torch as at
-            at.attention(q, k, v, mask=mask).backward(do)
+            at.attention(q, k, v, mask=mask, backend=a.backend).backward(do)
         else:
-            attn.forward(q, k, v, mask=mask)
+            attn.forward(q, k, v, mask=mask, backend=a.backend)
 
     def run_sdpa():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):

@@ -1,8 +1,10 @@
 // The sm90 primitives (src/kernels/sm90) on their own, on an H100/H200: a TMA
-// tile map + mbarrier load puts each element where swizzled_offset() says, and
+// tile map + mbarrier load puts each element where swizzled_offset() says,
 // one warpgroup's wgmma products S = Q.K^T (both operands K-major in shared
 // memory) and O = P.V (P from registers, V MN-major) match a host product
-// exactly (inputs chosen so every sum is exact in fp32 and P in bf16).
+// exactly (inputs chosen so every sum is exact in fp32 and P in bf16), and
+// stmatrix from accumulator fragments + a TMA store put each element back
+// where it belongs, writing no row past the tensor's end.
 #include <cuda.h>
 #include <cuda_bf16.h>
 
@@ -13,6 +15,7 @@
 #include "gpu/gpu_test_util.h"
 #include "kernels/sm80/mma.cuh"
 #include "kernels/sm90/mbarrier.cuh"
+#include "kernels/sm90/stmatrix.cuh"
 #include "kernels/sm90/tma.cuh"
 #include "kernels/sm90/tma_map.h"
 #include "kernels/sm90/wgmma.cuh"
@@ -78,6 +81,34 @@ __global__ void tma_wgmma_probe(const __grid_constant__ CUtensorMap mq, const __
         s_out[r * kCols + c] = s[4 * i + 2 * h + e];
         o_out[r * kCols + c] = o[4 * i + 2 * h + e];
       }
+#endif
+}
+
+// One warpgroup holds a 64 x 64 tile in the accumulator layout (each value its
+// position code row * 64 + column, as raw 16-bit words), stages it with
+// stmatrix in the swizzled layout, and one thread stores it with TMA.
+__global__ void stmatrix_tma_store_probe(const __grid_constant__ CUtensorMap map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __shared__ __align__(1024) uint8_t tile[kTile];
+  const uint32_t base = sm90::smem_addr(tile);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
+  auto code = [](int r, int c) { return static_cast<uint32_t>(r * kCols + c); };
+  const int st_row = 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7);
+  for (int np = 0; np < kCols / 16; ++np) {
+    uint32_t w[4];
+    for (int j = 0; j < 4; ++j) {  // matrix j: rows 8 (j % 2).. of 8-column block 2 np + j / 2
+      const int r = 16 * warp + 8 * (j % 2) + lane / 4, c = 8 * (2 * np + j / 2) + 2 * (lane % 4);
+      w[j] = code(r, c) | (code(r, c + 1) << 16);
+    }
+    sm90::stmatrix_x4(base + sm90::swizzled_offset(kRows, st_row, 2 * np + (lane >> 4)), w[0], w[1], w[2], w[3]);
+  }
+  sm90::fence_proxy_async();
+  __syncthreads();
+  if (tid == 0) {
+    sm90::tma_store_4d(&map, base, 0, 0, 0, 0);
+    sm90::bulk_commit();
+    sm90::bulk_wait<0>();
+  }
 #endif
 }
 
@@ -156,6 +187,32 @@ TEST(Sm90Primitives, TmaSwizzleAndWgmmaProducts) {
     }
   for (void* p : {dq, dk, dv, dcode, static_cast<void*>(bytes), static_cast<void*>(ds), static_cast<void*>(dout)})
     cudaFree(p);
+}
+
+TEST(Sm90Primitives, StmatrixAndTmaStore) {
+  ATTN_REQUIRE_GPU();
+  if (!is_sm90()) GTEST_SKIP() << "sm_90a code: needs an H100/H200";
+  // The tensor has 40 rows; the 64-row box's last 24 fall outside it and must
+  // not be written (the buffer behind them keeps its fill).
+  constexpr int kTensorRows = 40;
+  const size_t n = kRows * kCols;
+  void* dst;
+  ATTN_CUDA_OK(cudaMalloc(&dst, n * 2));
+  ATTN_CUDA_OK(cudaMemset(dst, 0xFF, n * 2));
+  sm90::TileMapShape s;
+  s.base = dst, s.cols = kCols, s.tokens = kTensorRows, s.heads = 1, s.sequences = 1;
+  s.token_stride = kCols, s.head_stride = kCols * kTensorRows, s.sequence_stride = kCols * kTensorRows;
+  s.box_rows = kRows;
+  stmatrix_tma_store_probe<<<1, 128>>>(sm90::make_tile_map(s, "probe"));
+  ATTN_CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint16_t> got(n);
+  ATTN_CUDA_OK(cudaMemcpy(got.data(), dst, n * 2, cudaMemcpyDeviceToHost));
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < kCols; ++c) {
+      const uint16_t want = r < kTensorRows ? static_cast<uint16_t>(r * kCols + c) : 0xFFFF;
+      ASSERT_EQ(got[r * kCols + c], want) << "row " << r << " column " << c;
+    }
+  cudaFree(dst);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // flash_sm90's forward on the host: flash_sm80's parameter struct (the same
-// problem description) plus TMA tensor maps of Q, K and V, then the table row
+// problem description) plus TMA tensor maps of Q, K, V and out, then the table row
 // for (dtype, d_qk, d_v). No host sync: the kernel reads cu_seqlens itself.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -49,6 +49,7 @@ void run(const Problem& p, const ForwardArgs& a, cudaStream_t stream) {
   args.q = tile_map(p, a.in.q, packed ? p.total_q : p.s_q, p.h_q, kDQK, Cfg::kBlockM, "q");
   args.k = tile_map(p, a.in.k, packed ? p.total_kv : p.s_kv, p.h_kv, kDQK, Cfg::kBlockN, "k");
   args.v = tile_map(p, a.in.v, packed ? p.total_kv : p.s_kv, p.h_kv, kDV, Cfg::kBlockN, "v");
+  args.o = tile_map(p, a.out, packed ? p.total_q : p.s_q, p.h_q, kDV, 64, "out");
   // The work-item counter: stream-ordered workspace, zeroed on the stream.
   args.item_counter = static_cast<int*>(detail::workspace(p.device.index, sizeof(int)));
   ATTN_CUDA(cudaMemsetAsync(args.item_counter, 0, sizeof(int), stream));

@@ -38,17 +38,23 @@ struct FwdConfig {
   static constexpr int kSmemO = kBlockM * kDV * 2;
   static constexpr int kSmemBarriers = 1024;  // mbarriers, after the tiles
   static constexpr int kSmemLimit = 227 * 1024;  // per block on sm_90
-  // The output tile is staged in its own buffer where it fits, so the next
-  // tile's Q can load during the epilogue; otherwise in Q's (d 192/192, 256).
-  static constexpr bool kSeparateO =
-      kSmemQ + kStages * (kSmemK + kSmemV) + kSmemO + kSmemBarriers + 1024 <= kSmemLimit;
+  static constexpr int kSmemKV = kStages * (kSmemK + kSmemV);
+  static constexpr int kSmemFixed = kSmemKV + kSmemBarriers + 1024;
   // + 1024: the dynamic buffer is aligned up to 1024 bytes (the swizzle's period).
-  // The next item's first Q.K^T runs under this item's epilogue where Q has
-  // its own buffer (the output does not go through it) and the registers
-  // allow (S in flight beside O: not within three consumers' 160).
+  // Two Q buffers where they fit beside an output tile of its own (d 64,
+  // d 128): the producer loads the next item's Q while this one runs.
+  static constexpr int kQBuffers = 2 * kSmemQ + kSmemO + kSmemFixed <= kSmemLimit ? 2 : 1;
+  // The output tile is staged in its own buffer where it fits (d 64, 128,
+  // 192/128): Q's buffer is free for the next item's Q after the item's last
+  // Q.K^T; otherwise (d 192/192, 256) it is staged in Q's, free after the epilogue.
+  static constexpr bool kSeparateO = kQBuffers * kSmemQ + kSmemO + kSmemFixed <= kSmemLimit;
+  // The next item's first Q.K^T runs under this item's epilogue where its Q
+  // can be in shared memory by then (the output does not go through Q's
+  // buffer) and the registers allow (S in flight beside O: not within three
+  // consumers' 160).
   static constexpr bool kOverlapEpilogue = kSeparateO && kConsumers == 2;
-  static constexpr int kSmemBytes =
-      kSmemQ + kStages * (kSmemK + kSmemV) + (kSeparateO ? kSmemO : 0) + kSmemBarriers + 1024;
+  static constexpr int kSmemBytes = kQBuffers * kSmemQ + (kSeparateO ? kSmemO : 0) + kSmemFixed;
+  static_assert(kSmemBytes <= kSmemLimit, "shared memory");
 
   static_assert(kDQK % 64 == 0 && kDV % 64 == 0, "head dims are whole 64-column swizzled blocks");
   static_assert(kBlockN % 16 == 0, "P.V steps over 16 keys");

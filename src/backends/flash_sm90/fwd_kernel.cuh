@@ -32,6 +32,7 @@
 #include "core/cuda_check.h"
 #include "kernels/sm80/mma.cuh"
 #include "kernels/sm90/mbarrier.cuh"
+#include "kernels/sm90/stmatrix.cuh"
 #include "kernels/sm90/tma.cuh"
 #include "kernels/sm90/wgmma.cuh"
 #include "kernels/sm90/wgmma_ops.cuh"
@@ -71,34 +72,40 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ Sm90FwdParams args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = FwdConfig<kDQK, kDV>;
-  constexpr int kM = Cfg::kBlockM, kN = Cfg::kBlockN, kS = Cfg::kStages;
+  constexpr int kM = Cfg::kBlockM, kN = Cfg::kBlockN, kS = Cfg::kStages, kQB = Cfg::kQBuffers;
   const FwdParams& p = args.p;
 
   extern __shared__ char smem_raw[];
   // The swizzle repeats every 1024 bytes, and TMA and wgmma assume tiles start on it.
   char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  const uint32_t q_s = sm90::smem_addr(smem);
-  const uint32_t k_s = q_s + Cfg::kSmemQ;
+  const uint32_t q_s = sm90::smem_addr(smem);  // kQB buffers
+  const uint32_t k_s = q_s + kQB * Cfg::kSmemQ;
   const uint32_t v_s = k_s + kS * Cfg::kSmemK;
-  const uint32_t o_s = v_s + kS * Cfg::kSmemV;  // the output staging tile (Q's when not separate)
-  char* o_smem = Cfg::kSeparateO ? smem + (o_s - q_s) : smem;
+  const uint32_t o_s = v_s + kS * Cfg::kSmemV;  // the output staging tile, when separate
+  auto q_tile = [&](int buf) { return q_s + buf * Cfg::kSmemQ; };
+  // Where an item whose Q is in buffer `buf` stages its output: a tile of
+  // its own, or that Q buffer (after the item's last Q.K^T).
+  auto o_tile = [&](int buf) { return Cfg::kSeparateO ? o_s : q_tile(buf); };
   const uint32_t bars = o_s + (Cfg::kSeparateO ? Cfg::kSmemO : 0);
-  const uint32_t q_full = bars, q_empty = bars + 8;
-  auto k_full = [&](int s) { return bars + 8 * (2 + s); };
-  auto k_empty = [&](int s) { return bars + 8 * (2 + kS + s); };
-  auto v_full = [&](int s) { return bars + 8 * (2 + 2 * kS + s); };
-  auto v_empty = [&](int s) { return bars + 8 * (2 + 3 * kS + s); };
+  auto q_full = [&](int b) { return bars + 8 * b; };
+  auto q_empty = [&](int b) { return bars + 8 * (2 + b); };
+  auto k_full = [&](int s) { return bars + 8 * (4 + s); };
+  auto k_empty = [&](int s) { return bars + 8 * (4 + kS + s); };
+  auto v_full = [&](int s) { return bars + 8 * (4 + 2 * kS + s); };
+  auto v_empty = [&](int s) { return bars + 8 * (4 + 3 * kS + s); };
   // The work-item ring: the producer writes an item's index into a slot,
   // the consumers read it; two slots let the producer run an item ahead.
-  auto item_full = [&](int s) { return bars + 8 * (2 + 4 * kS + s); };
-  auto item_empty = [&](int s) { return bars + 8 * (4 + 4 * kS + s); };
-  const uint32_t item_slots = bars + 8 * (6 + 4 * kS);
+  auto item_full = [&](int s) { return bars + 8 * (4 + 4 * kS + s); };
+  auto item_empty = [&](int s) { return bars + 8 * (6 + 4 * kS + s); };
+  const uint32_t item_slots = bars + 8 * (8 + 4 * kS);
   constexpr int kConsumerThreads = 128 * Cfg::kConsumers;
 
   const int tid = threadIdx.x;
   if (tid == 0) {
-    sm90::mbar_init(q_full, 1);
-    sm90::mbar_init(q_empty, kConsumerThreads);
+    for (int b = 0; b < kQB; ++b) {
+      sm90::mbar_init(q_full(b), 1);
+      sm90::mbar_init(q_empty(b), kConsumerThreads);
+    }
     for (int s = 0; s < kS; ++s) {
       sm90::mbar_init(k_full(s), 1);
       sm90::mbar_init(v_full(s), 1);
@@ -116,7 +123,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   const int items = ((p.s_q + kM - 1) / kM) * p.h_q * p.batch;
   // Both roles walk the same items (the producer publishes each index) and
   // derive the same facts from each, so their barrier phases agree: `loaded`
-  // counts items with loads (Q's phase), `it` counts KV tiles over all items
+  // counts items with loads (Q's buffer and phase), `it` counts KV tiles over all items
   // (the stages' phases), `taken` counts items (the item ring's phase).
   int loaded = 0, it = 0, taken = 0;
 
@@ -168,12 +175,13 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       // "sequence"); the others (token within the sequence, sequence).
       const int seq_coord = p.packed ? 0 : w.b, h_kv = w.h / p.h_per_kv;
       const int kv_row0 = static_cast<int>(seq.start_kv);
-      sm90::mbar_wait(q_empty, (loaded & 1) ^ 1);  // a fresh barrier's "previous phase" is complete
-      sm90::mbar_arrive_expect_tx(q_full, Cfg::kSmemQ);
+      const int qb = loaded % kQB;
+      sm90::mbar_wait(q_empty(qb), ((loaded / kQB) & 1) ^ 1);  // a fresh barrier's "previous phase" is complete
+      sm90::mbar_arrive_expect_tx(q_full(qb), Cfg::kSmemQ);
 #pragma unroll
       for (int cb = 0; cb < kDQK / 64; ++cb)
-        sm90::tma_load_4d(q_s + cb * kM * 128, &args.q, q_full, cb * 64, static_cast<int>(seq.start_q) + w.m0, w.h,
-                          seq_coord);
+        sm90::tma_load_4d(q_tile(qb) + cb * kM * 128, &args.q, q_full(qb), cb * 64,
+                          static_cast<int>(seq.start_q) + w.m0, w.h, seq_coord);
       ++loaded;
       for (int n = tiles.last; n >= tiles.first; --n, ++it) {
         const int stage = it % kS;
@@ -253,12 +261,12 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
 
 
   // One tile's products, issued asynchronously (committed as one group each).
-  auto issue_qk = [&](int stage) {
+  auto issue_qk = [&](int stage, int q_buf) {
     const uint32_t k_tile = k_s + stage * Cfg::kSmemK;
     sm90::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kDQK / 16; ++ks)
-      sm90::Wgmma<kN, T>::template ss<0>(s_flat, sm90::kmajor_descriptor(q_s, kM, wg * 64, ks),
+      sm90::Wgmma<kN, T>::template ss<0>(s_flat, sm90::kmajor_descriptor(q_tile(q_buf), kM, wg * 64, ks),
                                           sm90::kmajor_descriptor(k_tile, kN, 0, ks), ks > 0);
     sm90::wgmma_commit();
   };
@@ -288,27 +296,30 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       pa[ks][3] = sm80::pack2<T>(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
     }
   };
-  // An item's first product is Q.K^T of its last KV tile, in stage it % kS.
-  // These wait until its Q and K are in.
+  // An item's first product is Q.K^T of its last KV tile, in stage it % kS,
+  // with its Q in buffer loaded % kQB. These wait until its Q and K are in.
   auto await_first = [&] {
-    sm90::mbar_wait(q_full, loaded & 1);
+    sm90::mbar_wait(q_full(loaded % kQB), (loaded / kQB) & 1);
     ++loaded;
     sm90::mbar_wait(k_full(it % kS), (it / kS) & 1);
   };
   // The first scores of an item, alone (at the start of the walk, and
-  // where they do not run under the previous item's epilogue).
+  // where they do not run under the previous item's epilogue); returns the
+  // item's Q buffer.
   auto first_scores = [&] {
+    const int q_buf = loaded % kQB;
     await_first();
     turn_begin();
-    issue_qk(it % kS);
+    issue_qk(it % kS, q_buf);
     turn_end();
     sm90::wgmma_wait<0>();
     sm90::fence_registers(s_flat);
+    return q_buf;
   };
   // Every Q.K^T of the item is done: with a separate output tile, the next
   // item's Q may load now.
-  auto release_q = [&] {
-    if (Cfg::kSeparateO) sm90::mbar_arrive(q_empty);
+  auto release_q = [&](int q_buf) {
+    if (Cfg::kSeparateO) sm90::mbar_arrive(q_empty(q_buf));
   };
 
   // Each pass of the loop starts with the item's first scores in S. No
@@ -318,7 +329,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   // issued without knowing whether a next item exists reads whatever K and
   // Q are in shared memory and is discarded.
   int t = take_item();
-  if (t >= 0) first_scores();
+  int q_cur = t >= 0 ? first_scores() : 0;  // the current item's Q buffer
   while (t >= 0) {
     const Item cur = load_item(t);
     const int n_tiles = cur.tiles.last - cur.tiles.first + 1;
@@ -335,14 +346,14 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     {
       const int n0 = cur.tiles.last * kN, stage = it % kS;
       sm90::mbar_arrive(k_empty(stage));
-      if (n_tiles == 1) release_q();
+      if (n_tiles == 1) release_q(q_cur);
       probabilities(cur, slope, n0);  // O is 0: nothing to rescale
       if (p.dropout_threshold) keep.apply(s);
       pack_p();
       sm90::mbar_wait(v_full(stage), (it / kS) & 1);
       if (n0 + kN > cur.seq.len_kv) {
         const int valid = max(0, cur.seq.len_kv - n0);
-        char* v_gen = smem + Cfg::kSmemQ + kS * Cfg::kSmemK + stage * Cfg::kSmemV;
+        char* v_gen = smem + (v_s - q_s) + stage * Cfg::kSmemV;
         for (int idx = ctid; idx < (kN - valid) * (kDV / 8); idx += kConsumerThreads) {
           const int r = valid + idx / (kDV / 8), c = idx % (kDV / 8);
           *reinterpret_cast<uint4*>(v_gen + swizzled_offset(kN, r, c)) = make_uint4(0, 0, 0, 0);
@@ -361,13 +372,13 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       sm90::mbar_wait(k_full(stage), parity);
       sm90::mbar_wait(v_full(prev), prev_parity);
       turn_begin();
-      issue_qk(stage);
+      issue_qk(stage, q_cur);
       issue_pv(prev);
       turn_end();
       sm90::wgmma_wait<1>();
       sm90::fence_registers(s_flat);
       sm90::mbar_arrive(k_empty(stage));
-      if (i == n_tiles - 1) release_q();
+      if (i == n_tiles - 1) release_q(q_cur);
       probabilities(cur, slope, n0);
       sm90::wgmma_wait<0>();
       sm90::fence_registers(o_flat);
@@ -379,16 +390,17 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     const int last = (it + n_tiles - 1) % kS;
     const uint32_t last_parity = ((it + n_tiles - 1) / kS) & 1;
     it += n_tiles;
-    int next_t = -1;
+    int next_t = -1, q_next = 0;
     if (Cfg::kOverlapEpilogue) {
       // The last P.V and the next item's first Q.K^T go in together, and
       // this item's epilogue runs under the Q.K^T.
       next_t = take_item();
       sm90::mbar_wait(v_full(last), last_parity);
+      q_next = loaded % kQB;  // with two buffers, not the one the epilogue writes
       if (next_t >= 0) await_first();
       turn_begin();
       issue_pv(last);
-      issue_qk(it % kS);
+      issue_qk(it % kS, q_next);
       turn_end();
       sm90::wgmma_wait<1>();
     } else {
@@ -412,40 +424,80 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
         row_lse[0][hh] = -INFINITY;
       }
     }
-    // Stage O in this warpgroup's rows of the output tile (every thread of
-    // the warpgroup is past its previous item's reads of it).
+    // Stage O in this warpgroup's 64 rows of the output tile with stmatrix
+    // (its leader's store of the previous item has read them, and every
+    // thread is past its Q.K^T reads of this item's Q rows where the output
+    // goes in Q's buffer), then write them out: one TMA store by the
+    // leader, or (thd rows that end inside the tile: the next sequence's
+    // tokens follow) row by row.
+    const uint32_t o_stage = o_tile(q_cur);
+    const bool leader = (ctid & 127) == 0;
+    const bool by_tma = !p.packed || cur.rows >= wg * 64 + 64;
+    if (leader) sm90::bulk_wait_read<0>();
     sm90::named_sync(kBarConsumer0 + wg, 128);
+    {
+      // Lane l addresses row l % 8 of matrix l / 8: matrix j holds rows
+      // 8 (j % 2).. of accumulator block 2 np + j / 2 (stmatrix.cuh).
+      const int st_row = row0 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+      for (int np = 0; np < NO / 2; ++np) {
+        uint32_t r[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int no = 2 * np + j / 2, hh = j % 2;
+          const float x = row_valid[hh] ? o[0][no][2 * hh] * inv[0][hh] : 0.f;
+          const float y = row_valid[hh] ? o[0][no][2 * hh + 1] * inv[0][hh] : 0.f;
+          r[j] = sm80::pack2<T>(x, y);
+        }
+        sm90::stmatrix_x4(o_stage + swizzled_offset(kM, st_row, 2 * np + (lane >> 4)), r[0], r[1], r[2], r[3]);
+      }
+    }
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int r = row0 + 8 * hh + (lane >> 2);
-#pragma unroll
-      for (int no = 0; no < NO; ++no) {
-        const float x = row_valid[hh] ? o[0][no][2 * hh] * inv[0][hh] : 0.f;
-        const float y = row_valid[hh] ? o[0][no][2 * hh + 1] * inv[0][hh] : 0.f;
-        *reinterpret_cast<uint32_t*>(o_smem + swizzled_offset(kM, r, no) + 4 * (lane & 3)) = sm80::pack2<T>(x, y);
-      }
       if (p.lse && (lane & 3) == 0 && r < cur.rows_out) lse_rows(cur)[r * p.lse_row_stride] = row_lse[0][hh];
     }
+    sm90::fence_proxy_async();  // the stores above, before the TMA store reads them
     sm90::named_sync(kBarConsumer0 + wg, 128);
-    constexpr int kChunks = kDV / 8;
-    T* const out = out_rows(cur);
+    if (by_tma) {
+      if (leader) {
 #pragma unroll
-    for (int idx = ctid - wg * 128; idx < 64 * kChunks; idx += 128) {
-      const int r = wg * 64 + idx / kChunks, c = idx % kChunks;
-      if (r < cur.rows_out)
-        *reinterpret_cast<uint4*>(out + r * p.o_row_stride + c * 8) =
-            *reinterpret_cast<const uint4*>(o_smem + swizzled_offset(kM, r, c));
+        for (int cb = 0; cb < kDV / 64; ++cb)
+          sm90::tma_store_4d(&args.o, o_stage + cb * kM * 128 + wg * 64 * 128, cb * 64,
+                             static_cast<int>(cur.seq.start_q) + cur.m0 + wg * 64, cur.h, p.packed ? 0 : cur.b);
+        sm90::bulk_commit();
+      }
+    } else {
+      constexpr int kChunks = kDV / 8;
+      T* const out = out_rows(cur);
+      const char* const o_gen = smem + (o_stage - q_s);
+#pragma unroll
+      for (int idx = ctid - wg * 128; idx < 64 * kChunks; idx += 128) {
+        const int r = wg * 64 + idx / kChunks, c = idx % kChunks;
+        if (r < cur.rows_out)
+          *reinterpret_cast<uint4*>(out + r * p.o_row_stride + c * 8) =
+              *reinterpret_cast<const uint4*>(o_gen + swizzled_offset(kM, r, c));
+      }
+    }
+    if (!Cfg::kSeparateO) {
+      // Q's buffer held the output until now: once the store has read it
+      // (and past these generic-proxy accesses), the producer may load the
+      // next Q there.
+      if (leader) sm90::bulk_wait_read<0>();
+      sm90::fence_proxy_async();
+      sm90::mbar_arrive(q_empty(q_cur));
     }
     if (Cfg::kOverlapEpilogue) {
       sm90::wgmma_wait<0>();  // the next item's first scores (or the discarded product)
       sm90::fence_registers(s_flat);
     } else {
-      if (!Cfg::kSeparateO) sm90::mbar_arrive(q_empty);  // Q's buffer held the output until now
       next_t = take_item();
-      if (next_t >= 0) first_scores();
+      if (next_t >= 0) q_next = first_scores();
     }
     t = next_t;
+    q_cur = q_next;
   }
+  if ((ctid & 127) == 0) sm90::bulk_wait<0>();  // the output tile stays until its last store is done
 #endif
 }
 

@@ -1,7 +1,7 @@
 // flash_sm90's forward parameters: flash_sm80's FwdParams (the same problem
 // description: strides, lengths, masks, score modifications, dropout; filled
-// by the same host code) plus TMA tensor maps of Q, K and V, which the
-// kernel reads from its __grid_constant__ parameter space.
+// by the same host code) plus TMA tensor maps of Q, K, V and the output,
+// which the kernel reads from its __grid_constant__ parameter space.
 #pragma once
 
 #include <cuda.h>
@@ -14,6 +14,7 @@ using flash_sm80::FwdParams;
 
 struct Sm90FwdParams {
   CUtensorMap q, k, v;  // 4-D (column, token, head, sequence), 128B-swizzled boxes of 64 columns
+  CUtensorMap o;        // the same, in boxes of 64 rows (one consumer warpgroup's)
   FwdParams p;
   int* item_counter;  // zeroed before the launch (workspace)
 };
