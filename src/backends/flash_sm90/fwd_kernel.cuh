@@ -211,6 +211,9 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   // Ping-pong: the consumers take turns issuing their products, so one's
   // softmax runs while another's products occupy the tensor cores. The turn
   // passes round the consumers once per KV tile; the first holds it first.
+  // No consumer waits on the producer (an item, a stage) while holding the
+  // turn: the producer may be waiting for another consumer to take an item,
+  // and that consumer for the turn (a hang, PERF.md v11).
   auto turn_begin = [&] { sm90::named_sync(kBarTurn0 + wg, 256); };
   auto turn_end = [&] { sm90::named_arrive(kBarTurn0 + (wg + 1) % Cfg::kConsumers, 256); };
   if (wg == 0) sm90::named_arrive(kBarTurn0, 256);
