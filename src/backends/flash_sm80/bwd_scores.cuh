@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "backends/flash_sm80/bwd_params.h"
+#include "backends/flash_sm80/fwd_epilogue.cuh"
 #include "backends/flash_sm80/fwd_softmax.cuh"
 #include "kernels/sm80/mma.cuh"
 
@@ -65,23 +66,11 @@ __device__ __forceinline__ void dp_minus_delta(float (&dp)[MA][NA][4], const Row
 template <int MA, int NA>
 __device__ __forceinline__ void score_mods_bwd(float (&s)[MA][NA][4], float (&dp)[MA][NA][4], const FwdParams& p,
                                                float slope, int row0, int n0, int shift, int lane) {
-#pragma unroll
-  for (int ma = 0; ma < MA; ++ma)
-#pragma unroll
-    for (int na = 0; na < NA; ++na)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = row0 + 16 * ma + 8 * (e >> 1) + (lane >> 2);
-        const int j = n0 + 8 * na + 2 * (lane & 3) + (e & 1);
-        float x = s[ma][na][e] * p.scale;
-        if (p.softcap > 0.f) {
-          const float t = sm80::fast_tanh(x * p.softcap_inv);
-          x = p.softcap * t;
-          dp[ma][na][e] *= 1.f - t * t;
-        }
-        if (p.alibi) x += alibi_bias<float, int>(slope, i, j, shift);
-        s[ma][na][e] = x * kLog2e;
-      }
+  for_each_score<MA, NA>(row0, n0, lane, [&](int ma, int na, int e, int i, int j) {
+    float softcap_grad;
+    s[ma][na][e] = modified_score(s[ma][na][e], p, slope, i, j, shift, softcap_grad);
+    if (p.softcap > 0.f) dp[ma][na][e] *= softcap_grad;
+  });
 }
 
 // s -> P = exp2(unit * s - lse2); dp -> dS = P * dp; s -> P * z (dropout).
@@ -106,24 +95,14 @@ __device__ __forceinline__ void probabilities_and_grads(float (&s)[MA][NA][4], f
       }
 }
 
-// Writes a warp's accumulator block (16 MA rows from row0, NA blocks of 8
-// columns from col0, col0 % 8 == 0) times `scale`, rounded to T, into a
-// swizzled tile. The caller syncs before other warps read it.
+// stage_block (fwd_epilogue.cuh) with one scale for every row.
 template <typename T, class Tile, int MA, int NA>
 __device__ __forceinline__ void stage_block(char* smem, const float (&acc)[MA][NA][4], float scale, int row0,
                                             int col0, int lane) {
+  float row_scale[MA][2];
 #pragma unroll
-  for (int ma = 0; ma < MA; ++ma)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = row0 + 16 * ma + 8 * h + (lane >> 2);
-#pragma unroll
-      for (int na = 0; na < NA; ++na) {
-        // Column block col0 / 8 + na is exactly 16-byte chunk col0 / 8 + na of the row.
-        const uint32_t v = sm80::pack2<T>(acc[ma][na][2 * h] * scale, acc[ma][na][2 * h + 1] * scale);
-        *reinterpret_cast<uint32_t*>(smem + Tile::byte_offset(r, col0 / 8 + na) + 4 * (lane & 3)) = v;
-      }
-    }
+  for (int ma = 0; ma < MA; ++ma) row_scale[ma][0] = row_scale[ma][1] = scale;
+  stage_block<T, Tile>(smem, acc, row_scale, row0, col0, lane);
 }
 
 }  // namespace attn::flash_sm80

@@ -10,22 +10,24 @@
 
 namespace attn::flash_sm80 {
 
-// Writes the warp's O fragments (16 MA rows from row0, NO blocks of 8 columns),
-// scaled by inv per row, into the swizzled tile at smem. The caller syncs
-// before other threads read it.
-template <typename T, class Tile, int MA, int NO>
-__device__ __forceinline__ void stage_output(char* smem, const float (&o)[MA][NO][4], const float (&inv)[MA][2],
-                                             int row0, int lane) {
+// Writes a warp's accumulator block (16 MA rows from row0, NA blocks of 8
+// columns from col0, col0 % 8 == 0), each row times its scale (O by 1 / sum
+// here; the backward's P, dS, dK and dV), rounded to T, into the swizzled
+// tile at smem. The caller syncs before other threads read it.
+template <typename T, class Tile, int MA, int NA>
+__device__ __forceinline__ void stage_block(char* smem, const float (&acc)[MA][NA][4], const float (&row_scale)[MA][2],
+                                            int row0, int col0, int lane) {
 #pragma unroll
   for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = row0 + 16 * ma + 8 * h + (lane >> 2);
 #pragma unroll
-      for (int no = 0; no < NO; ++no) {
-        // Column block no is exactly 16-byte chunk no of the row.
-        const uint32_t v = sm80::pack2<T>(o[ma][no][2 * h] * inv[ma][h], o[ma][no][2 * h + 1] * inv[ma][h]);
-        *reinterpret_cast<uint32_t*>(smem + Tile::byte_offset(r, no) + 4 * (lane & 3)) = v;
+      for (int na = 0; na < NA; ++na) {
+        // Column block col0 / 8 + na is exactly 16-byte chunk col0 / 8 + na of the row.
+        const uint32_t v =
+            sm80::pack2<T>(acc[ma][na][2 * h] * row_scale[ma][h], acc[ma][na][2 * h + 1] * row_scale[ma][h]);
+        *reinterpret_cast<uint32_t*>(smem + Tile::byte_offset(r, col0 / 8 + na) + 4 * (lane & 3)) = v;
       }
     }
 }

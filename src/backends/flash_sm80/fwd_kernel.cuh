@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads)
       }
   // Q's shared memory is free: every warp passed the last barrier after its
   // last Q.K^T. Each warp stages its own rows; the barrier makes them visible.
-  stage_output<T, OTile>(q_smem, o, inv, warp_row, lane);
+  stage_block<T, OTile>(q_smem, o, inv, warp_row, 0, lane);
   if (lse && (lane & 3) == 0)
 #pragma unroll
     for (int ma = 0; ma < MA; ++ma)
