@@ -9,7 +9,8 @@
 // - warpgroups 1.. (two, or three at d 64), the consumers, 64 query rows each: S = Q.K^T on wgmma
 //   (both operands in shared memory), the softmax in registers (flash_sm80's
 //   code: the accumulator layout per warp is mma.sync's), O += P.V on wgmma
-//   with P from registers and V read MN-major, then the epilogue. Tile i's
+//   with P from registers and V read MN-major, then the epilogue (O staged
+//   with stmatrix, written by TMA stores). Tile i's
 //   Q.K^T runs beside tile i-1's P.V, and the consumers take turns issuing
 //   them (FlashAttention-3's intra-warpgroup overlap and ping-pong).
 // KV tiles run from the last to the first (boundary tiles first), and only
