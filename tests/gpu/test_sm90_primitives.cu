@@ -112,6 +112,14 @@ __global__ void stmatrix_tma_store_probe(const __grid_constant__ CUtensorMap map
 #endif
 }
 
+// A tensor map of a contiguous [tokens, 64] bf16 matrix, copied in 64-row boxes.
+CUtensorMap probe_map(void* base, int tokens) {
+  sm90::TileMapShape s;
+  s.base = base, s.cols = kCols, s.tokens = tokens, s.heads = 1, s.sequences = 1;
+  s.token_stride = kCols, s.head_stride = kCols * tokens, s.sequence_stride = kCols * tokens, s.box_rows = kRows;
+  return sm90::make_tile_map(s, "probe");
+}
+
 bool is_sm90() {
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return false;
@@ -149,12 +157,7 @@ TEST(Sm90Primitives, TmaSwizzleAndWgmmaProducts) {
   ATTN_CUDA_OK(cudaMemcpy(dk, hk.data(), n, cudaMemcpyHostToDevice));
   ATTN_CUDA_OK(cudaMemcpy(dv, hv.data(), n, cudaMemcpyHostToDevice));
   ATTN_CUDA_OK(cudaMemcpy(dcode, codes.data(), n, cudaMemcpyHostToDevice));
-  auto map = [&](void* base) {
-    sm90::TileMapShape s;
-    s.base = base, s.cols = kCols, s.tokens = kRows, s.heads = 1, s.sequences = 1;
-    s.token_stride = kCols, s.head_stride = kCols * kRows, s.sequence_stride = kCols * kRows, s.box_rows = kRows;
-    return sm90::make_tile_map(s, "probe");
-  };
+  auto map = [](void* base) { return probe_map(base, kRows); };
   // Pass 1: the position codes as Q (layout); pass 2: the values (products).
   std::vector<uint8_t> got_bytes(kTile);
   std::vector<float> s(hq.size()), o(hq.size());
@@ -199,11 +202,7 @@ TEST(Sm90Primitives, StmatrixAndTmaStore) {
   void* dst;
   ATTN_CUDA_OK(cudaMalloc(&dst, n * 2));
   ATTN_CUDA_OK(cudaMemset(dst, 0xFF, n * 2));
-  sm90::TileMapShape s;
-  s.base = dst, s.cols = kCols, s.tokens = kTensorRows, s.heads = 1, s.sequences = 1;
-  s.token_stride = kCols, s.head_stride = kCols * kTensorRows, s.sequence_stride = kCols * kTensorRows;
-  s.box_rows = kRows;
-  stmatrix_tma_store_probe<<<1, 128>>>(sm90::make_tile_map(s, "probe"));
+  stmatrix_tma_store_probe<<<1, 128>>>(probe_map(dst, kTensorRows));
   ATTN_CUDA_OK(cudaDeviceSynchronize());
   std::vector<uint16_t> got(n);
   ATTN_CUDA_OK(cudaMemcpy(got.data(), dst, n * 2, cudaMemcpyDeviceToHost));
