@@ -167,8 +167,11 @@ struct OnlineSoftmax {
         float l = sum[ma][h];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
-        inv[ma][h] = l > 0.f ? out_scale / l : 0.f;
-        lse[ma][h] = l > 0.f ? max[ma][h] * unit * kLn2 + logf(l) : -INFINITY;
+        // The fast reciprocal and log (2 ulp; 2^-21 absolute near 1): l >= 1
+        // once a key is seen (the row max contributes exp2(0)), and these sit
+        // on the path from the last product to the store.
+        inv[ma][h] = l > 0.f ? __fdividef(out_scale, l) : 0.f;
+        lse[ma][h] = l > 0.f ? max[ma][h] * unit * kLn2 + __logf(l) : -INFINITY;
       }
   }
 };

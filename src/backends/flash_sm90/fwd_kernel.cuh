@@ -78,7 +78,9 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
 
   extern __shared__ char smem_raw[];
   // The swizzle repeats every 1024 bytes, and TMA and wgmma assume tiles start on it.
-  char* smem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  // (An offset from smem_raw, not an integer cast: the compiler then knows
+  // that pointers derived from it address shared memory.)
+  char* const smem = smem_raw + ((1024u - (sm90::smem_addr(smem_raw) & 1023u)) & 1023u);
   const uint32_t q_s = sm90::smem_addr(smem);  // kQB buffers
   const uint32_t k_s = q_s + kQB * Cfg::kSmemQ;
   const uint32_t v_s = k_s + kS * Cfg::kSmemK;
@@ -99,6 +101,9 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   auto item_full = [&](int s) { return bars + 8 * (4 + 4 * kS + s); };
   auto item_empty = [&](int s) { return bars + 8 * (6 + 4 * kS + s); };
   const uint32_t item_slots = bars + 8 * (8 + 4 * kS);
+  // Per warp, written and never read (store_after).
+  auto order_word = [&](int warp) { return item_slots + 8 + 4 * warp; };
+  static_assert(8 * (8 + 4 * kS) + 8 + 4 * (Cfg::kThreads / 32) <= Cfg::kSmemBarriers, "barrier area");
   constexpr int kConsumerThreads = 128 * Cfg::kConsumers;
 
   const int tid = threadIdx.x;
@@ -384,6 +389,13 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       sm90::mbar_arrive(k_empty(stage));
       if (i == n_tiles - 1) release_q(q_cur);
       probabilities(cur, slope, n0);
+      // The softmax runs here, under this tile's P.V, only if ptxas keeps
+      // the wait below it: ptxas moves a wgmma wait above arithmetic it does
+      // not depend on, but not above a store. With two consumers that
+      // overlap pays (d 128 16k +2%, d 256 4k +7%); with three (d 64) the
+      // softmax after the wait is faster (4k -10% with the store; PERF.md, v12).
+      if constexpr (Cfg::kConsumers == 2)
+        sm90::store_after(order_word(tid / 32), softmax.sum[0][0] + softmax.sum[0][1], lane);
       sm90::wgmma_wait<0>();
       sm90::fence_registers(o_flat);
       sm90::mbar_arrive(v_empty(prev));
@@ -456,11 +468,6 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
         sm90::stmatrix_x4(o_stage + swizzled_offset(kM, st_row, 2 * np + (lane >> 4)), r[0], r[1], r[2], r[3]);
       }
     }
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int r = row0 + 8 * hh + (lane >> 2);
-      if (p.lse && (lane & 3) == 0 && r < cur.rows_out) lse_rows(cur)[r * p.lse_row_stride] = row_lse[0][hh];
-    }
     sm90::fence_proxy_async();  // the stores above, before the TMA store reads them
     sm90::named_sync(kBarConsumer0 + wg, 128);
     if (by_tma) {
@@ -490,6 +497,12 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       if (leader) sm90::bulk_wait_read<0>();
       sm90::fence_proxy_async();
       sm90::mbar_arrive(q_empty(q_cur));
+    }
+    // Last: a proxy fence (above) waits for these global stores.
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = row0 + 8 * hh + (lane >> 2);
+      if (p.lse && (lane & 3) == 0 && r < cur.rows_out) lse_rows(cur)[r * p.lse_row_stride] = row_lse[0][hh];
     }
     if (Cfg::kOverlapEpilogue) {
       sm90::wgmma_wait<0>();  // the next item's first scores (or the discarded product)

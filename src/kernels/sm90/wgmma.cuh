@@ -80,4 +80,17 @@ __device__ __forceinline__ void fence_registers(float (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
+// Lane 0 stores `value` (computed from registers by every lane) to the
+// warp's shared-memory word `word`, so that ptxas keeps the computation
+// before the wgmma wait that follows: it moves a wait above independent
+// arithmetic, as if the wait cost nothing, but keeps it below memory
+// operations. The schedule is the warp's, so one lane's store orders every
+// lane's arithmetic; a word per warp keeps racecheck quiet. Nothing reads it.
+__device__ __forceinline__ void store_after(uint32_t word, float value, int lane) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.eq.u32 p, %2, 0;\n@p st.shared.f32 [%0], %1;\n}\n" ::"r"(word), "f"(value),
+      "r"(lane)
+      : "memory");
+}
+
 }  // namespace attn::sm90
