@@ -29,6 +29,9 @@ struct FwdConfig {
   static constexpr int kThreads = 128 * (1 + kConsumers);
   // setmaxnreg's split of the register file (65536 per SM, one CTA): the
   // producer gives up what the consumers take, 128 threads per warpgroup.
+  // The pool is what the CTA launched with (threads x the launch bound's
+  // cap: 168 for 384 threads, 128 for 512), so with two consumers the
+  // producer must drop to 24 for them to reach 240 (at 32 they wait forever).
   static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 24;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "register file");
