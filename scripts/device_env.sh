@@ -8,3 +8,8 @@ export PATH=/usr/local/cuda/bin:$PATH
 _pip_package() { python3 -c "import nvidia.$1 as m; print(list(m.__path__)[0])" 2>/dev/null; }
 export CUDNN_ROOT=${CUDNN_ROOT:-$(_pip_package cudnn)} NCCL_ROOT=${NCCL_ROOT:-$(_pip_package nccl)}
 export LD_LIBRARY_PATH=${CUDNN_ROOT:+$CUDNN_ROOT/lib:}${NCCL_ROOT:+$NCCL_ROOT/lib:}${LD_LIBRARY_PATH:-}
+# Puts the Python package with the freshly built extension (build-device) in
+# /tmp/py, so that PYTHONPATH=/tmp/py imports this build.
+stage_python() {
+  mkdir -p /tmp/py && rm -rf /tmp/py/attn && cp -r python/attn /tmp/py/attn && cp build-device/python/_C*.so /tmp/py/attn/
+}

@@ -8,9 +8,7 @@
 # Usage there: bash scripts/flash_sm80_device.sh [compare.py args]   (logs in $OUT)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-/tmp/attn-device-out}
-mkdir -p "$out"
-export PATH=/usr/local/cuda/bin:$PATH
+source scripts/device_env.sh /tmp/attn-device-out  # PATH, $out, stage_python
 t0=$(date +%s)
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.carry" \
   -DATTN_PTXAS_VERBOSE=ON -DATTN_BUILD_PYTHON=ON -DATTN_WITH_CUDNN=OFF >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
@@ -29,7 +27,7 @@ racecheck_rc=$?
 obj=$(find build-device -name 'bwd_instantiate.cu.o' -path '*bwd_128_128*' | head -1)
 hmma=$(cuobjdump -sass "$obj" 2>/dev/null | grep -c HMMA)
 t2=$(date +%s)
-mkdir -p /tmp/py && rm -rf /tmp/py/attn && cp -r python/attn /tmp/py/attn && cp build-device/python/_C*.so /tmp/py/attn/
+stage_python
 PYTHONPATH=/tmp/py PYTHONUNBUFFERED=1 timeout 230 python3 bench/compare.py --backend flash_sm80 --no-flex --out "$out" "$@" >"$out/compare.log" 2>&1
 t3=$(date +%s)
 echo "== ptxas (flash kernels: sm_80 then sm_90a per instantiation)"

@@ -45,7 +45,7 @@ for small in "$small64" "$small128"; do
 done
 t2=$(date +%s)
 if [ "${ATTN_SM90_SKIP_BENCH:-0}" != 1 ]; then
-  mkdir -p /tmp/py && rm -rf /tmp/py/attn && cp -r python/attn /tmp/py/attn && cp build-device/python/_C*.so /tmp/py/attn/
+  stage_python
   PYTHONPATH=/tmp/py PYTHONUNBUFFERED=1 timeout 300 python3 bench/compare.py --backend flash_sm90 --fwd-only --out "$out" "$@" >"$out/compare.log" 2>&1
 fi
 t3=$(date +%s)

@@ -24,7 +24,7 @@ for v in "$@"; do
   if ! cmake --build build-device -j "$(nproc)" --target _C >"$out/build-$v.log" 2>&1; then
     echo "######## $v: build failed"; grep -E 'error' -A3 "$out/build-$v.log" | head -20; continue
   fi
-  mkdir -p /tmp/py && rm -rf /tmp/py/attn && cp -r python/attn /tmp/py/attn && cp build-device/python/_C*.so /tmp/py/attn/
+  stage_python
   PYTHONPATH=/tmp/py timeout 300 python3 bench/compare.py --backend flash_sm90 --fwd-only --out "$out/$v" \
     ${COMPARE_ARGS:-} >"$out/compare-$v.log" 2>&1
   echo "######## $v ($(( $(date +%s) - t0 )) s, build and bench)"
