@@ -1,0 +1,61 @@
+// Tile shapes of flash_sm80's backward per head dim: compile-time numbers the
+// kernel is built on and the host reads (shared memory in supports()).
+// Plain C++: no CUDA needed to include it.
+#pragma once
+
+namespace attn::flash_sm80 {
+
+// One CTA owns kBlockN keys of one (sequence, KV head) and walks the query
+// tiles (kBlockM rows) that see them, for every query head of the KV head's
+// group, keeping dK and dV in registers (FlashAttention-2's backward). Eight
+// warps tile each product's result in two dimensions (a warp's block is
+// 16 * MA rows x 8 * NA columns):
+//   S, dP   (kBlockM x kBlockN):  2 x 4 warps
+//   dV, dK  (kBlockN x d):        (8 / kWarpsD) x kWarpsD warps
+//   dQ      (kBlockM x d_qk):     4 x 2 warps
+// Per thread: dK + dV hold kBlockN * (d_qk + d_v) / 256 floats for the whole
+// loop (128 at d 128 and d 256), S and dP kBlockM * kBlockN / 256 each.
+template <int kDQK, int kDV>
+struct BwdConfig {
+  static constexpr int kBlockM = 64;
+  static constexpr int kBlockN = kDQK <= 128 ? 128 : 64;
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = kWarps * 32;
+
+  // S and dP: 2 warps along the queries, 4 along the keys.
+  static constexpr int kWarpsMS = 2, kWarpsNS = 4;
+  static constexpr int kMAS = kBlockM / (16 * kWarpsMS), kNAS = kBlockN / (8 * kWarpsNS);
+  // dK (d_qk columns) and dV (d_v columns): split d in 4 when a quarter is still
+  // a multiple of 16 columns and the keys are few, in 2 otherwise.
+  static constexpr int warps_d(int d) { return (kBlockN == 64 && d % 64 == 0) ? 4 : 2; }
+  static constexpr int kWarpsDK = warps_d(kDQK), kWarpsDV = warps_d(kDV);
+  static constexpr int kMAK = kBlockN / (16 * (kWarps / kWarpsDK)), kNAK = kDQK / (8 * kWarpsDK);
+  static constexpr int kMAV = kBlockN / (16 * (kWarps / kWarpsDV)), kNAV = kDV / (8 * kWarpsDV);
+  // dQ: 4 warps along the queries, 2 along d_qk.
+  static constexpr int kWarpsMQ = 4, kWarpsDQ = 2;
+  static constexpr int kMAQ = kBlockM / (16 * kWarpsMQ), kNAQ = kDQK / (8 * kWarpsDQ);
+
+  // Shared memory: Q and dO of kStages query tiles (the next tile loads while
+  // this one computes), K, V (this CTA's keys), P and dS (kBlockM x kBlockN
+  // each), 2-byte elements. dK and dV are staged through K's and V's buffers
+  // at the end. Two stages where they fit an A100's 163 KiB (all rows but
+  // d 256: 208 KiB, which only Hopper has), one otherwise.
+  static constexpr int kSmemQ = kBlockM * kDQK * 2;
+  static constexpr int kSmemDO = kBlockM * kDV * 2;
+  static constexpr int kSmemK = kBlockN * kDQK * 2;
+  static constexpr int kSmemV = kBlockN * kDV * 2;
+  static constexpr int kSmemP = kBlockM * kBlockN * 2;
+  static constexpr int smem_bytes(int stages) {
+    return stages * (kSmemQ + kSmemDO) + kSmemK + kSmemV + 2 * kSmemP;
+  }
+  static constexpr int kStages = smem_bytes(2) <= 163 * 1024 ? 2 : 1;
+  static constexpr int kSmemBytes = smem_bytes(kStages);
+
+  static_assert(kDQK % 32 == 0 && kDV % 32 == 0, "head dims are multiples of 32 (64-byte rows)");
+  static_assert(kMAS >= 1 && kNAS % 2 == 0, "S: whole 16-row blocks, pairs of 8-column blocks");
+  static_assert(kMAK >= 1 && kNAK % 2 == 0 && kMAV >= 1 && kNAV % 2 == 0, "dK, dV: warps tile whole blocks");
+  static_assert(kMAQ >= 1 && kNAQ % 2 == 0, "dQ: warps tile whole blocks");
+  static_assert(kBlockM % 64 == 0 && kBlockN % 64 == 0, "tile copies and the swizzle repeat every 8 rows");
+};
+
+}  // namespace attn::flash_sm80

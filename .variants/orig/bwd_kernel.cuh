@@ -1,0 +1,241 @@
+// flash_sm80's backward kernel: FlashAttention-2's decomposition on mma.sync.
+// One CTA per (KV tile, KV head, sequence) keeps dK and dV in registers and
+// walks, for each query head of the KV head's group (GQA: nothing repeated),
+// the query tiles that see its keys (the forward's mask-rule tile ranges, so
+// windows and causal masks skip tiles). Per query tile:
+//   S = Q.K^T, dP = dO.V^T -> P, dS (bwd_scores.cuh) -> shared memory ->
+//   dV += (P z)^T.dO, dK += dS^T.Q, dQ += dS.K (fp32 adds, bwd_dq.cuh).
+// The pre-pass (D, dq_accum = 0) and the dq conversion are in bwd_prepass.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/flash_sm80/bwd_config.h"
+#include "backends/flash_sm80/bwd_dq.cuh"
+#include "backends/flash_sm80/bwd_params.h"
+#include "backends/flash_sm80/bwd_scores.cuh"
+#include "backends/flash_sm80/fwd_epilogue.cuh"
+#include "backends/flash_sm80/fwd_loads.cuh"
+#include "backends/flash_sm80/fwd_schedule.cuh"
+#include "backends/flash_sm80/fwd_softmax.cuh"
+#include "core/cuda_check.h"
+#include "kernels/sm80/cp_async.cuh"
+#include "kernels/sm80/swizzle.h"
+#include "kernels/sm80/warp_gemm.cuh"
+
+namespace attn::flash_sm80 {
+
+// Query tiles [first, last] that may see keys [n0, n0 + kN): a superset from
+// the window's bounds (rows whose last key reaches n0 and whose first key is
+// before n0 + kN); the kernel tests each exactly with kv_tiles().
+struct QTiles {
+  int first = 0, last = -1;
+};
+
+template <int kM, int kN>
+__device__ __forceinline__ QTiles q_tiles(const FwdParams& p, const SeqExtent& s, int n0) {
+  QTiles t;
+  if (n0 >= s.len_kv || s.len_q <= 0) return t;
+  int64_t lo = 0, hi = s.len_q;
+  if (p.window_right >= 0) lo = max(int64_t{0}, int64_t{n0} - s.shift - p.window_right);
+  if (p.window_left >= 0) hi = min(int64_t{s.len_q}, int64_t{n0} + kN - s.shift + p.window_left);
+  if (lo >= hi) return t;
+  t.first = static_cast<int>(lo / kM);
+  t.last = static_cast<int>((hi - 1) / kM);
+  return t;
+}
+
+template <typename T, int kDQK, int kDV>
+__global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads)
+    flash_bwd_kernel(const __grid_constant__ BwdParams bp) {
+  using Cfg = BwdConfig<kDQK, kDV>;
+  const FwdParams& p = bp.fwd;
+  constexpr int kM = Cfg::kBlockM, kN = Cfg::kBlockN, kThreads = Cfg::kThreads;
+  constexpr int MAS = Cfg::kMAS, NAS = Cfg::kNAS;
+  using QTile = sm80::SwizzledTile<kM, kDQK>;
+  using DOTile = sm80::SwizzledTile<kM, kDV>;
+  using KTile = sm80::SwizzledTile<kN, kDQK>;
+  using VTile = sm80::SwizzledTile<kN, kDV>;
+  using PTile = sm80::SwizzledTile<kM, kN>;
+
+  // Q[0], Q[1], dO[0], dO[1] (kStages of each), K, V, P, dS.
+  extern __shared__ __align__(128) char smem[];
+  const uint32_t q_s0 = sm80::smem_addr(smem);
+  const uint32_t do_s0 = q_s0 + Cfg::kStages * Cfg::kSmemQ;
+  const uint32_t k_s = do_s0 + Cfg::kStages * Cfg::kSmemDO;
+  const uint32_t v_s = k_s + Cfg::kSmemK;
+  const uint32_t p_s = v_s + Cfg::kSmemV;
+  const uint32_t ds_s = p_s + Cfg::kSmemP;
+  char* k_smem = smem + Cfg::kStages * (Cfg::kSmemQ + Cfg::kSmemDO);
+  char* v_smem = k_smem + Cfg::kSmemK;
+  char* p_smem = v_smem + Cfg::kSmemV;
+  char* ds_smem = p_smem + Cfg::kSmemP;
+
+  const int b = blockIdx.z, h_kv = blockIdx.y, n = blockIdx.x, n0 = n * kN;
+  const SeqExtent seq = sequence_extent(p, b);
+  // Key rows this CTA writes: in a padded batch also those past len_kv (dk =
+  // dv = 0 there); in thd the rows past a sequence belong to the next one.
+  const int rows_out = p.packed ? min(kN, seq.len_kv - n0) : min(kN, p.s_kv - n0);
+  if (rows_out <= 0) return;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  // Each product's warp block (bwd_config.h).
+  const int row0_s = (warp / Cfg::kWarpsNS) * 16 * MAS, col0_s = (warp % Cfg::kWarpsNS) * 8 * NAS;
+  const int row0_k = (warp / Cfg::kWarpsDK) * 16 * Cfg::kMAK, col0_k = (warp % Cfg::kWarpsDK) * 8 * Cfg::kNAK;
+  const int row0_v = (warp / Cfg::kWarpsDV) * 16 * Cfg::kMAV, col0_v = (warp % Cfg::kWarpsDV) * 8 * Cfg::kNAV;
+  const int row0_q = (warp / Cfg::kWarpsDQ) * 16 * Cfg::kMAQ, col0_q = (warp % Cfg::kWarpsDQ) * 8 * Cfg::kNAQ;
+
+  float dk[Cfg::kMAK][Cfg::kNAK][4], dv[Cfg::kMAV][Cfg::kNAV][4];
+#pragma unroll
+  for (int ma = 0; ma < Cfg::kMAK; ++ma)
+#pragma unroll
+    for (int na = 0; na < Cfg::kNAK; ++na)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dk[ma][na][e] = 0.f;
+#pragma unroll
+  for (int ma = 0; ma < Cfg::kMAV; ++ma)
+#pragma unroll
+    for (int na = 0; na < Cfg::kNAV; ++na)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dv[ma][na][e] = 0.f;
+
+  // The query tiles that see these keys: a contiguous run (both ends of a
+  // row's key range grow with the row), found exactly from the superset.
+  QTiles mt = q_tiles<kM, kN>(p, seq, n0);
+  auto sees = [&](int m) {
+    const KvTiles kt = kv_tiles<kM, kN>(p, seq, m * kM);
+    return kt.first <= n && n <= kt.last;
+  };
+  while (mt.first <= mt.last && !sees(mt.first)) ++mt.first;
+  while (mt.first <= mt.last && !sees(mt.last)) --mt.last;
+  if (mt.first <= mt.last) {
+    const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + (seq.start_kv + n0) * p.k_row_stride +
+                 h_kv * p.k_head_stride;
+    const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + (seq.start_kv + n0) * p.v_row_stride +
+                 h_kv * p.v_head_stride;
+    load_tile<KTile, kN, kThreads>(k_s, k, p.k_row_stride, seq.len_kv - n0, tid);
+    load_tile<VTile, kN, kThreads>(v_s, v, p.v_row_stride, seq.len_kv - n0, tid);
+
+    const float unit = p.score_mods ? 1.f : p.scale_log2;  // score units -> log2 units
+    const int64_t tok0 = p.packed ? seq.start_q : static_cast<int64_t>(b) * p.s_q;  // workspace token of row 0
+    // Work items: (query head g of the group, query tile m), m fastest.
+    const int n_m = mt.last - mt.first + 1, items = p.h_per_kv * n_m;
+    auto head_of = [&](int item) { return h_kv * p.h_per_kv + item / n_m; };
+    auto load_q_do = [&](int item, int stage) {
+      const int h = head_of(item), m0 = (mt.first + item % n_m) * kM, rows = min(kM, seq.len_q - m0);
+      const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + (seq.start_q + m0) * p.q_row_stride +
+                   h * p.q_head_stride;
+      const T* dout = static_cast<const T*>(bp.dout) + b * bp.do_batch_stride +
+                      (seq.start_q + m0) * bp.do_row_stride + h * bp.do_head_stride;
+      load_tile<QTile, kM, kThreads>(q_s0 + stage * Cfg::kSmemQ, q, p.q_row_stride, rows, tid);
+      load_tile<DOTile, kM, kThreads>(do_s0 + stage * Cfg::kSmemDO, dout, bp.do_row_stride, rows, tid);
+    };
+    if (Cfg::kStages == 2) load_q_do(0, 0);
+    sm80::cp_async_commit();  // K, V (and the first Q, dO)
+
+    for (int item = 0; item < items; ++item) {
+      const int stage = Cfg::kStages == 2 ? item & 1 : 0;
+      const uint32_t q_s = q_s0 + stage * Cfg::kSmemQ, do_s = do_s0 + stage * Cfg::kSmemDO;
+      // Two stages: the next tile's loads run behind this tile's products (its
+      // buffers were last read before the previous iteration's final barrier).
+      if (Cfg::kStages == 1) {
+        load_q_do(item, 0);
+        sm80::cp_async_commit();
+      } else if (item + 1 < items) {
+        load_q_do(item + 1, stage ^ 1);
+        sm80::cp_async_commit();
+      }
+      const int h = head_of(item), m = mt.first + item % n_m, m0 = m * kM;
+      const int rows = min(kM, seq.len_q - m0);
+      const KvTiles kt = kv_tiles<kM, kN>(p, seq, m0);
+      const uint32_t bh = static_cast<uint32_t>(b) * static_cast<uint32_t>(p.h_q) + static_cast<uint32_t>(h);
+      const float slope = p.alibi ? p.alibi[b * p.alibi_batch_stride + h * p.alibi_head_stride] : 0.f;
+      const float* lse_h = p.lse + b * p.lse_batch_stride + seq.start_q * p.lse_row_stride + h * p.lse_head_stride;
+
+      // The run found above has no gaps (both ends of a row's key range grow
+      // with the row); tested anyway, so that a gap could never unbalance the
+      // deterministic mode's counters.
+      const bool visits = kt.first <= n && n <= kt.last;
+      RowTerms<MAS> rt;
+      rt.load(lse_h + m0 * p.lse_row_stride, p.lse_row_stride, bp.delta + h * bp.rows_q + tok0 + m0, row0_s, rows,
+              lane);
+      KeepBits<MAS, NAS> keep;
+      if (p.dropout_threshold) keep.compute(p, bh, m0 + row0_s, n0 + col0_s, lane);
+
+      if (Cfg::kStages == 2 && item + 1 < items)
+        sm80::cp_async_wait<1>();  // all but the group just issued
+      else
+        sm80::cp_async_wait<0>();
+      __syncthreads();
+      if (!visits) {
+        __syncthreads();
+        continue;
+      }
+
+      float s[MAS][NAS][4], dp[MAS][NAS][4];
+#pragma unroll
+      for (int ma = 0; ma < MAS; ++ma)
+#pragma unroll
+        for (int na = 0; na < NAS; ++na)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[ma][na][e] = dp[ma][na][e] = 0.f;
+      sm80::gemm_ss<T, MAS, NAS, kDV, DOTile, VTile, false, false>(dp, do_s, v_s, row0_s, col0_s, lane);
+      sm80::gemm_ss<T, MAS, NAS, kDQK, QTile, KTile, false, false>(s, q_s, k_s, row0_s, col0_s, lane);
+
+      dp_minus_delta(dp, rt, keep, p);
+      if (p.score_mods) score_mods_bwd(s, dp, p, slope, m0 + row0_s, n0 + col0_s, seq.shift, lane);
+      if (!(n0 >= kt.all_begin && n0 + kN <= kt.all_end)) apply_mask(s, p, seq, m0 + row0_s, n0 + col0_s, lane);
+      probabilities_and_grads(s, dp, rt, keep, p, unit);
+      stage_block<T, PTile>(p_smem, s, 1.f, row0_s, col0_s, lane);
+      stage_block<T, PTile>(ds_smem, dp, 1.f, row0_s, col0_s, lane);
+      __syncthreads();
+
+      sm80::gemm_ss<T, Cfg::kMAV, Cfg::kNAV, kM, PTile, DOTile, true, true>(dv, p_s, do_s, row0_v, col0_v, lane);
+      sm80::gemm_ss<T, Cfg::kMAK, Cfg::kNAK, kM, PTile, QTile, true, true>(dk, ds_s, q_s, row0_k, col0_k, lane);
+      {
+        float dq[Cfg::kMAQ][Cfg::kNAQ][4];
+#pragma unroll
+        for (int ma = 0; ma < Cfg::kMAQ; ++ma)
+#pragma unroll
+          for (int na = 0; na < Cfg::kNAQ; ++na)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dq[ma][na][e] = 0.f;
+        sm80::gemm_ss<T, Cfg::kMAQ, Cfg::kNAQ, kN, PTile, KTile, false, true>(dq, ds_s, k_s, row0_q, col0_q, lane);
+        int* sem = bp.dq_semaphore ? bp.dq_semaphore + (static_cast<int64_t>(b) * p.h_q + h) * bp.m_tiles + m : nullptr;
+        if (sem) wait_turn(sem, n - kt.first, tid);
+        add_dq<kDQK>(bp.dq_accum + (h * bp.rows_q + tok0 + m0) * kDQK, dq, row0_q, col0_q, rows, lane);
+        if (sem) pass_turn(sem, tid);
+      }
+      __syncthreads();  // every warp is done with this tile's Q, dO, P and dS
+    }
+  }
+
+  // dK (times softmax_scale) and dV through K's and V's shared memory, then
+  // whole 16-byte chunks per row; zeros where no query saw these keys.
+  sm80::cp_async_wait<0>();
+  __syncthreads();
+  stage_block<T, KTile>(k_smem, dk, p.scale, row0_k, col0_k, lane);
+  stage_block<T, VTile>(v_smem, dv, 1.f, row0_v, col0_v, lane);
+  __syncthreads();
+  T* dk_out = static_cast<T*>(bp.dk) + b * bp.dk_batch_stride + (seq.start_kv + n0) * bp.dk_row_stride +
+              h_kv * bp.dk_head_stride;
+  T* dv_out = static_cast<T*>(bp.dv) + b * bp.dv_batch_stride + (seq.start_kv + n0) * bp.dv_row_stride +
+              h_kv * bp.dv_head_stride;
+  store_tile<KTile, kN, kThreads>(dk_out, bp.dk_row_stride, k_smem, rows_out, tid);
+  store_tile<VTile, kN, kThreads>(dv_out, bp.dv_row_stride, v_smem, rows_out, tid);
+}
+
+template <typename T, int kDQK, int kDV>
+void launch_bwd(const BwdParams& p, cudaStream_t stream) {
+  using Cfg = BwdConfig<kDQK, kDV>;
+  auto* kernel = flash_bwd_kernel<T, kDQK, kDV>;
+  if (Cfg::kSmemBytes > 48 * 1024)
+    ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  const dim3 grid((p.fwd.s_kv + Cfg::kBlockN - 1) / Cfg::kBlockN, p.fwd.h_q / p.fwd.h_per_kv, p.fwd.batch);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  ATTN_CUDA(cudaGetLastError());
+}
+
+}  // namespace attn::flash_sm80

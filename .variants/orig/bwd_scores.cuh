@@ -1,0 +1,108 @@
+// One S / dP tile of the backward in registers -> P (for dV) and dS (for dQ,
+// dK), in SEMANTICS.md's order, with the caller's lse (FlashAttention's and
+// cuDNN's contract: the backward reuses the forward's out and lse):
+//   dP' = z * dP - D           (z = keep / (1 - p): dropout; D = rowsum(dO * O))
+//   s   = scale q.k, softcap (dP' *= 1 - tanh^2, its derivative), ALiBi, mask
+//   P   = exp(s - lse)          (0 for rows with lse = -inf: they see no key)
+//   dS  = P * dP',  and P * z is what dV needs.
+// Register layout as in fwd_softmax.cuh: s[ma][na][2 * half + e] is row
+// row0 + 16 ma + 8 half + lane / 4, column n0 + 8 na + 2 (lane % 4) + e.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/flash_sm80/bwd_params.h"
+#include "backends/flash_sm80/fwd_epilogue.cuh"
+#include "backends/flash_sm80/fwd_softmax.cuh"
+#include "kernels/sm80/mma.cuh"
+
+namespace attn::flash_sm80 {
+
+// Per owned row: lse in log2 units (+inf for rows that see no key or lie past
+// the sequence, so that every P of theirs is exp2(-inf) = 0) and D (0 past
+// the sequence, where out and dout may hold anything).
+template <int MA>
+struct RowTerms {
+  float lse2[MA][2];
+  float delta[MA][2];
+
+  __device__ __forceinline__ void load(const float* lse, int64_t lse_row_stride, const float* delta_row0, int row0,
+                                       int rows, int lane) {
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = row0 + 16 * ma + 8 * h + (lane >> 2);
+        const float l = r < rows ? lse[r * lse_row_stride] : -INFINITY;
+        lse2[ma][h] = l == -INFINITY ? INFINITY : l * kLog2e;
+        delta[ma][h] = r < rows ? delta_row0[r] : 0.f;
+      }
+  }
+};
+
+// dP -> z * dP - D (dropped pairs: -D; their P * z is 0 and their dS is P * -D,
+// as d(out)/d(s) through the kept pairs alone requires).
+template <int MA, int NA>
+__device__ __forceinline__ void dp_minus_delta(float (&dp)[MA][NA][4], const RowTerms<MA>& rt,
+                                               const KeepBits<MA, NA>& keep, const FwdParams& p) {
+#pragma unroll
+  for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+    for (int na = 0; na < NA; ++na)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float d = dp[ma][na][e];
+        if (p.dropout_threshold) {
+          const int b = KeepBits<MA, NA>::bit(ma, na, e);
+          d = ((keep.word[b / 32] >> (b % 32)) & 1u) ? d * p.dropout_scale : 0.f;
+        }
+        dp[ma][na][e] = d - rt.delta[ma][e >> 1];
+      }
+}
+
+// The forward's score changes (fwd_softmax.cuh's apply_score_mods, the same
+// operations so that P matches the forward's lse), and softcap's derivative
+// 1 - tanh^2 folded into dP'. Scores end in log2 units.
+template <int MA, int NA>
+__device__ __forceinline__ void score_mods_bwd(float (&s)[MA][NA][4], float (&dp)[MA][NA][4], const FwdParams& p,
+                                               float slope, int row0, int n0, int shift, int lane) {
+  for_each_score<MA, NA>(row0, n0, lane, [&](int ma, int na, int e, int i, int j) {
+    float softcap_grad;
+    s[ma][na][e] = modified_score(s[ma][na][e], p, slope, i, j, shift, softcap_grad);
+    if (p.softcap > 0.f) dp[ma][na][e] *= softcap_grad;
+  });
+}
+
+// s -> P = exp2(unit * s - lse2); dp -> dS = P * dp; s -> P * z (dropout).
+template <int MA, int NA>
+__device__ __forceinline__ void probabilities_and_grads(float (&s)[MA][NA][4], float (&dp)[MA][NA][4],
+                                                        const RowTerms<MA>& rt, const KeepBits<MA, NA>& keep,
+                                                        const FwdParams& p, float unit) {
+#pragma unroll
+  for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+    for (int na = 0; na < NA; ++na)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float pr = sm80::fast_exp2(s[ma][na][e] * unit - rt.lse2[ma][e >> 1]);
+        dp[ma][na][e] *= pr;
+        float pz = pr;
+        if (p.dropout_threshold) {
+          const int b = KeepBits<MA, NA>::bit(ma, na, e);
+          pz = ((keep.word[b / 32] >> (b % 32)) & 1u) ? pr * p.dropout_scale : 0.f;
+        }
+        s[ma][na][e] = pz;
+      }
+}
+
+// stage_block (fwd_epilogue.cuh) with one scale for every row.
+template <typename T, class Tile, int MA, int NA>
+__device__ __forceinline__ void stage_block(char* smem, const float (&acc)[MA][NA][4], float scale, int row0,
+                                            int col0, int lane) {
+  float row_scale[MA][2];
+#pragma unroll
+  for (int ma = 0; ma < MA; ++ma) row_scale[ma][0] = row_scale[ma][1] = scale;
+  stage_block<T, Tile>(smem, acc, row_scale, row0, col0, lane);
+}
+
+}  // namespace attn::flash_sm80
