@@ -157,15 +157,13 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads)
       const KvTiles kt = kv_tiles<kM, kN>(p, seq, m0);
       const uint32_t bh = static_cast<uint32_t>(b) * static_cast<uint32_t>(p.h_q) + static_cast<uint32_t>(h);
       const float slope = p.alibi ? p.alibi[b * p.alibi_batch_stride + h * p.alibi_head_stride] : 0.f;
-      const float* lse_h = p.lse + b * p.lse_batch_stride + seq.start_q * p.lse_row_stride + h * p.lse_head_stride;
 
       // The run found above has no gaps (both ends of a row's key range grow
       // with the row); tested anyway, so that a gap could never unbalance the
       // deterministic mode's counters.
       const bool visits = kt.first <= n && n <= kt.last;
       RowTerms<MAS> rt;
-      rt.load(lse_h + m0 * p.lse_row_stride, p.lse_row_stride, bp.delta + h * bp.rows_q + tok0 + m0, row0_s, rows,
-              lane);
+      rt.load(bp.row_terms + h * bp.rows_q + tok0 + m0, row0_s, rows, lane);
       KeepBits<MAS, NAS> keep;
       if (p.dropout_threshold) keep.compute(p, bh, m0 + row0_s, n0 + col0_s, lane);
 

@@ -20,24 +20,26 @@ namespace attn::flash_sm80 {
 
 // Per owned row: lse in log2 units (+inf for rows that see no key or lie past
 // the sequence, so that every P of theirs is exp2(-inf) = 0) and D (0 past
-// the sequence, where out and dout may hold anything). Read through lse2(ma,
-// h) and delta(ma, h), so that another way of holding them (loaded at use)
-// changes this struct only.
+// the sequence, where out and dout may hold anything), from the pre-pass's
+// row_terms (bwd_params.h): one pointer and one 8-byte load per row, the rows
+// 8 apart at constant offsets. Read through lse2(ma, h) and delta(ma, h), so
+// that another way of holding them changes this struct only.
 template <int MA>
 struct RowTerms {
   float lse2_[MA][2];
   float delta_[MA][2];
 
-  __device__ __forceinline__ void load(const float* lse, int64_t lse_row_stride, const float* delta_row0, int row0,
-                                       int rows, int lane) {
+  // terms: the tile's row 0; rows: the rows of the tile in the sequence.
+  __device__ __forceinline__ void load(const float2* terms, int row0, int rows, int lane) {
+    const int r0 = row0 + (lane >> 2);
+    const float2* at = terms + r0;
 #pragma unroll
     for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int r = row0 + 16 * ma + 8 * h + (lane >> 2);
-        const float l = r < rows ? lse[r * lse_row_stride] : -INFINITY;
-        lse2_[ma][h] = l == -INFINITY ? INFINITY : l * kLog2e;
-        delta_[ma][h] = r < rows ? delta_row0[r] : 0.f;
+        const float2 t = r0 + 16 * ma + 8 * h < rows ? at[16 * ma + 8 * h] : make_float2(INFINITY, 0.f);
+        lse2_[ma][h] = t.x;
+        delta_[ma][h] = t.y;
       }
   }
   __device__ __forceinline__ float lse2(int ma, int h) const { return lse2_[ma][h]; }

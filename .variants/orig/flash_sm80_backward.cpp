@@ -1,0 +1,104 @@
+// flash_sm80's backward on the host: views + Problem -> BwdParams, workspace
+// (D, the fp32 dQ accumulator, deterministic mode's counters), then three
+// launches on the caller's stream: pre-pass, main kernel (table row for
+// (dtype, d_qk, d_v)), dq conversion. No host sync.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "attn/error.h"
+#include "backends/flash_sm80/bwd_config.h"
+#include "backends/flash_sm80/bwd_launch.h"
+#include "backends/flash_sm80/bwd_table.h"
+#include "backends/flash_sm80/flash_sm80.h"
+#include "backends/flash_sm80/host_params.h"
+#include "core/cuda_check.h"
+#include "core/workspace.h"
+
+namespace attn::flash_sm80 {
+namespace {
+
+int block_m() { return BwdConfig<64, 64>::kBlockM; }  // the same for every row (static_assert below)
+
+#define ATTN_SAME_M(dqk, dv) static_assert(BwdConfig<dqk, dv>::kBlockM == 64, "one query tile size for all rows");
+ATTN_FLASH_SM80_BWD_TABLE(ATTN_SAME_M)
+#undef ATTN_SAME_M
+
+int64_t rows_q_of(const Problem& p) { return p.qkv_format == QkvFormat::thd ? p.total_q : p.batch * p.s_q; }
+
+// Carves the workspace; with a null base only counts its bytes.
+int64_t carve(const Problem& p, char* base, BwdParams* k) {
+  detail::Carver c(base);
+  const int64_t rows = rows_q_of(p);
+  float* delta = c.take<float>(p.h_q * rows);
+  float* acc = c.take<float>(p.h_q * rows * p.d_qk);
+  const int m_tiles = static_cast<int>((p.s_q + block_m() - 1) / block_m());
+  int* sem = p.deterministic ? c.take<int>(p.batch * p.h_q * m_tiles) : nullptr;
+  if (k) {
+    k->rows_q = rows;
+    k->delta = delta;
+    k->dq_accum = acc;
+    k->dq_semaphore = sem;
+    k->m_tiles = m_tiles;
+  }
+  return c.used();
+}
+
+template <typename T>
+bool dispatch(const Problem& p, const BwdParams& k, cudaStream_t stream) {
+#define ATTN_DISPATCH_ROW(dqk, dv)          \
+  if (p.d_qk == (dqk) && p.d_v == (dv)) {   \
+    launch_bwd<T, dqk, dv>(k, stream);      \
+    return true;                            \
+  }
+  ATTN_FLASH_SM80_BWD_TABLE(ATTN_DISPATCH_ROW)
+#undef ATTN_DISPATCH_ROW
+  return false;
+}
+
+template <typename T>
+void run(const Problem& p, const BwdParams& k, cudaStream_t stream) {
+  const int dqk = static_cast<int>(p.d_qk), dv = static_cast<int>(p.d_v);
+  if (k.rows_q > 0) launch_bwd_prepass<T>(k, dqk, dv, stream);
+  if (p.s_kv > 0 && !dispatch<T>(p, k, stream))  // supports() refuses these; reaching here is a bug in attn
+    fail(ErrorKind::runtime, "flash_sm80 has no backward kernel for this head dim",
+         std::to_string(p.d_qk) + "/" + std::to_string(p.d_v), "a row of bwd_table.h",
+         "report this: supports() should have refused the call");
+  if (k.rows_q > 0) launch_bwd_convert_dq<T>(k, dqk, stream);
+}
+
+}  // namespace
+
+int64_t backward_workspace_bytes(const Problem& p) { return carve(p, nullptr, nullptr); }
+
+void backward(const Problem& p, const BackwardArgs& a, const RunContext& ctx) {
+  ATTN_CUDA(cudaSetDevice(p.device.index));
+  if (p.batch == 0 || p.h_q == 0) return;  // nothing to write
+  const auto stream = static_cast<cudaStream_t>(ctx.stream);
+  BwdParams k;
+  k.fwd = forward_params(p, ForwardArgs{a.in, a.out, a.lse});
+  const QkvFormat f = p.qkv_format;
+  const Strides o = strides_of(a.dout, f), q = strides_of(a.dq, f), kk = strides_of(a.dk, f),
+                v = strides_of(a.dv, f);
+  k.dout = a.dout.data;
+  k.dq = a.dq.data;
+  k.dk = a.dk.data;
+  k.dv = a.dv.data;
+  k.do_batch_stride = o.batch, k.do_row_stride = o.row, k.do_head_stride = o.head;
+  k.dq_batch_stride = q.batch, k.dq_row_stride = q.row, k.dq_head_stride = q.head;
+  k.dk_batch_stride = kk.batch, k.dk_row_stride = kk.row, k.dk_head_stride = kk.head;
+  k.dv_batch_stride = v.batch, k.dv_row_stride = v.row, k.dv_head_stride = v.head;
+  const int64_t bytes = backward_workspace_bytes(p);
+  carve(p, static_cast<char*>(detail::workspace(p.device.index, ctx.stream, bytes)), &k);
+  if (k.dq_semaphore)
+    ATTN_CUDA(cudaMemsetAsync(k.dq_semaphore, 0, static_cast<size_t>(p.batch * p.h_q * k.m_tiles) * sizeof(int),
+                              stream));
+  if (p.dtype == DType::bf16)
+    run<__nv_bfloat16>(p, k, stream);
+  else
+    run<__half>(p, k, stream);
+}
+
+}  // namespace attn::flash_sm80
