@@ -20,7 +20,7 @@ __device__ __forceinline__ void stage_block(char* smem, const float (&acc)[MA][N
                                             int row0, int col0, int lane) {
   // Column block col0 / 8 + na is exactly 16-byte chunk col0 / 8 + na of the row.
   // Where the swizzle allows (swizzle.h, stepped), one address per thread.
-  constexpr bool kStepped = Tile::kXorSteps && (NA % 8 == 0 || (NA & (NA - 1)) == 0);
+  constexpr bool kStepped = Tile::template kStepsBlocks<NA>;
   const uint32_t at = Tile::byte_offset(row0 + (lane >> 2), col0 / 8) + 4 * (lane & 3);
 #pragma unroll
   for (int ma = 0; ma < MA; ++ma)

@@ -46,6 +46,11 @@ struct SwizzledTile {
   // across the backward's loop (and spilled). tests/kernels/test_sm80_swizzle.cpp
   // checks the identity for the tiles and steps the kernels use.
   static constexpr bool kXorSteps = kFull == kChunks;
+  // Whether stepped() covers kBlocks blocks from c0 = w * kBlocks (every warp
+  // layout's column start): a power of two keeps c0's low bits clear of j's,
+  // and so does a multiple of 8.
+  template <int kBlocks>
+  static constexpr bool kStepsBlocks = kXorSteps && (kBlocks % 8 == 0 || (kBlocks & (kBlocks - 1)) == 0);
   ATTN_HOST_DEVICE static constexpr uint32_t stepped(uint32_t at, int j, int m) {
     return (at ^ static_cast<uint32_t>((j % 8) * 16)) + static_cast<uint32_t>((j / 8) * 128 + 8 * m * kRowBytes);
   }
