@@ -24,6 +24,13 @@ timeout 75 compute-sanitizer --tool memcheck --error-exitcode 9 build-device/att
 memcheck_rc=$?
 timeout 75 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/attn check $small >"$out/racecheck.log" 2>&1
 racecheck_rc=$?
+# The same case on the compact backward build (64-row tiles, chosen for sm86's 99 KiB).
+ATTN_SIMULATE_DEVICE=sm86 timeout 75 compute-sanitizer --tool memcheck --error-exitcode 9 build-device/attn check $small \
+  >"$out/memcheck-compact.log" 2>&1
+memcheck_rc=$((memcheck_rc + $?))
+ATTN_SIMULATE_DEVICE=sm86 timeout 75 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/attn check $small \
+  >"$out/racecheck-compact.log" 2>&1
+racecheck_rc=$((racecheck_rc + $?))
 obj=$(find build-device -name 'bwd_instantiate.cu.o' -path '*bwd_128_128*' | head -1)
 hmma=$(cuobjdump -sass "$obj" 2>/dev/null | grep -c HMMA)
 t2=$(date +%s)
@@ -35,7 +42,7 @@ paste - - - <"$out/ptxas.txt" | sed -E "s/.*flash_(fwd|bwd)_kernelI([^E]*)E.*for
 echo "== gpu tests (rc $tests_rc)"
 grep -E "^\[  (PASSED|FAILED) |FAILED|grid cases|Failure|out: |lse: |dq: |dk: |dv: |differs|grid case [0-9]|^(fwd|bwd) " "$out/gpu_tests.log" | head -60
 echo "== memcheck (rc $memcheck_rc), racecheck (rc $racecheck_rc), HMMA in bwd 128 SASS: $hmma"
-grep -E "ERROR SUMMARY|RACECHECK SUMMARY|flash_sm80" "$out/memcheck.log" "$out/racecheck.log" | head -10
+grep -E "ERROR SUMMARY|RACECHECK SUMMARY|flash_sm80" "$out"/memcheck*.log "$out"/racecheck*.log | head -16
 echo "== compare"
 tail -45 "$out/compare.log"
 echo "build $((t1 - t0)) s, tests $((t2 - t1)) s, compare $((t3 - t2)) s"

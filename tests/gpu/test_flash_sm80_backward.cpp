@@ -1,6 +1,9 @@
 // flash_sm80's backward beyond the shared grid: the deterministic mode gives
 // bitwise identical dq, dk, dv across runs (ordered dQ accumulation) and still
-// matches the reference; the default mode matches it on the same inputs.
+// matches the reference; the default mode matches it on the same inputs. The
+// compact builds (64-row tiles for GPUs with 99 KiB of shared memory per
+// block) run here under ATTN_SIMULATE_DEVICE=sm86 and match the reference.
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -72,6 +75,61 @@ TEST(FlashSm80Backward, DeterministicModeIsBitwiseRepeatable) {
       EXPECT_TRUE(cmp.pass) << name << ": max abs " << cmp.max_abs << ", rel frob " << cmp.rel_frobenius << ", bad "
                             << cmp.bad << ", nan " << cmp.nan << " of " << cmp.count;
     }
+  }
+}
+
+// The compact builds of the d 32 and d 64 rows: chosen where the 128-row
+// tiles do not fit the device's shared memory (bwd_config.h), so a simulated
+// sm86 (99 KiB) makes any GPU run them. Lengths off the tile, an empty
+// sequence, GQA, a window, dropout, the deterministic mode.
+TEST(FlashSm80Backward, CompactBuildsForSmallSharedMemoryMatchTheReference) {
+  ATTN_REQUIRE_GPU();
+  std::vector<testing::CaseSpec> specs;
+  for (int d : {32, 64}) {
+    testing::CaseSpec s;
+    s.format = QkvFormat::thd;
+    s.mask = MaskType::padding_causal;
+    s.batch = 4;
+    s.seqlens_q = s.seqlens_kv = {1, 0, 77, 300};
+    s.h_q = 8;
+    s.h_kv = 2;
+    s.d_qk = s.d_v = d;
+    s.window = {31, 0};
+    s.dropout_p = d == 64 ? 0.1 : 0.0;
+    s.seed = 11;
+    s.backward = true;
+    specs.push_back(s);
+    testing::CaseSpec t;  // bshd, no mask, two query tiles of 64 and a partial one
+    t.batch = 2;
+    t.s_q = 150;
+    t.s_kv = 200;
+    t.h_q = t.h_kv = 4;
+    t.d_qk = t.d_v = d;
+    t.backward = true;
+    specs.push_back(t);
+  }
+  struct SimulateSm86 {  // for this test only, also when an assertion returns early
+    SimulateSm86() { setenv("ATTN_SIMULATE_DEVICE", "sm86", 1); }
+    ~SimulateSm86() { unsetenv("ATTN_SIMULATE_DEVICE"); }
+  } simulate;
+  int index = 0;
+  for (const testing::CaseSpec& spec : specs) {
+    for (bool deterministic : {false, true}) {
+      SCOPED_TRACE("case " + std::to_string(index) + (deterministic ? ", deterministic" : ""));
+      Problem p = testing::problem_of(spec, Pass::backward, Device::cuda(0));
+      p.deterministic = deterministic;
+      const DeviceInfo sm86 = query_device(Device::cuda(0));
+      ASSERT_EQ(sm86.smem_per_block_optin_bytes, 99 * 1024);
+      EXPECT_TRUE(find_backend("flash_sm80")->supports(p, sm86).empty());
+      testing::Case gpu = testing::make_case(spec, Device::cuda(0), 900 + index);
+      gpu.opts.deterministic = deterministic;
+      testing::run_forced(gpu, "flash_sm80");
+      ATTN_CUDA_OK(cudaDeviceSynchronize());
+      testing::Case ref = testing::copy_inputs_to(gpu, Device::cpu(), DType::f64);
+      testing::run_forced(ref, "reference");
+      testing::expect_outputs_match(gpu, ref);
+    }
+    ++index;
   }
 }
 

@@ -41,17 +41,24 @@ void expect_stepped_exact(const char* what, int dqk, int dv) {
     EXPECT_EQ(mismatches<Tile>(NA), 0) << what << " of d " << dqk << "/" << dv << ", " << NA << " blocks";
 }
 
+// The backward's staged tiles of one build (BwdConfig) of a table row.
+template <class C>
+void expect_bwd_stepped_exact(int dqk, int dv) {
+  expect_stepped_exact<SwizzledTile<C::kBlockM, C::kBlockN>, C::kNAS>("backward P/dS", dqk, dv);
+  expect_stepped_exact<SwizzledTile<C::kBlockN, C::kHeadDimQK>, C::kNAK>("backward dK", dqk, dv);
+  expect_stepped_exact<SwizzledTile<C::kBlockN, C::kHeadDimV>, C::kNAV>("backward dV", dqk, dv);
+}
+
 TEST(Sm80Swizzle, SteppedMatchesByteOffsetWhereStageBlockUsesIt) {
   using flash_sm80::BwdConfig;
   using flash_sm80::FwdConfig;
   int rows = 0;
-#define ATTN_CHECK_BWD(dqk, dv)                                                                                    \
-  {                                                                                                                \
-    using C = BwdConfig<dqk, dv>;                                                                                  \
-    expect_stepped_exact<SwizzledTile<C::kBlockM, C::kBlockN>, C::kNAS>("backward P/dS", dqk, dv);                 \
-    expect_stepped_exact<SwizzledTile<C::kBlockN, dqk>, C::kNAK>("backward dK", dqk, dv);                          \
-    expect_stepped_exact<SwizzledTile<C::kBlockN, dv>, C::kNAV>("backward dV", dqk, dv);                           \
-    ++rows;                                                                                                        \
+  // Each row's build and, for rows with 128-row tiles, its compact build.
+#define ATTN_CHECK_BWD(dqk, dv)                                                       \
+  {                                                                                   \
+    expect_bwd_stepped_exact<BwdConfig<dqk, dv>>(dqk, dv);                            \
+    expect_bwd_stepped_exact<BwdConfig<dqk, dv, ATTN_SM80_BWD_WIDE_M(dqk)>>(dqk, dv); \
+    ++rows;                                                                           \
   }
   ATTN_FLASH_SM80_BWD_TABLE(ATTN_CHECK_BWD)
 #undef ATTN_CHECK_BWD

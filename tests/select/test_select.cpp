@@ -184,6 +184,32 @@ TEST(Select, VerdictsStopAtTheChosenBackendUnlessAllAreAsked) {
   EXPECT_STREQ(loud.backend->name(), s.backend->name());
 }
 
+TEST(Select, Sm80BackwardRunsCompactTilesWhereSharedMemoryIsSmall) {
+  // sm86/sm89 allow 99 KiB per block: flash_sm80's d 32 and d 64 backward
+  // run their compact 64-row build there (64 / 96 KiB; the 128-row tiles need
+  // 112 / 160 KiB), d 96 and up are refused with the numbers; sm80 (163 KiB)
+  // takes the 128-row tiles.
+  auto smem_reasons = [](const char* spec, int d) {
+    Problem p = gpu_problem(d, d);
+    p.pass = Pass::backward;
+    const std::vector<Verdict> verdicts = explain(p, simulated_device(spec), Policy{});
+    std::string out;
+    for (const std::string& r : verdict_of(verdicts, "flash_sm80").reasons)
+      if (r.find("shared memory") != std::string::npos) out += r;
+    return out;
+  };
+  for (const char* spec : {"sm86", "sm89"}) {
+    EXPECT_EQ(smem_reasons(spec, 32), "") << spec;
+    EXPECT_EQ(smem_reasons(spec, 64), "") << spec;
+    const std::string d96 = smem_reasons(spec, 96);
+    EXPECT_NE(d96.find("head_dim 96/96 needs 128 KiB of shared memory per block in the backward"),
+              std::string::npos) << d96;
+    EXPECT_NE(d96.find("allows 99 KiB"), std::string::npos) << d96;
+  }
+  EXPECT_EQ(smem_reasons("sm80", 64), "");
+  EXPECT_EQ(smem_reasons("sm80", 128), "");
+}
+
 TEST(Select, SimulatedDeviceFromEnvironmentAndUnknownSpec) {
   setenv("ATTN_SIMULATE_DEVICE", "sm90", 1);
   const DeviceInfo d = query_device(Device::cuda(0));

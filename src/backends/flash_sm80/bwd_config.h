@@ -15,14 +15,21 @@ namespace attn::flash_sm80 {
 //   dQ      (kBlockM x d_qk):     4 x 2 warps
 // Per thread: dK + dV hold kBlockN * (d_qk + d_v) / 256 floats for the whole
 // loop (128 at d 128 and d 256), S and dP kBlockM * kBlockN / 256 each.
-template <int kDQK, int kDV>
+//
+// 128 query rows at d <= 64 ("wide", FlashAttention-2's sm80 tile there):
+// twice the products per tile for the same loads, barriers and setup. ptxas
+// reports spills there (d 64: 180 B on sm_90a, 164 B on sm_80), and it is
+// still faster on the H100: backward d 64 0.71-0.76x -> 0.77-0.82x FA2, d 32
+// 0.61-0.69x -> 0.68-0.77x (docs/PERF.md, 2026-11-23). Those rows also have a
+// compact build (kCompact: 64-row tiles, 64 / 96 KiB) for GPUs whose shared
+// memory per block cannot hold the wide one (sm86/sm89: 99 KiB). A macro
+// because bwd_instantiate.cu tests it in the preprocessor.
+#define ATTN_SM80_BWD_WIDE_M(dqk) ((dqk) <= 64)
+
+template <int kDQK, int kDV, bool kCompact = false>
 struct BwdConfig {
-  // 128 query rows at d <= 64 (FlashAttention-2's sm80 tile there): twice the
-  // products per tile for the same loads, barriers and setup. ptxas reports
-  // spills there (d 64: 180 B on sm_90a, 164 B on sm_80), and it is still
-  // faster on the H100: backward d 64 0.71-0.76x -> 0.77-0.82x FA2, d 32
-  // 0.61-0.69x -> 0.68-0.77x (docs/PERF.md, 2026-11-23).
-  static constexpr int kBlockM = kDQK <= 64 ? 128 : 64;
+  static constexpr int kHeadDimQK = kDQK, kHeadDimV = kDV;
+  static constexpr int kBlockM = ATTN_SM80_BWD_WIDE_M(kDQK) && !kCompact ? 128 : 64;
   static constexpr int kBlockN = kDQK <= 128 ? 128 : 64;
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
@@ -61,6 +68,22 @@ struct BwdConfig {
   static_assert(kMAK >= 1 && kNAK % 2 == 0 && kMAV >= 1 && kNAV % 2 == 0, "dK, dV: warps tile whole blocks");
   static_assert(kMAQ >= 1 && kNAQ % 2 == 0, "dQ: warps tile whole blocks");
   static_assert(kBlockM % 64 == 0 && kBlockN % 64 == 0, "tile copies and the swizzle repeat every 8 rows");
+  static_assert(!kCompact || ATTN_SM80_BWD_WIDE_M(kDQK), "only rows with wide tiles have a compact build");
 };
+
+// Whether row (kDQK, kDV) runs its compact build on a device that allows
+// `optin` bytes of shared memory per block (0: not known, the wide build):
+// only where the wide build does not fit. The host's dispatch and supports()
+// both ask here.
+template <int kDQK, int kDV>
+constexpr bool bwd_uses_compact(long long optin) {
+  return ATTN_SM80_BWD_WIDE_M(kDQK) && optin > 0 && BwdConfig<kDQK, kDV>::kSmemBytes > optin;
+}
+template <int kDQK, int kDV>
+constexpr int bwd_smem_bytes(long long optin) {
+  if constexpr (ATTN_SM80_BWD_WIDE_M(kDQK))
+    if (bwd_uses_compact<kDQK, kDV>(optin)) return BwdConfig<kDQK, kDV, true>::kSmemBytes;
+  return BwdConfig<kDQK, kDV>::kSmemBytes;
+}
 
 }  // namespace attn::flash_sm80

@@ -47,10 +47,10 @@ __device__ __forceinline__ QTiles q_tiles(const FwdParams& p, const SeqExtent& s
   return t;
 }
 
-template <typename T, int kDQK, int kDV>
-__global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads)
+template <typename T, int kDQK, int kDV, bool kCompact>
+__global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
     flash_bwd_kernel(const __grid_constant__ BwdParams bp) {
-  using Cfg = BwdConfig<kDQK, kDV>;
+  using Cfg = BwdConfig<kDQK, kDV, kCompact>;
   const FwdParams& p = bp.fwd;
   constexpr int kM = Cfg::kBlockM, kN = Cfg::kBlockN, kThreads = Cfg::kThreads;
   constexpr int MAS = Cfg::kMAS, NAS = Cfg::kNAS;
@@ -232,10 +232,10 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads)
   store_tile<VTile, kN, kThreads>(dv_out, bp.dv_row_stride, v_smem, rows_out, tid);
 }
 
-template <typename T, int kDQK, int kDV>
+template <typename T, int kDQK, int kDV, bool kCompact>
 void launch_bwd(const BwdParams& p, cudaStream_t stream) {
-  using Cfg = BwdConfig<kDQK, kDV>;
-  auto* kernel = flash_bwd_kernel<T, kDQK, kDV>;
+  using Cfg = BwdConfig<kDQK, kDV, kCompact>;
+  auto* kernel = flash_bwd_kernel<T, kDQK, kDV, kCompact>;
   if (Cfg::kSmemBytes > 48 * 1024)
     ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const dim3 grid((p.fwd.s_kv + Cfg::kBlockN - 1) / Cfg::kBlockN, p.fwd.h_q / p.fwd.h_per_kv, p.fwd.batch);
