@@ -143,13 +143,8 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
       const int stage = Cfg::kStages == 2 ? item & 1 : 0;
       const uint32_t q_s = q_s0 + stage * Cfg::kSmemQ, do_s = do_s0 + stage * Cfg::kSmemDO;
       const bool last_m = m == mt.last;
-      // Two stages: the next tile's loads run behind this tile's products (its
-      // buffers were last read before the previous iteration's final barrier).
-      if (Cfg::kStages == 1) {
+      if (Cfg::kStages == 1) {  // its buffer was last read before the previous item's final barrier
         load_q_do(h, m, 0);
-        sm80::cp_async_commit();
-      } else if (item + 1 < items) {
-        load_q_do(last_m ? h + 1 : h, last_m ? mt.first : m + 1, stage ^ 1);
         sm80::cp_async_commit();
       }
       const int m0 = m * kM;
@@ -167,15 +162,18 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
       KeepBits<MAS, NAS> keep;
       if (p.dropout_threshold) keep.compute(p, bh, m0 + row0_s, n0 + col0_s, lane);
 
-      if (Cfg::kStages == 2 && item + 1 < items)
-        sm80::cp_async_wait<1>();  // all but the group just issued
-      else
-        sm80::cp_async_wait<0>();
+      // This tile's Q and dO are the only loads in flight. The barrier makes
+      // them visible and also ends every warp's reads of the previous tile
+      // (its Q/dO stage, P and dS), so with two stages the next tile's loads
+      // go into that stage right after it and run behind this tile's
+      // products: two barriers per tile instead of three.
+      sm80::cp_async_wait<0>();
       __syncthreads();
-      if (!visits) {
-        __syncthreads();
-        continue;
+      if (Cfg::kStages == 2 && item + 1 < items) {
+        load_q_do(last_m ? h + 1 : h, last_m ? mt.first : m + 1, stage ^ 1);
+        sm80::cp_async_commit();
       }
+      if (!visits) continue;
 
       float s[MAS][NAS][4], dp[MAS][NAS][4];
 #pragma unroll
@@ -213,7 +211,8 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
         add_dq<kDQK>(bp.dq_accum + (h * bp.rows_q + tok0 + m0) * kDQK, dq, row0_q, col0_q, rows, lane);
         if (sem) pass_turn(sem, tid);
       }
-      __syncthreads();  // every warp is done with this tile's Q, dO, P and dS
+      // One stage: the next item loads into this tile's Q/dO buffers at its top.
+      if (Cfg::kStages == 1) __syncthreads();
     }
   }
 
