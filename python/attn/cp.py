@@ -97,12 +97,13 @@ class Communicator:
 
 def _shared_gpu(everyone: list) -> Optional[str]:
     """Given each rank's (host, device), why NCCL cannot span them (two ranks on one GPU), or None."""
-    first: Dict[Any, int] = {}
+    first: Dict[tuple, int] = {}
     for r, where in enumerate(everyone):
-        if where in first:
-            return (f"ranks {first[where]} and {r} both use GPU {where[1]} on host {where[0]}; "
+        host, device = where
+        if (host, device) in first:
+            return (f"ranks {first[host, device]} and {r} both use GPU {device} on host {host}; "
                     "call torch.cuda.set_device(local_rank) before Communicator.from_group")
-        first[tuple(where)] = r
+        first[host, device] = r
     return None
 
 

@@ -10,13 +10,13 @@
 #include <type_traits>
 
 #include "backends/flash_sm80/bwd_launch.h"
+#include "backends/flash_sm80/fwd_softmax.cuh"  // kLog2e
 #include "core/cuda_check.h"
 
 namespace attn::flash_sm80 {
 namespace {
 
 constexpr int kRowsPerBlock = 8;  // warps per block
-constexpr float kLog2e = 1.4426950408889634f;
 
 // Offset of token t's row in a q-like tensor: thd tokens are rows; bshd/sbhd
 // token b * s_q + i is row i of sequence b.
