@@ -1,0 +1,570 @@
+// flash_sm90's forward kernel: FlashAttention's algorithm on Hopper's
+// asynchronous units. A persistent grid (one CTA per SM) takes the
+// (query tile of 64 rows per consumer, query head, sequence) work items one at a time from a
+// global counter, in an order that puts a sequence's heaviest tiles first; in
+// each CTA:
+// - warpgroup 0, the producer: one thread loads Q once and K/V tiles into a
+//   kStages-deep ring with TMA, each stage guarded by a "full" mbarrier (bytes
+//   landed) and an "empty" one (every consumer done reading);
+// - warpgroups 1.. (two, or three at d 64), the consumers, 64 query rows each: S = Q.K^T on wgmma
+//   (both operands in shared memory), the softmax in registers (flash_sm80's
+//   code: the accumulator layout per warp is mma.sync's), O += P.V on wgmma
+//   with P from registers and V read MN-major, then the epilogue (O staged
+//   with stmatrix, written by TMA stores). Tile i's
+//   Q.K^T runs beside tile i-1's P.V, and the consumers take turns issuing
+//   them (FlashAttention-3's intra-warpgroup overlap and ping-pong).
+// KV tiles run from the last to the first (boundary tiles first), and only
+// the tiles some row can see (fwd_schedule.cuh): a window costs its width.
+// The producer takes the next work item and runs ahead into it while the
+// consumers finish the current one (its K/V stages, and its Q once Q's buffer
+// is free); it hands each item's index to the consumers through shared memory.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/flash_sm80/fwd_epilogue.cuh"
+#include "backends/flash_sm80/fwd_schedule.cuh"
+#include "backends/flash_sm80/fwd_softmax.cuh"
+#include "backends/flash_sm90/fwd_config.h"
+#include "backends/flash_sm90/fwd_params.h"
+#include "backends/flash_sm90/fwd_tiles.h"
+#include "core/cuda_check.h"
+#include "kernels/sm80/mma.cuh"
+#include "kernels/sm90/mbarrier.cuh"
+#include "kernels/sm90/stmatrix.cuh"
+#include "kernels/sm90/tma.cuh"
+#include "kernels/sm90/wgmma.cuh"
+#include "kernels/sm90/wgmma_ops.cuh"
+
+namespace attn::flash_sm90 {
+
+using flash_sm80::KeepBits;
+using flash_sm80::KvTiles;
+using flash_sm80::OnlineSoftmax;
+using flash_sm80::SeqExtent;
+
+using sm90::swizzled_offset;
+
+// Named barriers (0 is __syncthreads): all consumers; each consumer alone.
+constexpr int kBarConsumers = 1;
+constexpr int kBarConsumer0 = 2;  // 2..4: each consumer's epilogue
+constexpr int kBarTurn0 = 5;      // 5..7: whose turn it is to issue products
+
+// The work item t: the query tiles of one (sequence, head) side by side, from
+// the last (the heaviest under a causal mask) to the first (fwd_tiles.h), so the CTAs
+// running at once read the same K/V, from L2. (Heads fastest reads K/V from
+// memory once per query tile: memory-bound wherever a tile's work is short.)
+// CTAs take items in this order from a counter, so a CTA that drew light
+// items takes more: no SM idles behind a heavy item while work is left.
+struct WorkItem {
+  int b, h, tile;  // tile: counted from the sequence's end
+};
+template <int kM>
+__device__ __forceinline__ WorkItem work_item(const FwdParams& p, int t) {
+  const int m_blocks = (p.s_q + kM - 1) / kM;
+  const int bh = t / m_blocks;
+  return {bh / p.h_q, bh % p.h_q, t % m_blocks};
+}
+
+template <typename T, int kDQK, int kDV>
+__global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
+    flash_fwd_sm90_kernel(const __grid_constant__ Sm90FwdParams args) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Cfg = FwdConfig<kDQK, kDV>;
+  constexpr int kM = Cfg::kBlockM, kN = Cfg::kBlockN, kS = Cfg::kStages, kQB = Cfg::kQBuffers;
+  const FwdParams& p = args.p;
+
+  extern __shared__ char smem_raw[];
+  // The swizzle repeats every 1024 bytes, and TMA and wgmma assume tiles start on it.
+  // (An offset from smem_raw, not an integer cast: the compiler then knows
+  // that pointers derived from it address shared memory.)
+  char* const smem = smem_raw + ((1024u - (sm90::smem_addr(smem_raw) & 1023u)) & 1023u);
+  const uint32_t q_s = sm90::smem_addr(smem);  // kQB buffers
+  const uint32_t k_s = q_s + kQB * Cfg::kSmemQ;
+  const uint32_t v_s = k_s + kS * Cfg::kSmemK;
+  const uint32_t o_s = v_s + kS * Cfg::kSmemV;  // the output staging tile, when separate
+  auto q_tile = [&](int buf) { return q_s + buf * Cfg::kSmemQ; };
+  // Where an item whose Q is in buffer `buf` stages its output: a tile of
+  // its own, or that Q buffer (after the item's last Q.K^T).
+  auto o_tile = [&](int buf) { return Cfg::kSeparateO ? o_s : q_tile(buf); };
+  const uint32_t bars = o_s + (Cfg::kSeparateO ? Cfg::kSmemO : 0);
+  auto q_full = [&](int b) { return bars + 8 * b; };
+  auto q_empty = [&](int b) { return bars + 8 * (2 + b); };
+  auto k_full = [&](int s) { return bars + 8 * (4 + s); };
+  auto k_empty = [&](int s) { return bars + 8 * (4 + kS + s); };
+  auto v_full = [&](int s) { return bars + 8 * (4 + 2 * kS + s); };
+  auto v_empty = [&](int s) { return bars + 8 * (4 + 3 * kS + s); };
+  // The work-item ring: the producer writes an item's index into a slot,
+  // the consumers read it; two slots let the producer run an item ahead.
+  auto item_full = [&](int s) { return bars + 8 * (4 + 4 * kS + s); };
+  auto item_empty = [&](int s) { return bars + 8 * (6 + 4 * kS + s); };
+  const uint32_t item_slots = bars + 8 * (8 + 4 * kS);
+  // Per warp, written and never read (store_after).
+  auto order_word = [&](int warp) { return item_slots + 8 + 4 * warp; };
+  static_assert(8 * (8 + 4 * kS) + 8 + 4 * (Cfg::kThreads / 32) <= Cfg::kSmemBarriers, "barrier area");
+  constexpr int kConsumerThreads = 128 * Cfg::kConsumers;
+
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int b = 0; b < kQB; ++b) {
+      sm90::mbar_init(q_full(b), 1);
+      sm90::mbar_init(q_empty(b), kConsumerThreads);
+    }
+    for (int s = 0; s < kS; ++s) {
+      sm90::mbar_init(k_full(s), 1);
+      sm90::mbar_init(v_full(s), 1);
+      sm90::mbar_init(k_empty(s), kConsumerThreads);
+      sm90::mbar_init(v_empty(s), kConsumerThreads);
+    }
+    for (int s = 0; s < 2; ++s) {
+      sm90::mbar_init(item_full(s), 1);
+      sm90::mbar_init(item_empty(s), kConsumerThreads);
+    }
+    sm90::mbar_init_fence();
+  }
+  __syncthreads();
+
+  const int items = ((p.s_q + kM - 1) / kM) * p.h_q * p.batch;
+  // Both roles walk the same items (the producer publishes each index) and
+  // derive the same facts from each, so their barrier phases agree: `loaded`
+  // counts items with loads (Q's buffer and phase), `it` counts KV tiles over all items
+  // (the stages' phases), `taken` counts items (the item ring's phase).
+  int loaded = 0, it = 0, taken = 0;
+
+  // One work item, as both roles derive it: which of its tiles have loads
+  // (the producer) and which rows it computes and writes (the consumers).
+  struct Item {
+    int b, h, m0;
+    int row_begin;  // rows [row_begin, rows) of the tile are its sequence's (fwd_tiles.h)
+    int rows;
+    int rows_out;  // rows it writes: a padded batch (bshd/sbhd with cu_seqlens) also gets out = 0, lse = -inf
+                   // on its padding rows; in thd the rows past a sequence belong to the next one
+    SeqExtent seq;
+    KvTiles tiles;
+    // Some row sees a key: the producer loads Q and K/V tiles, the
+    // consumers compute (otherwise they write out = 0 and lse = -inf).
+    __device__ bool has_work() const { return rows > row_begin && tiles.last >= tiles.first; }
+    __device__ bool writes(int r) const { return r >= row_begin && r < rows_out; }
+  };
+  // The item at index t.
+  auto load_item = [&](int t) {
+    Item c;
+    const WorkItem w = work_item<kM>(p, t);
+    c.b = w.b;
+    c.h = w.h;
+    c.seq = flash_sm80::sequence_extent(p, c.b);
+    const QueryTile q = query_tile(w.tile, kM, c.seq.len_q, p.s_q, p.packed);
+    c.m0 = q.m0;
+    c.row_begin = q.row_begin;
+    c.rows = q.rows;
+    c.rows_out = q.rows_out;
+    c.tiles = q.has_rows() ? flash_sm80::kv_tiles<kM, kN>(p, c.seq, c.m0) : KvTiles{};
+    return c;
+  };
+  if (tid < 128) {  // producer warpgroup
+    sm90::regs_decrease<Cfg::kProducerRegs>();
+    if (tid != 0) return;
+    sm90::tma_prefetch_map(&args.q);
+    sm90::tma_prefetch_map(&args.k);
+    sm90::tma_prefetch_map(&args.v);
+    // The next item is taken once this one's loads are issued (a few KV
+    // tiles before the consumers need it), not earlier: an item reserved
+    // while another runs is one an idle SM cannot take.
+    for (int t = blockIdx.x;; t = atomicAdd(args.item_counter, 1) + static_cast<int>(gridDim.x), ++taken) {
+      sm90::mbar_wait(item_empty(taken & 1), ((taken >> 1) & 1) ^ 1);
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(item_slots + 4 * (taken & 1)), "r"(t) : "memory");
+      sm90::mbar_arrive(item_full(taken & 1));  // release: the consumers see the index
+      if (t >= items) break;
+      const Item w = load_item(t);
+      if (!w.has_work()) continue;
+      const SeqExtent& seq = w.seq;
+      const KvTiles& tiles = w.tiles;
+      // TMA coordinates: thd addresses tokens of the packed tensor (one
+      // "sequence"); the others (token within the sequence, sequence).
+      const int seq_coord = p.packed ? 0 : w.b, h_kv = w.h / p.h_per_kv;
+      const int kv_row0 = static_cast<int>(seq.start_kv);
+      const int qb = loaded % kQB;
+      sm90::mbar_wait(q_empty(qb), ((loaded / kQB) & 1) ^ 1);  // a fresh barrier's "previous phase" is complete
+      sm90::mbar_arrive_expect_tx(q_full(qb), Cfg::kSmemQ);
+#pragma unroll
+      for (int cb = 0; cb < kDQK / 64; ++cb)
+        sm90::tma_load_4d(q_tile(qb) + cb * kM * 128, &args.q, q_full(qb), cb * 64,
+                          static_cast<int>(seq.start_q) + w.m0, w.h, seq_coord);
+      ++loaded;
+      for (int n = tiles.last; n >= tiles.first; --n, ++it) {
+        const int stage = it % kS;
+        const uint32_t parity = ((it / kS) & 1) ^ 1;
+        sm90::mbar_wait(k_empty(stage), parity);
+        sm90::mbar_arrive_expect_tx(k_full(stage), Cfg::kSmemK);
+#pragma unroll
+        for (int cb = 0; cb < kDQK / 64; ++cb)
+          sm90::tma_load_4d(k_s + stage * Cfg::kSmemK + cb * kN * 128, &args.k, k_full(stage), cb * 64,
+                            kv_row0 + n * kN, h_kv, seq_coord);
+        sm90::mbar_wait(v_empty(stage), parity);
+        sm90::mbar_arrive_expect_tx(v_full(stage), Cfg::kSmemV);
+#pragma unroll
+        for (int cb = 0; cb < kDV / 64; ++cb)
+          sm90::tma_load_4d(v_s + stage * Cfg::kSmemV + cb * kN * 128, &args.v, v_full(stage), cb * 64,
+                            kv_row0 + n * kN, h_kv, seq_coord);
+      }
+    }
+    return;
+  }
+
+  // Consumers.
+  sm90::regs_increase<Cfg::kConsumerRegs>();
+  constexpr int NA = kN / 8, NO = kDV / 8;
+  const int wg = tid / 128 - 1, ctid = tid - 128, lane = tid & 31;
+  const int row0 = wg * 64 + ((tid / 32) & 3) * 16;  // this warp's first row in the tile
+  // Ping-pong: the consumers take turns issuing their products, so one's
+  // softmax runs while another's products occupy the tensor cores. The turn
+  // passes round the consumers once per KV tile; the first holds it first.
+  // No consumer waits on the producer (an item, a stage) while holding the
+  // turn: the producer may be waiting for another consumer to take an item,
+  // and that consumer for the turn (a hang, PERF.md v11).
+  auto turn_begin = [&] { sm90::named_sync(kBarTurn0 + wg, 256); };
+  auto turn_end = [&] { sm90::named_arrive(kBarTurn0 + (wg + 1) % Cfg::kConsumers, 256); };
+  if (wg == 0) sm90::named_arrive(kBarTurn0, 256);
+
+  auto out_rows = [&](const Item& c) {
+    return static_cast<T*>(p.out) + c.b * p.o_batch_stride + (c.seq.start_q + c.m0) * p.o_row_stride +
+           c.h * p.o_head_stride;
+  };
+  auto lse_rows = [&](const Item& c) {
+    return p.lse + c.b * p.lse_batch_stride + (c.seq.start_q + c.m0) * p.lse_row_stride + c.h * p.lse_head_stride;
+  };
+  const float unit = p.score_mods ? 1.f : p.scale_log2;
+  auto head_index = [&](const Item& c) {
+    return static_cast<uint32_t>(c.b) * static_cast<uint32_t>(p.h_q) + static_cast<uint32_t>(c.h);
+  };
+  OnlineSoftmax<1> softmax;
+  float o[1][NO][4];
+  float(&o_flat)[kDV / 2] = *reinterpret_cast<float(*)[kDV / 2]>(&o);
+  float s[1][NA][4];
+  float(&s_flat)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&s);
+  float correction[1][2];
+  uint32_t pa[kN / 16][4];
+  KeepBits<1, NA> keep;
+
+  // The index of the next item with work, from the producer's ring (-1 once
+  // the walk is over), and its first tile's dropout bits in `keep` (computed
+  // here, while S's registers are free); items no row of which sees a key
+  // get out = 0 and lse = -inf here (the producer loads nothing for them).
+  auto take_item = [&]() -> int {
+    for (;; ++taken) {
+      sm90::mbar_wait(item_full(taken & 1), (taken >> 1) & 1);
+      int t;
+      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(t) : "r"(item_slots + 4 * (taken & 1)) : "memory");
+      sm90::mbar_arrive(item_empty(taken & 1));
+      if (t >= items) return -1;
+      const Item c = load_item(t);
+      if (c.rows_out <= c.row_begin) continue;
+      if (c.has_work()) {
+        if (p.dropout_threshold) keep.compute(p, head_index(c), c.m0 + row0, c.tiles.last * kN, lane);
+        ++taken;
+        return t;
+      }
+      flash_sm80::store_zeros<kDV, kM, kConsumerThreads>(out_rows(c) + c.row_begin * p.o_row_stride,
+                                                         p.o_row_stride, c.rows_out - c.row_begin, ctid);
+      if (p.lse)
+        for (int r = c.row_begin + ctid; r < c.rows_out; r += kConsumerThreads)
+          lse_rows(c)[r * p.lse_row_stride] = -INFINITY;
+    }
+  };
+
+
+  // One tile's products, issued asynchronously (committed as one group each).
+  auto issue_qk = [&](int stage, int q_buf) {
+    const uint32_t k_tile = k_s + stage * Cfg::kSmemK;
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kDQK / 16; ++ks)
+      sm90::Wgmma<kN, T>::template ss<0>(s_flat, sm90::kmajor_descriptor(q_tile(q_buf), kM, wg * 64, ks),
+                                          sm90::kmajor_descriptor(k_tile, kN, 0, ks), ks > 0);
+    sm90::wgmma_commit();
+  };
+  auto issue_pv = [&](int stage) {
+    const uint32_t v_tile = v_s + stage * Cfg::kSmemV;
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kN / 16; ++ks)
+      sm90::Wgmma<kDV, T>::template rs<1>(o_flat, pa[ks], sm90::mnmajor_descriptor(v_tile, kN, ks), 1);
+    sm90::wgmma_commit();
+  };
+  // Scores of the tile at key n0 -> probabilities (score mods, mask,
+  // softmax), and O's rescale factor per row.
+  auto probabilities = [&](const Item& c, float slope, int n0) {
+    if (p.score_mods) flash_sm80::apply_score_mods(s, p, slope, c.m0 + row0, n0, c.seq.shift, lane);
+    if (!(n0 >= c.tiles.all_begin && n0 + kN <= c.tiles.all_end))
+      flash_sm80::apply_mask(s, p, c.seq, c.m0 + row0, n0, lane);
+    softmax.update(s, unit, correction);
+  };
+  // P as wgmma's A fragments: two adjacent n8 accumulator blocks are one k16 step.
+  auto pack_p = [&] {
+#pragma unroll
+    for (int ks = 0; ks < kN / 16; ++ks) {
+      pa[ks][0] = sm80::pack2<T>(s[0][2 * ks][0], s[0][2 * ks][1]);
+      pa[ks][1] = sm80::pack2<T>(s[0][2 * ks][2], s[0][2 * ks][3]);
+      pa[ks][2] = sm80::pack2<T>(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
+      pa[ks][3] = sm80::pack2<T>(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
+    }
+  };
+  // An item's first product is Q.K^T of its last KV tile, in stage it % kS,
+  // with its Q in buffer loaded % kQB. These wait until its Q and K are in.
+  auto await_first = [&] {
+    sm90::mbar_wait(q_full(loaded % kQB), (loaded / kQB) & 1);
+    ++loaded;
+    sm90::mbar_wait(k_full(it % kS), (it / kS) & 1);
+  };
+  // The first scores of an item, alone (at the start of the walk, and
+  // where they do not run under the previous item's epilogue); returns the
+  // item's Q buffer.
+  auto first_scores = [&] {
+    const int q_buf = loaded % kQB;
+    await_first();
+    turn_begin();
+    issue_qk(it % kS, q_buf);
+    turn_end();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(s_flat);
+    return q_buf;
+  };
+  // Every Q.K^T of the item is done: with a separate output tile, the next
+  // item's Q may load now.
+  auto release_q = [&](int q_buf) {
+    if (Cfg::kSeparateO) sm90::mbar_arrive(q_empty(q_buf));
+  };
+
+  // The second half of an item's epilogue, once its output is staged in its
+  // warpgroup's rows of o_tile(q_buf): one TMA store by the warpgroup's
+  // leader, or row by row where the warpgroup's rows are not all the
+  // sequence's (thd, where other sequences' tokens lie around it, or rows
+  // before the first token), then the lse.
+  auto write_output = [&](const Item& c, int q_buf, const float (&row_lse)[2]) {
+    const uint32_t o_stage = o_tile(q_buf);
+    const bool leader = (ctid & 127) == 0;
+    sm90::fence_proxy_async();  // the stmatrix stores, before the TMA store reads them
+    sm90::named_sync(kBarConsumer0 + wg, 128);
+    if (c.row_begin <= wg * 64 && (!p.packed || c.rows >= wg * 64 + 64)) {
+      if (leader) {
+#pragma unroll
+        for (int cb = 0; cb < kDV / 64; ++cb)
+          sm90::tma_store_4d(&args.o, o_stage + cb * kM * 128 + wg * 64 * 128, cb * 64,
+                             static_cast<int>(c.seq.start_q) + c.m0 + wg * 64, c.h, p.packed ? 0 : c.b);
+        sm90::bulk_commit();
+      }
+    } else {
+      constexpr int kChunks = kDV / 8;
+      T* const out = out_rows(c);
+      const char* const o_gen = smem + (o_stage - q_s);
+#pragma unroll
+      for (int idx = ctid - wg * 128; idx < 64 * kChunks; idx += 128) {
+        const int r = wg * 64 + idx / kChunks, col = idx % kChunks;
+        if (c.writes(r))
+          *reinterpret_cast<uint4*>(out + r * p.o_row_stride + col * 8) =
+              *reinterpret_cast<const uint4*>(o_gen + swizzled_offset(kM, r, col));
+      }
+    }
+    if (!Cfg::kSeparateO) {
+      // Q's buffer held the output until now: once the store has read it
+      // (and past these generic-proxy accesses), the producer may load the
+      // next Q there.
+      if (leader) sm90::bulk_wait_read<0>();
+      sm90::fence_proxy_async();
+      sm90::mbar_arrive(q_empty(q_buf));
+    }
+    // Last: a proxy fence (above) waits for these global stores.
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = row0 + 8 * hh + (lane >> 2);
+      if (p.lse && (lane & 3) == 0 && c.writes(r)) lse_rows(c)[r * p.lse_row_stride] = row_lse[hh];
+    }
+  };
+  // With kOverlapEpilogue, an item's write_output is deferred to run under
+  // products this consumer issued later: `pending` is the item whose staged
+  // output waits (-1: none), `pending_lse` its rows' lse.
+  int pending = -1;
+  float pending_lse[2];
+  auto flush_pending = [&] {
+    if (pending >= 0) write_output(load_item(pending), 0, pending_lse);
+    pending = -1;
+  };
+
+  // Each pass of the loop starts with the item's first scores in S. No
+  // product is in flight across a branch that ptxas cannot see through
+  // (a conditional wgmma or one in flight over the loop's back edge
+  // serializes every wgmma of the kernel: ptxas C7518), so the one product
+  // issued without knowing whether a next item exists reads whatever K and
+  // Q are in shared memory and is discarded.
+  int t = take_item();
+  int q_cur = t >= 0 ? first_scores() : 0;  // the current item's Q buffer
+  while (t >= 0) {
+    const Item cur = load_item(t);
+    const int n_tiles = cur.tiles.last - cur.tiles.first + 1;
+    const float slope = p.alibi ? p.alibi[cur.b * p.alibi_batch_stride + cur.h * p.alibi_head_stride] : 0.f;
+    softmax = OnlineSoftmax<1>();
+#pragma unroll
+    for (int no = 0; no < NO; ++no)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[0][no][e] = 0.f;
+
+    // Tile 0 (the last KV tile): its scores, then its V with the rows past the
+    // sequence cleared: keys there have probability 0, but their V rows
+    // (padding, or the next sequence's) may hold Inf or NaN, and 0 * NaN = NaN.
+    {
+      const int n0 = cur.tiles.last * kN, stage = it % kS;
+      sm90::mbar_arrive(k_empty(stage));
+      if (n_tiles == 1) release_q(q_cur);
+      probabilities(cur, slope, n0);  // O is 0: nothing to rescale
+      if (p.dropout_threshold) keep.apply(s);
+      pack_p();
+      sm90::mbar_wait(v_full(stage), (it / kS) & 1);
+      if (n0 + kN > cur.seq.len_kv) {
+        const int valid = max(0, cur.seq.len_kv - n0);
+        char* v_gen = smem + (v_s - q_s) + stage * Cfg::kSmemV;
+        for (int idx = ctid; idx < (kN - valid) * (kDV / 8); idx += kConsumerThreads) {
+          const int r = valid + idx / (kDV / 8), c = idx % (kDV / 8);
+          *reinterpret_cast<uint4*>(v_gen + swizzled_offset(kN, r, c)) = make_uint4(0, 0, 0, 0);
+        }
+        sm90::fence_proxy_async();
+        sm90::named_sync(kBarConsumers, kConsumerThreads);
+      }
+    }
+    // Steady state: S[i] = Q.K[i] and O += P[i-1].V[i-1] in flight together;
+    // the softmax of S[i] runs while P.V finishes, and O is rescaled after it.
+    for (int i = 1; i < n_tiles; ++i) {
+      const int stage = (it + i) % kS, prev = (it + i - 1) % kS;
+      const uint32_t parity = ((it + i) / kS) & 1, prev_parity = ((it + i - 1) / kS) & 1;
+      const int n0 = (cur.tiles.last - i) * kN;
+      if (p.dropout_threshold) keep.compute(p, head_index(cur), cur.m0 + row0, n0, lane);
+      sm90::mbar_wait(k_full(stage), parity);
+      sm90::mbar_wait(v_full(prev), prev_parity);
+      turn_begin();
+      issue_qk(stage, q_cur);
+      issue_pv(prev);
+      turn_end();
+      if (Cfg::kOverlapEpilogue && i == 1) flush_pending();  // under the item's first full tile
+      sm90::wgmma_wait<1>();
+      sm90::fence_registers(s_flat);
+      sm90::mbar_arrive(k_empty(stage));
+      if (i == n_tiles - 1) release_q(q_cur);
+      probabilities(cur, slope, n0);
+      // The softmax runs here, under this tile's P.V, only if ptxas keeps
+      // the wait below it: ptxas moves a wgmma wait above arithmetic it does
+      // not depend on, but not above a store. With two consumers that
+      // overlap pays (d 128 16k +2%, d 256 4k +7%); with three (d 64) the
+      // softmax after the wait is faster (4k -10% with the store; PERF.md, v12).
+      if constexpr (Cfg::kConsumers == 2)
+        sm90::store_after(order_word(tid / 32), softmax.sum[0][0] + softmax.sum[0][1], lane);
+      sm90::wgmma_wait<0>();
+      sm90::fence_registers(o_flat);
+      sm90::mbar_arrive(v_empty(prev));
+      OnlineSoftmax<1>::rescale(o, correction);
+      if (p.dropout_threshold) keep.apply(s);
+      pack_p();
+    }
+    const int last = (it + n_tiles - 1) % kS;
+    const uint32_t last_parity = ((it + n_tiles - 1) / kS) & 1;
+    it += n_tiles;
+    int next_t = -1, q_next = 0;
+    if (Cfg::kOverlapEpilogue) {
+      flush_pending();  // an item of one tile: none of its products came after the previous staging
+      // The last P.V and the next item's first Q.K^T go in together, and
+      // this item's epilogue runs under the Q.K^T.
+      next_t = take_item();
+      sm90::mbar_wait(v_full(last), last_parity);
+      q_next = loaded % kQB;  // with two buffers, not the one the epilogue writes
+      if (next_t >= 0) await_first();
+      turn_begin();
+      issue_pv(last);
+      issue_qk(it % kS, q_next);
+      turn_end();
+      sm90::wgmma_wait<1>();
+    } else {
+      sm90::mbar_wait(v_full(last), last_parity);
+      issue_pv(last);
+      sm90::wgmma_wait<0>();
+    }
+    sm90::fence_registers(o_flat);
+    sm90::mbar_arrive(v_empty(last));
+
+    float inv[1][2], row_lse[1][2];
+    softmax.finish(inv, row_lse, unit, p.dropout_scale);
+    // Rows outside the sequence (padding, the next or the previous sequence's tokens
+    // in thd, or before the first token) read whatever Q rows were there:
+    // their output is 0 or unwritten.
+    bool row_valid[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = row0 + 8 * hh + (lane >> 2);
+      row_valid[hh] = r >= cur.row_begin && r < cur.rows;
+      if (!row_valid[hh]) {
+        inv[0][hh] = 0.f;
+        row_lse[0][hh] = -INFINITY;
+      }
+    }
+    // Stage O in this warpgroup's 64 rows of the output tile with stmatrix
+    // (its leader's store of the previous item has read them, and every
+    // thread is past its Q.K^T reads of this item's Q rows where the output
+    // goes in Q's buffer); write_output takes it from there.
+    const uint32_t o_stage = o_tile(q_cur);
+    if ((ctid & 127) == 0) sm90::bulk_wait_read<0>();
+    sm90::named_sync(kBarConsumer0 + wg, 128);
+    {
+      // Lane l addresses row l % 8 of matrix l / 8: matrix j holds rows
+      // 8 (j % 2).. of accumulator block 2 np + j / 2 (stmatrix.cuh).
+      const int st_row = row0 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+      for (int np = 0; np < NO / 2; ++np) {
+        uint32_t r[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int no = 2 * np + j / 2, hh = j % 2;
+          const float x = row_valid[hh] ? o[0][no][2 * hh] * inv[0][hh] : 0.f;
+          const float y = row_valid[hh] ? o[0][no][2 * hh + 1] * inv[0][hh] : 0.f;
+          r[j] = sm80::pack2<T>(x, y);
+        }
+        sm90::stmatrix_x4(o_stage + swizzled_offset(kM, st_row, 2 * np + (lane >> 4)), r[0], r[1], r[2], r[3]);
+      }
+    }
+    if (Cfg::kOverlapEpilogue) {
+      pending = t;
+      pending_lse[0] = row_lse[0][0];
+      pending_lse[1] = row_lse[0][1];
+    } else {
+      write_output(cur, q_cur, row_lse[0]);
+    }
+    if (Cfg::kOverlapEpilogue) {
+      sm90::wgmma_wait<0>();  // the next item's first scores (or the discarded product)
+      sm90::fence_registers(s_flat);
+    } else {
+      next_t = take_item();
+      if (next_t >= 0) q_next = first_scores();
+    }
+    t = next_t;
+    q_cur = q_next;
+  }
+  flush_pending();
+  if ((ctid & 127) == 0) sm90::bulk_wait<0>();  // the output tile stays until its last store is done
+#endif
+}
+
+// Launches the kernel for one instantiation on the caller's stream: one
+// persistent CTA per SM (fewer for fewer items). `item_counter` is a zeroed
+// int in device memory; the CTAs take their second and later items from it.
+template <typename T, int kDQK, int kDV>
+void launch_fwd(const Sm90FwdParams& args, int sm_count, cudaStream_t stream) {
+  using Cfg = FwdConfig<kDQK, kDV>;
+  auto* kernel = flash_fwd_sm90_kernel<T, kDQK, kDV>;
+  ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  const int64_t items =
+      static_cast<int64_t>((args.p.s_q + Cfg::kBlockM - 1) / Cfg::kBlockM) * args.p.h_q * args.p.batch;
+  const int grid = static_cast<int>(sm_count > 0 && items > sm_count ? sm_count : items);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(args);
+  ATTN_CUDA(cudaGetLastError());
+}
+
+}  // namespace attn::flash_sm90
