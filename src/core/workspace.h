@@ -1,14 +1,61 @@
-// Device workspace from a cache that grows and is kept per device, so calls do
-// not cudaMalloc each time. Stream-ordered use: one buffer serves calls in turn.
+// Device workspace from a cache kept per (device, stream), so calls do not
+// cudaMalloc each time. Calls on one stream use its block in turn (stream
+// order); calls on different streams never share a block, so two streams
+// running attention at once cannot overwrite each other's scratch memory.
 #pragma once
 
 #include <cstdint>
+#include <list>
+#include <mutex>
+#include <thread>
 
 namespace attn::detail {
 
-// At least `bytes` of device memory on `device`, valid until the next call for
-// this device with a larger size. Synchronizes the device when it must grow.
-void* workspace(int device, int64_t bytes);
+// At least `bytes` of device memory on `device` for work queued on `stream`
+// (a cudaStream_t; null is the legacy default stream), valid until the next
+// call for the same device and stream with a larger size, or until calls on
+// 16 other streams of the device have come after it (the least recently used
+// block then goes, once the device is idle). Growing waits for the stream's
+// queued work first.
+void* workspace(int device, void* stream, int64_t bytes);
+
+// The cache behind workspace(), apart from CUDA so that the CPU tests can
+// check it with a fake Memory.
+class WorkspaceCache {
+ public:
+  // How blocks are made and given back.
+  struct Memory {
+    virtual ~Memory() = default;
+    virtual void* allocate(int device, int64_t bytes) = 0;
+    virtual void release(int device, void* ptr) = 0;
+    virtual void wait_stream(int device, void* stream) = 0;  // its queued work is done
+    virtual void wait_device(int device) = 0;                // all its queued work is done
+  };
+  // The per-thread default stream (cudaStreamPerThread) is one handle for
+  // every host thread but a different stream in each: its blocks are kept
+  // per thread.
+  WorkspaceCache(Memory& memory, const void* per_thread_stream, int max_blocks_per_device = 16)
+      : memory_(memory), per_thread_stream_(per_thread_stream), max_blocks_(max_blocks_per_device) {}
+  WorkspaceCache(const WorkspaceCache&) = delete;
+  WorkspaceCache& operator=(const WorkspaceCache&) = delete;
+
+  void* get(int device, void* stream, int64_t bytes);
+  int blocks() const;
+
+ private:
+  struct Block {
+    int device;
+    void* stream;
+    std::thread::id thread;  // for the per-thread default stream only
+    void* ptr;
+    int64_t bytes;
+  };
+  Memory& memory_;
+  const void* per_thread_stream_;
+  int max_blocks_;
+  mutable std::mutex mutex_;
+  std::list<Block> blocks_;  // most recently used first
+};
 
 // Cuts one workspace block into 256-byte-aligned pieces, in order. With a null
 // base it only counts: run the same takes once to size the block, once to use it.

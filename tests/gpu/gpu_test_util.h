@@ -4,9 +4,15 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 namespace attn::testing {
 
 bool have_gpu();
+
+// The registered backends but the CPU reference: what the GPU tests run.
+std::vector<std::string> gpu_backends();
 
 }  // namespace attn::testing
 

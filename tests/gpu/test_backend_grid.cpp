@@ -235,13 +235,6 @@ std::vector<CaseSpec> grid() {
   return cases;
 }
 
-std::vector<std::string> gpu_backends() {
-  std::vector<std::string> names;
-  for (const Backend* b : registered_backends())
-    if (std::string(b->name()) != "reference") names.push_back(b->name());
-  return names;
-}
-
 class BackendGrid : public ::testing::TestWithParam<std::string> {};
 
 void run(testing::Case& c, const std::string& backend) {
@@ -302,7 +295,7 @@ TEST_P(BackendGrid, MatchesTheReference) {
               forward_only);
 }
 
-INSTANTIATE_TEST_SUITE_P(Registered, BackendGrid, ::testing::ValuesIn(gpu_backends()),
+INSTANTIATE_TEST_SUITE_P(Registered, BackendGrid, ::testing::ValuesIn(testing::gpu_backends()),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -218,7 +218,7 @@ void forward_pass(const Problem& p, const ForwardArgs& a, const RunContext& ctx)
   const bool ws_stats = p.return_lse && !direct;
   detail::Carver sizing(nullptr);
   carve(sizing, p, m, rows, ws_stats, cudnn_bytes);
-  detail::Carver c(static_cast<char*>(detail::workspace(p.device.index, sizing.used())));
+  detail::Carver c(static_cast<char*>(detail::workspace(p.device.index, ctx.stream, sizing.used())));
   const Scratch s = carve(c, p, m, rows, ws_stats, cudnn_bytes);
   const TensorView* views[kRoles] = {&a.in.q, &a.in.k, &a.in.v, &a.out, nullptr, nullptr, nullptr, nullptr};
   prepare_sequences(p, a.in, s, views, ctx.stream);
@@ -292,7 +292,7 @@ void backward_pass(const Problem& p, const BackwardArgs& a, const RunContext& ct
   detail::Carver sizing(nullptr);
   carve(sizing, p, m, rows, !direct, cudnn_bytes);
   if (no_keys) sizing.take<int32_t>(p.batch);
-  detail::Carver c(static_cast<char*>(detail::workspace(p.device.index, sizing.used())));
+  detail::Carver c(static_cast<char*>(detail::workspace(p.device.index, ctx.stream, sizing.used())));
   const Scratch s = carve(c, p, m, rows, !direct, cudnn_bytes);
 
   if (no_keys || p.total_q == 0) {  // nothing to attend to: every gradient is zero

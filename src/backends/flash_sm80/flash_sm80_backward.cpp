@@ -91,7 +91,7 @@ void backward(const Problem& p, const BackwardArgs& a, const RunContext& ctx) {
   k.dk_batch_stride = kk.batch, k.dk_row_stride = kk.row, k.dk_head_stride = kk.head;
   k.dv_batch_stride = v.batch, k.dv_row_stride = v.row, k.dv_head_stride = v.head;
   const int64_t bytes = backward_workspace_bytes(p);
-  carve(p, static_cast<char*>(detail::workspace(p.device.index, bytes)), &k);
+  carve(p, static_cast<char*>(detail::workspace(p.device.index, ctx.stream, bytes)), &k);
   if (k.dq_semaphore)
     ATTN_CUDA(cudaMemsetAsync(k.dq_semaphore, 0, static_cast<size_t>(p.batch * p.h_q * k.m_tiles) * sizeof(int),
                               stream));

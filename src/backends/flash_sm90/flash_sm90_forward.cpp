@@ -50,8 +50,8 @@ void run(const Problem& p, const ForwardArgs& a, cudaStream_t stream) {
   args.k = tile_map(p, a.in.k, packed ? p.total_kv : p.s_kv, p.h_kv, kDQK, Cfg::kBlockN, "k");
   args.v = tile_map(p, a.in.v, packed ? p.total_kv : p.s_kv, p.h_kv, kDV, Cfg::kBlockN, "v");
   args.o = tile_map(p, a.out, packed ? p.total_q : p.s_q, p.h_q, kDV, 64, "out");
-  // The work-item counter: stream-ordered workspace, zeroed on the stream.
-  args.item_counter = static_cast<int*>(detail::workspace(p.device.index, sizeof(int)));
+  // The work-item counter: the stream's workspace, zeroed on the stream.
+  args.item_counter = static_cast<int*>(detail::workspace(p.device.index, stream, sizeof(int)));
   ATTN_CUDA(cudaMemsetAsync(args.item_counter, 0, sizeof(int), stream));
   launch_fwd<T, kDQK, kDV>(args, query_device(p.device).sm_count, stream);  // SM count cached per device
 }
