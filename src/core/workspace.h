@@ -14,9 +14,12 @@ namespace attn::detail {
 // At least `bytes` of device memory on `device` for work queued on `stream`
 // (a cudaStream_t; null is the legacy default stream), valid until the next
 // call for the same device and stream with a larger size, or until calls on
-// 16 other streams of the device have come after it (the least recently used
-// block then goes, once the device is idle). Growing waits for the stream's
-// queued work first.
+// 4 other streams of the device have come after it: a device keeps at most 4
+// blocks (a block can be as large as the unfused backend's score matrices),
+// and a fifth stream's first call frees the least recently used one once the
+// device is idle. Growing waits for the stream's queued work first. (Host
+// threads that drive more than 4 streams of one device at once could see a
+// block freed between taking it and queuing work on it: not supported.)
 void* workspace(int device, void* stream, int64_t bytes);
 
 // The cache behind workspace(), apart from CUDA so that the CPU tests can
@@ -34,7 +37,7 @@ class WorkspaceCache {
   // The per-thread default stream (cudaStreamPerThread) is one handle for
   // every host thread but a different stream in each: its blocks are kept
   // per thread.
-  WorkspaceCache(Memory& memory, const void* per_thread_stream, int max_blocks_per_device = 16)
+  WorkspaceCache(Memory& memory, const void* per_thread_stream, int max_blocks_per_device = 4)
       : memory_(memory), per_thread_stream_(per_thread_stream), max_blocks_(max_blocks_per_device) {}
   WorkspaceCache(const WorkspaceCache&) = delete;
   WorkspaceCache& operator=(const WorkspaceCache&) = delete;
