@@ -1,8 +1,10 @@
 // Shared by the GPU tests (see gpu_test_util.h).
 #include "gpu/gpu_test_util.h"
 
+#include "attn/attn.h"
 #include "attn/backend.h"
 #include "attn/select.h"
+#include "testing/compare.h"
 
 namespace attn::testing {
 
@@ -13,6 +15,35 @@ std::vector<std::string> gpu_backends() {
   for (const Backend* b : registered_backends())
     if (std::string(b->name()) != "reference") names.push_back(b->name());
   return names;
+}
+
+void run_forced(Case& c, const std::string& backend, void* stream) {
+  Policy force;
+  force.forced = backend;
+  RunContext ctx;
+  ctx.stream = stream;
+  forward(c.opts, c.fwd, ctx, force);
+  if (c.spec.backward) backward(c.opts, c.bwd, ctx, force);
+}
+
+void expect_outputs_match(const Case& gpu, const Case& ref) {
+  struct Out {
+    const char* name;
+    const TensorBuffer *x, *r;
+    bool grad;
+  };
+  std::vector<Out> outs = {{"out", &gpu.out, &ref.out, false}, {"lse", &gpu.lse, &ref.lse, false}};
+  if (gpu.spec.backward) {
+    outs.push_back({"dq", &gpu.dq, &ref.dq, true});
+    outs.push_back({"dk", &gpu.dk, &ref.dk, true});
+    outs.push_back({"dv", &gpu.dv, &ref.dv, true});
+    if (gpu.spec.bias == BiasType::post_scale_bias) outs.push_back({"dbias", &gpu.dbias, &ref.dbias, true});
+  }
+  for (const Out& o : outs) {
+    const auto cmp = compare(o.x->to_doubles(), o.r->to_doubles(), tolerance_for(gpu.spec.dtype, o.grad));
+    EXPECT_TRUE(cmp.pass) << o.name << ": max abs " << cmp.max_abs << ", rel frob " << cmp.rel_frobenius << ", bad "
+                          << cmp.bad << ", nan " << cmp.nan << " of " << cmp.count;
+  }
 }
 
 }  // namespace attn::testing

@@ -237,13 +237,6 @@ std::vector<CaseSpec> grid() {
 
 class BackendGrid : public ::testing::TestWithParam<std::string> {};
 
-void run(testing::Case& c, const std::string& backend) {
-  Policy force;
-  force.forced = backend;
-  forward(c.opts, c.fwd, {}, force);
-  if (c.spec.backward) backward(c.opts, c.bwd, {}, force);
-}
-
 TEST_P(BackendGrid, MatchesTheReference) {
   ATTN_REQUIRE_GPU();
   const std::string backend = GetParam();
@@ -267,27 +260,11 @@ TEST_P(BackendGrid, MatchesTheReference) {
     if (spec.dropout_p > 0 && !be->matches_reference_dropout()) continue;
     testing::Case gpu = testing::make_case(spec, Device::cuda(0), 1000 + index);
     testing::Case ref = testing::copy_inputs_to(gpu, Device::cpu(), DType::f64);
-    run(ref, "reference");
-    run(gpu, backend);
+    testing::run_forced(ref, "reference");
+    testing::run_forced(gpu, backend);
     ATTN_CUDA_OK(cudaDeviceSynchronize());
     SCOPED_TRACE(describe_problem(p));
-    struct Out {
-      const char* name;
-      const testing::TensorBuffer *x, *r;
-      bool grad;
-    };
-    std::vector<Out> outs = {{"out", &gpu.out, &ref.out, false}, {"lse", &gpu.lse, &ref.lse, false}};
-    if (spec.backward) {
-      outs.push_back({"dq", &gpu.dq, &ref.dq, true});
-      outs.push_back({"dk", &gpu.dk, &ref.dk, true});
-      outs.push_back({"dv", &gpu.dv, &ref.dv, true});
-      if (spec.bias == BiasType::post_scale_bias) outs.push_back({"dbias", &gpu.dbias, &ref.dbias, true});
-    }
-    for (const Out& o : outs) {
-      const auto cmp = testing::compare(o.x->to_doubles(), o.r->to_doubles(), testing::tolerance_for(spec.dtype, o.grad));
-      EXPECT_TRUE(cmp.pass) << o.name << ": max abs " << cmp.max_abs << ", rel frob " << cmp.rel_frobenius
-                            << ", bad " << cmp.bad << ", nan " << cmp.nan << " of " << cmp.count;
-    }
+    testing::expect_outputs_match(gpu, ref);
     ++ran;
   }
   EXPECT_GT(ran, 0) << backend << " claimed no grid case";

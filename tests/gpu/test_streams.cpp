@@ -11,36 +11,17 @@
 #include "attn/attn.h"
 #include "gpu/gpu_test_util.h"
 #include "testing/case.h"
-#include "testing/compare.h"
 
 namespace attn {
 namespace {
 
 using testing::CaseSpec;
 
-void run(testing::Case& c, const std::string& backend, void* stream) {
-  Policy force;
-  force.forced = backend;
-  RunContext ctx;
-  ctx.stream = stream;
-  forward(c.opts, c.fwd, ctx, force);
-  if (c.spec.backward) backward(c.opts, c.bwd, ctx, force);
-}
-
 void expect_matches_reference(testing::Case& gpu, const std::string& name) {
   testing::Case ref = testing::copy_inputs_to(gpu, Device::cpu(), DType::f64);
-  run(ref, "reference", nullptr);
+  testing::run_forced(ref, "reference");
   SCOPED_TRACE(name);
-  const std::pair<const testing::TensorBuffer*, const testing::TensorBuffer*> outs[] = {
-      {&gpu.out, &ref.out}, {&gpu.lse, &ref.lse}, {&gpu.dq, &ref.dq}, {&gpu.dk, &ref.dk}, {&gpu.dv, &ref.dv}};
-  const char* names[] = {"out", "lse", "dq", "dk", "dv"};
-  for (int i = 0; i < (gpu.spec.backward ? 5 : 2); ++i) {
-    const bool grad = i >= 2;
-    const auto cmp = testing::compare(outs[i].first->to_doubles(), outs[i].second->to_doubles(),
-                                      testing::tolerance_for(gpu.spec.dtype, grad));
-    EXPECT_TRUE(cmp.pass) << names[i] << ": max abs " << cmp.max_abs << ", rel frob " << cmp.rel_frobenius
-                          << ", bad " << cmp.bad << ", nan " << cmp.nan << " of " << cmp.count;
-  }
+  testing::expect_outputs_match(gpu, ref);
 }
 
 class ConcurrentStreams : public ::testing::TestWithParam<std::string> {};
@@ -80,8 +61,8 @@ TEST_P(ConcurrentStreams, DoNotShareScratch) {
   ATTN_CUDA_OK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
   ATTN_CUDA_OK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
   for (int i = 0; i < 8; ++i) {  // each call rewrites the same outputs with the same values
-    run(ca, backend, s1);
-    run(cb, backend, s2);
+    testing::run_forced(ca, backend, s1);
+    testing::run_forced(cb, backend, s2);
   }
   ATTN_CUDA_OK(cudaStreamSynchronize(s1));
   ATTN_CUDA_OK(cudaStreamSynchronize(s2));
