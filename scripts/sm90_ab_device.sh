@@ -1,33 +1,4 @@
 #!/usr/bin/env bash
-# Runs ON the device machine: an A/B of flash_sm90 forward variants in one
-# call. Each argument NAME is a folder .variants/NAME/ (git-ignored: name
-# ".variants" in the device call's carry) of files that replace their namesakes in
-# src/backends/flash_sm90/ for that variant only (an empty folder = the tree
-# as it is). Per variant: rebuild the Python extension (only the changed
-# objects) and time bench/compare.py --backend flash_sm90 --fwd-only with
-# $COMPARE_ARGS (e.g. "--quick --no-flex --dims 64,128"), so every variant
-# is timed against the same-run peers. No correctness checks: the winner
-# goes through scripts/flash_sm90_device.sh.
+# flash_sm90 forward variants: scripts/ab_device.sh flash_sm90 with --fwd-only.
 # Usage there: COMPARE_ARGS="--quick --no-flex" bash scripts/sm90_ab_device.sh base try1
-set -uo pipefail
-cd "$(dirname "$0")/.."
-source scripts/device_env.sh
-cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.carry" \
-  -DATTN_BUILD_PYTHON=ON -DATTN_WITH_CUDNN=OFF >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; exit 1; }
-dir=src/backends/flash_sm90
-saved=$(mktemp -d)
-cp -r "$dir/." "$saved/"
-for v in "$@"; do
-  cp -r "$saved/." "$dir/"
-  [ -d ".variants/$v" ] && cp -r ".variants/$v/." "$dir/"
-  t0=$(date +%s)
-  if ! cmake --build build-device -j "$(nproc)" --target _C >"$out/build-$v.log" 2>&1; then
-    echo "######## $v: build failed"; grep -E 'error' -A3 "$out/build-$v.log" | head -20; continue
-  fi
-  stage_python
-  PYTHONPATH=/tmp/py timeout 300 python3 bench/compare.py --backend flash_sm90 --fwd-only --out "$out/$v" \
-    ${COMPARE_ARGS:-} >"$out/compare-$v.log" 2>&1
-  echo "######## $v ($(( $(date +%s) - t0 )) s, build and bench)"
-  grep -E "^ *(64|96|128|192|256) |geomean|ratio" "$out/compare-$v.log" | cut -c1-60
-done
-cp -r "$saved/." "$dir/"
+COMPARE_ARGS="--fwd-only ${COMPARE_ARGS:-}" exec bash "$(dirname "$0")/ab_device.sh" flash_sm90 "$@"

@@ -15,6 +15,7 @@ one ordinary attn call (docs/CP.md, "The fallback").
 """
 from __future__ import annotations
 
+import socket
 from typing import Any, Dict, Optional
 
 from . import _C
@@ -36,9 +37,10 @@ class Communicator:
     (``Communicator.unique_id()`` on one rank, the same bytes on every rank;
     for JAX or MPI users); it has no process group, so cp_fallback (which
     runs over torch.distributed collectives) refuses it.
-    Without NCCL in the build or without a GPU, ``from_group`` keeps the group
-    only (handle 0): cp_fallback runs over it (e.g. gloo on CPU tensors), the
-    ring refuses it.
+    Without NCCL in the build, without a GPU, or where two ranks share a GPU
+    (CPU processes over gloo on a GPU machine), ``from_group`` keeps the group
+    only (handle 0, the reason in ``why_no_ring``): cp_fallback runs over it
+    (e.g. gloo on CPU tensors), the ring refuses it and says why.
     """
 
     _by_group: Dict[Any, "Communicator"] = {}
@@ -46,6 +48,7 @@ class Communicator:
     def __init__(self, unique_id: bytes, rank: int, size: int, device: int, group: Any = None):
         self.rank, self.size, self.device, self.group = int(rank), int(size), int(device), group
         self.has_group = False  # group=None is also torch.distributed's spelling of the default group
+        self.why_no_ring = None  # set on a group-only Communicator (handle 0): what the ring lacks
         self.handle = _C.cp_comm_init(bytes(unique_id), self.rank, self.size, self.device)
 
     @staticmethod
@@ -61,9 +64,19 @@ class Communicator:
         if key in cls._by_group:
             return cls._by_group[key]
         rank, size = dist.get_rank(group), dist.get_world_size(group)
+        why_no_ring = None
         if not (available() and torch.cuda.is_available()):
-            # No NCCL in this build, or no GPU (a gloo group on CPU tensors):
-            # the group alone, enough for cp_fallback; the ring call says what it lacks.
+            why_no_ring = "this build has no NCCL, or no GPU"
+        else:
+            # NCCL needs one GPU per rank: ranks that share one (a gloo group of
+            # CPU processes on a GPU machine, or a missing torch.cuda.set_device)
+            # would fail inside ncclCommInitRank with "invalid usage". Every rank
+            # gathers the same list, so every rank takes the same branch.
+            everyone = [None] * size
+            dist.all_gather_object(everyone, (socket.gethostname(), torch.cuda.current_device()), group=group)
+            why_no_ring = _shared_gpu(everyone)
+        if why_no_ring is not None:
+            # The group alone, enough for cp_fallback; the ring call says what it lacks.
             comm = cls.__new__(cls)
             comm.rank, comm.size, comm.device, comm.group, comm.handle = rank, size, -1, group, 0
         else:
@@ -71,6 +84,7 @@ class Communicator:
             src = dist.get_global_rank(group, 0) if group is not None else 0
             dist.broadcast_object_list(box, src=src, group=group)
             comm = cls(box[0], rank, size, torch.cuda.current_device(), group)
+        comm.why_no_ring = why_no_ring
         comm.has_group = True
         cls._by_group[key] = comm
         return comm
@@ -79,6 +93,17 @@ class Communicator:
         if self.handle:
             _C.cp_comm_destroy(self.handle, self.rank, self.size)
             self.handle = 0
+
+
+def _shared_gpu(everyone: list) -> Optional[str]:
+    """Given each rank's (host, device), why NCCL cannot span them (two ranks on one GPU), or None."""
+    first: Dict[Any, int] = {}
+    for r, where in enumerate(everyone):
+        if where in first:
+            return (f"ranks {first[where]} and {r} both use GPU {where[1]} on host {where[0]}; "
+                    "call torch.cuda.set_device(local_rank) before Communicator.from_group")
+        first[tuple(where)] = r
+    return None
 
 
 def _lengths(x: Any, qkv_format: str, cu_seqlens: Any) -> list:
@@ -266,8 +291,9 @@ def _need_ring(comm: Any) -> None:
     if not comm.handle and comm.size > 1:
         raise ValueError(
             f"attn: the context-parallel ring over {comm.size} ranks needs attn's NCCL communicator\n"
-            "  got:      a Communicator over the process group only (this build has no NCCL, or no GPU)\n"
-            "  expected: a build with NCCL, CUDA tensors, Communicator.from_group() on a GPU machine\n"
+            "  got:      a Communicator over the process group only ("
+            f"{getattr(comm, 'why_no_ring', None) or 'no NCCL communicator'})\n"
+            "  expected: a build with NCCL, CUDA tensors, one GPU per rank, Communicator.from_group()\n"
             "  fix:      run on GPUs with NCCL; cp_fallback=True only helps batches that break the 2*cp rule")
 
 

@@ -3,8 +3,6 @@
 
 #include <cuda_runtime.h>
 
-#include <iterator>
-
 #include "core/cuda_check.h"
 
 namespace attn::detail {

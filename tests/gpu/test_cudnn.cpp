@@ -180,8 +180,7 @@ TEST(Cudnn, EveryBackendAgreesAtWindowBoundaries) {
       s.backward = true;
       testing::Case gpu = testing::make_case(s, Device::cuda(0), 77 + l * 7 + r);
       testing::Case ref = testing::copy_inputs_to(gpu, Device::cpu(), DType::f64);
-      forward(ref.opts, ref.fwd, {}, forced("reference"));
-      backward(ref.opts, ref.bwd, {}, forced("reference"));
+      testing::run_forced(ref, "reference");
       std::vector<std::vector<double>> outs;  // per backend: out then dq, concatenated
       std::vector<std::string> names;
       for (const Backend* b : registered_backends()) {

@@ -66,10 +66,7 @@ TEST(FlashSm80Backward, DeterministicModeIsBitwiseRepeatable) {
       EXPECT_TRUE(gpu.dv.host_bytes() == dv) << "dv differs in run " << run;
     }
     testing::Case ref = testing::copy_inputs_to(gpu, Device::cpu(), DType::f64);
-    Policy cpu;
-    cpu.forced = "reference";
-    forward(ref.opts, ref.fwd, {}, cpu);
-    backward(ref.opts, ref.bwd, {}, cpu);
+    testing::run_forced(ref, "reference");
     for (auto [name, x, r] : {std::tuple{"dq", &gpu.dq, &ref.dq}, {"dk", &gpu.dk, &ref.dk}, {"dv", &gpu.dv, &ref.dv}}) {
       const auto cmp = testing::compare(x->to_doubles(), r->to_doubles(), testing::tolerance_for(spec.dtype, true));
       EXPECT_TRUE(cmp.pass) << name << ": max abs " << cmp.max_abs << ", rel frob " << cmp.rel_frobenius << ", bad "

@@ -172,3 +172,17 @@ def test_ring_refuses_a_group_only_communicator():
     q = torch.zeros(1, 4, 2, 8, dtype=torch.float64)
     with pytest.raises(ValueError, match=r"(?s)ring over 2 ranks needs attn's NCCL communicator"):
         attn.forward(q, q, q, cp=_comm(True))
+
+
+def test_ranks_sharing_a_gpu_get_no_nccl_communicator():
+    """from_group's rule on a GPU machine: NCCL needs one GPU per rank, so two
+    ranks on one (host, device) keep the group only, and the ring says why
+    (this test runs the rule itself: CI has no GPU to run from_group's branch)."""
+    assert attn.cp._shared_gpu([("a", 0), ("a", 1), ("b", 0)]) is None
+    why = attn.cp._shared_gpu([("a", 0), ("b", 0), ("a", 0)])
+    assert why is not None and "ranks 0 and 2 both use GPU 0 on host a" in why and "set_device" in why
+    c = _comm(True)
+    c.why_no_ring = why
+    q = torch.zeros(1, 4, 2, 8, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"(?s)needs attn's NCCL communicator.*ranks 0 and 2 both use GPU 0"):
+        attn.forward(q, q, q, cp=c)

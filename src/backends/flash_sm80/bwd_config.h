@@ -17,7 +17,12 @@ namespace attn::flash_sm80 {
 // loop (128 at d 128 and d 256), S and dP kBlockM * kBlockN / 256 each.
 template <int kDQK, int kDV>
 struct BwdConfig {
-  static constexpr int kBlockM = 64;
+  // 128 query rows at d <= 64 (FlashAttention-2's sm80 tile there): twice the
+  // products per tile for the same loads, barriers and setup. ptxas reports
+  // spills there (d 64: 180 B on sm_90a, 164 B on sm_80), and it is still
+  // faster on the H100: backward d 64 0.71-0.76x -> 0.77-0.82x FA2, d 32
+  // 0.61-0.69x -> 0.68-0.77x (docs/PERF.md, 2026-11-23).
+  static constexpr int kBlockM = kDQK <= 64 ? 128 : 64;
   static constexpr int kBlockN = kDQK <= 128 ? 128 : 64;
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;

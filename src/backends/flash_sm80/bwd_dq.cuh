@@ -24,10 +24,14 @@ __device__ __forceinline__ void add_dq(float* dq, const float (&acc)[MA][NA][4],
 #pragma unroll
       for (int na = 0; na < NA; ++na) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        atomicAdd(reinterpret_cast<float2*>(row + 8 * na), make_float2(acc[ma][na][2 * h], acc[ma][na][2 * h + 1]));
+        // red, not atomicAdd: here the compiler turned atomicAdd(float2) into
+        // an ATOMG that returns a value (to RZ), which waits on a scoreboard.
+        asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(row + 8 * na), "f"(acc[ma][na][2 * h]),
+                     "f"(acc[ma][na][2 * h + 1])
+                     : "memory");
 #else
-        atomicAdd(row + 8 * na, acc[ma][na][2 * h]);
-        atomicAdd(row + 8 * na + 1, acc[ma][na][2 * h + 1]);
+        asm volatile("red.global.add.f32 [%0], %1;" ::"l"(row + 8 * na), "f"(acc[ma][na][2 * h]) : "memory");
+        asm volatile("red.global.add.f32 [%0], %1;" ::"l"(row + 8 * na + 1), "f"(acc[ma][na][2 * h + 1]) : "memory");
 #endif
       }
     }

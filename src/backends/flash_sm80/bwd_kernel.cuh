@@ -120,11 +120,13 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads)
 
     const float unit = p.score_mods ? 1.f : p.scale_log2;  // score units -> log2 units
     const int64_t tok0 = p.packed ? seq.start_q : static_cast<int64_t>(b) * p.s_q;  // workspace token of row 0
-    // Work items: (query head g of the group, query tile m), m fastest.
+    // Work items: (query head of the group, query tile m), m fastest. The item
+    // loop steps (h, m) and the next item's (h, m) by counting: a division by
+    // the run's length per item cost ~25 instructions each, in the part of the
+    // tile that no product overlaps.
     const int n_m = mt.last - mt.first + 1, items = p.h_per_kv * n_m;
-    auto head_of = [&](int item) { return h_kv * p.h_per_kv + item / n_m; };
-    auto load_q_do = [&](int item, int stage) {
-      const int h = head_of(item), m0 = (mt.first + item % n_m) * kM, rows = min(kM, seq.len_q - m0);
+    auto load_q_do = [&](int h, int m, int stage) {
+      const int m0 = m * kM, rows = min(kM, seq.len_q - m0);
       const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + (seq.start_q + m0) * p.q_row_stride +
                    h * p.q_head_stride;
       const T* dout = static_cast<const T*>(bp.dout) + b * bp.do_batch_stride +
@@ -132,35 +134,36 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads)
       load_tile<QTile, kM, kThreads>(q_s0 + stage * Cfg::kSmemQ, q, p.q_row_stride, rows, tid);
       load_tile<DOTile, kM, kThreads>(do_s0 + stage * Cfg::kSmemDO, dout, bp.do_row_stride, rows, tid);
     };
-    if (Cfg::kStages == 2) load_q_do(0, 0);
+    int h = h_kv * p.h_per_kv, m = mt.first;  // the item's query head and tile
+    if (Cfg::kStages == 2) load_q_do(h, m, 0);
     sm80::cp_async_commit();  // K, V (and the first Q, dO)
 
-    for (int item = 0; item < items; ++item) {
+    // (h, m) step at the end of each item, also after a `continue`.
+    for (int item = 0; item < items; ++item, h += (m == mt.last), m = m == mt.last ? mt.first : m + 1) {
       const int stage = Cfg::kStages == 2 ? item & 1 : 0;
       const uint32_t q_s = q_s0 + stage * Cfg::kSmemQ, do_s = do_s0 + stage * Cfg::kSmemDO;
+      const bool last_m = m == mt.last;
       // Two stages: the next tile's loads run behind this tile's products (its
       // buffers were last read before the previous iteration's final barrier).
       if (Cfg::kStages == 1) {
-        load_q_do(item, 0);
+        load_q_do(h, m, 0);
         sm80::cp_async_commit();
       } else if (item + 1 < items) {
-        load_q_do(item + 1, stage ^ 1);
+        load_q_do(last_m ? h + 1 : h, last_m ? mt.first : m + 1, stage ^ 1);
         sm80::cp_async_commit();
       }
-      const int h = head_of(item), m = mt.first + item % n_m, m0 = m * kM;
+      const int m0 = m * kM;
       const int rows = min(kM, seq.len_q - m0);
       const KvTiles kt = kv_tiles<kM, kN>(p, seq, m0);
       const uint32_t bh = static_cast<uint32_t>(b) * static_cast<uint32_t>(p.h_q) + static_cast<uint32_t>(h);
       const float slope = p.alibi ? p.alibi[b * p.alibi_batch_stride + h * p.alibi_head_stride] : 0.f;
-      const float* lse_h = p.lse + b * p.lse_batch_stride + seq.start_q * p.lse_row_stride + h * p.lse_head_stride;
 
       // The run found above has no gaps (both ends of a row's key range grow
       // with the row); tested anyway, so that a gap could never unbalance the
       // deterministic mode's counters.
       const bool visits = kt.first <= n && n <= kt.last;
       RowTerms<MAS> rt;
-      rt.load(lse_h + m0 * p.lse_row_stride, p.lse_row_stride, bp.delta + h * bp.rows_q + tok0 + m0, row0_s, rows,
-              lane);
+      rt.load(bp.row_terms + h * bp.rows_q + tok0 + m0, row0_s, rows, lane);
       KeepBits<MAS, NAS> keep;
       if (p.dropout_threshold) keep.compute(p, bh, m0 + row0_s, n0 + col0_s, lane);
 
@@ -184,10 +187,12 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads)
       sm80::gemm_ss<T, MAS, NAS, kDV, DOTile, VTile, false, false>(dp, do_s, v_s, row0_s, col0_s, lane);
       sm80::gemm_ss<T, MAS, NAS, kDQK, QTile, KTile, false, false>(s, q_s, k_s, row0_s, col0_s, lane);
 
-      dp_minus_delta(dp, rt, keep, p);
+      if (p.dropout_threshold) dp_minus_delta<true>(dp, rt, keep, p);
+      else dp_minus_delta<false>(dp, rt, keep, p);
       if (p.score_mods) score_mods_bwd(s, dp, p, slope, m0 + row0_s, n0 + col0_s, seq.shift, lane);
       if (!(n0 >= kt.all_begin && n0 + kN <= kt.all_end)) apply_mask(s, p, seq, m0 + row0_s, n0 + col0_s, lane);
-      probabilities_and_grads(s, dp, rt, keep, p, unit);
+      if (p.dropout_threshold) probabilities_and_grads<true>(s, dp, rt, keep, p, unit);
+      else probabilities_and_grads<false>(s, dp, rt, keep, p, unit);
       stage_block<T, PTile>(p_smem, s, 1.f, row0_s, col0_s, lane);
       stage_block<T, PTile>(ds_smem, dp, 1.f, row0_s, col0_s, lane);
       __syncthreads();

@@ -1,6 +1,6 @@
 // The backward's two light passes around the main kernel, one warp per
-// (token, query head) row: before it, D = rowsum(dO * O) in fp32 and the row
-// of dq_accum zeroed; after it, dq = softmax_scale * dq_accum rounded to T in
+// (token, query head) row: before it, the row's terms {lse in log2 units,
+// D = rowsum(dO * O) in fp32} and the row of dq_accum zeroed; after it, dq = softmax_scale * dq_accum rounded to T in
 // the caller's strides (every element written, padding rows included).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -16,6 +16,7 @@ namespace attn::flash_sm80 {
 namespace {
 
 constexpr int kRowsPerBlock = 8;  // warps per block
+constexpr float kLog2e = 1.4426950408889634f;
 
 // Offset of token t's row in a q-like tensor: thd tokens are rows; bshd/sbhd
 // token b * s_q + i is row i of sequence b.
@@ -55,7 +56,11 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
 #pragma unroll
   for (int s = 16; s >= 1; s /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, s);
   const int64_t row = h * p.rows_q + t;
-  if (lane == 0) p.delta[row] = sum;
+  if (lane == 0) {
+    const float lse = p.fwd.lse[row_offset(p, t, p.fwd.lse_batch_stride, p.fwd.lse_row_stride) +
+                                h * p.fwd.lse_head_stride];
+    p.row_terms[row] = make_float2(lse == -INFINITY ? INFINITY : lse * kLog2e, sum);
+  }
   float4* acc = reinterpret_cast<float4*>(p.dq_accum + row * d_qk);
   for (int c = lane; c < d_qk / 4; c += 32) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
 }

@@ -20,31 +20,44 @@ namespace attn::flash_sm80 {
 
 // Per owned row: lse in log2 units (+inf for rows that see no key or lie past
 // the sequence, so that every P of theirs is exp2(-inf) = 0) and D (0 past
-// the sequence, where out and dout may hold anything).
+// the sequence, where out and dout may hold anything), from the pre-pass's
+// row_terms (bwd_params.h): one pointer and one 8-byte load per row, the rows
+// 8 apart at constant offsets. Read through lse2(ma, h) and delta(ma, h), so
+// that another way of holding them changes this struct only.
 template <int MA>
 struct RowTerms {
-  float lse2[MA][2];
-  float delta[MA][2];
+  float lse2_[MA][2];
+  float delta_[MA][2];
 
-  __device__ __forceinline__ void load(const float* lse, int64_t lse_row_stride, const float* delta_row0, int row0,
-                                       int rows, int lane) {
+  // terms: the tile's row 0; rows: the rows of the tile in the sequence.
+  __device__ __forceinline__ void load(const float2* terms, int row0, int rows, int lane) {
+    const int r0 = row0 + (lane >> 2);
+    const float2* at = terms + r0;
 #pragma unroll
     for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int r = row0 + 16 * ma + 8 * h + (lane >> 2);
-        const float l = r < rows ? lse[r * lse_row_stride] : -INFINITY;
-        lse2[ma][h] = l == -INFINITY ? INFINITY : l * kLog2e;
-        delta[ma][h] = r < rows ? delta_row0[r] : 0.f;
+        const float2 t = r0 + 16 * ma + 8 * h < rows ? at[16 * ma + 8 * h] : make_float2(INFINITY, 0.f);
+        lse2_[ma][h] = t.x;
+        delta_[ma][h] = t.y;
       }
   }
+  __device__ __forceinline__ float lse2(int ma, int h) const { return lse2_[ma][h]; }
+  __device__ __forceinline__ float delta(int ma, int h) const { return delta_[ma][h]; }
 };
 
 // dP -> z * dP - D (dropped pairs: -D; their P * z is 0 and their dS is P * -D,
-// as d(out)/d(s) through the kept pairs alone requires).
-template <int MA, int NA>
+// as d(out)/d(s) through the kept pairs alone requires). kDropout is a
+// template argument, chosen once per tile by the caller: a per-element test of
+// p.dropout_threshold made the compiler keep the 32 keep bits as predicates
+// packed into registers on the path without dropout too (~100 instructions a
+// tile in the d 128 loop).
+template <bool kDropout, int MA, int NA>
 __device__ __forceinline__ void dp_minus_delta(float (&dp)[MA][NA][4], const RowTerms<MA>& rt,
                                                const KeepBits<MA, NA>& keep, const FwdParams& p) {
+  float delta[MA][2];
+#pragma unroll
+  for (int ma = 0; ma < MA; ++ma) delta[ma][0] = rt.delta(ma, 0), delta[ma][1] = rt.delta(ma, 1);
 #pragma unroll
   for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
@@ -52,11 +65,11 @@ __device__ __forceinline__ void dp_minus_delta(float (&dp)[MA][NA][4], const Row
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float d = dp[ma][na][e];
-        if (p.dropout_threshold) {
+        if constexpr (kDropout) {
           const int b = KeepBits<MA, NA>::bit(ma, na, e);
           d = ((keep.word[b / 32] >> (b % 32)) & 1u) ? d * p.dropout_scale : 0.f;
         }
-        dp[ma][na][e] = d - rt.delta[ma][e >> 1];
+        dp[ma][na][e] = d - delta[ma][e >> 1];
       }
 }
 
@@ -74,20 +87,23 @@ __device__ __forceinline__ void score_mods_bwd(float (&s)[MA][NA][4], float (&dp
 }
 
 // s -> P = exp2(unit * s - lse2); dp -> dS = P * dp; s -> P * z (dropout).
-template <int MA, int NA>
+template <bool kDropout, int MA, int NA>
 __device__ __forceinline__ void probabilities_and_grads(float (&s)[MA][NA][4], float (&dp)[MA][NA][4],
                                                         const RowTerms<MA>& rt, const KeepBits<MA, NA>& keep,
                                                         const FwdParams& p, float unit) {
+  float lse2[MA][2];
+#pragma unroll
+  for (int ma = 0; ma < MA; ++ma) lse2[ma][0] = rt.lse2(ma, 0), lse2[ma][1] = rt.lse2(ma, 1);
 #pragma unroll
   for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
     for (int na = 0; na < NA; ++na)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float pr = sm80::fast_exp2(s[ma][na][e] * unit - rt.lse2[ma][e >> 1]);
+        const float pr = sm80::fast_exp2(s[ma][na][e] * unit - lse2[ma][e >> 1]);
         dp[ma][na][e] *= pr;
         float pz = pr;
-        if (p.dropout_threshold) {
+        if constexpr (kDropout) {
           const int b = KeepBits<MA, NA>::bit(ma, na, e);
           pz = ((keep.word[b / 32] >> (b % 32)) & 1u) ? pr * p.dropout_scale : 0.f;
         }

@@ -1,5 +1,5 @@
 // flash_sm80's backward on the host: views + Problem -> BwdParams, workspace
-// (D, the fp32 dQ accumulator, deterministic mode's counters), then three
+// (per-row lse and D, the fp32 dQ accumulator, deterministic mode's counters), then three
 // launches on the caller's stream: pre-pass, main kernel (table row for
 // (dtype, d_qk, d_v)), dq conversion. No host sync.
 #include <cuda_bf16.h>
@@ -20,11 +20,17 @@
 namespace attn::flash_sm80 {
 namespace {
 
-int block_m() { return BwdConfig<64, 64>::kBlockM; }  // the same for every row (static_assert below)
-
-#define ATTN_SAME_M(dqk, dv) static_assert(BwdConfig<dqk, dv>::kBlockM == 64, "one query tile size for all rows");
-ATTN_FLASH_SM80_BWD_TABLE(ATTN_SAME_M)
-#undef ATTN_SAME_M
+// Deterministic mode keeps one counter per (sequence, head, query tile); the
+// rows' query tiles differ in size, so the count uses the smallest tile, an
+// upper bound for every row (the kernel indexes by its own tile, stride m_tiles).
+#define ATTN_BLOCK_M(dqk, dv) BwdConfig<dqk, dv>::kBlockM,
+constexpr int kBlockMs[] = {ATTN_FLASH_SM80_BWD_TABLE(ATTN_BLOCK_M)};
+#undef ATTN_BLOCK_M
+constexpr int min_block_m() {
+  int m = kBlockMs[0];
+  for (int b : kBlockMs) m = b < m ? b : m;
+  return m;
+}
 
 int64_t rows_q_of(const Problem& p) { return p.qkv_format == QkvFormat::thd ? p.total_q : p.batch * p.s_q; }
 
@@ -32,13 +38,13 @@ int64_t rows_q_of(const Problem& p) { return p.qkv_format == QkvFormat::thd ? p.
 int64_t carve(const Problem& p, char* base, BwdParams* k) {
   detail::Carver c(base);
   const int64_t rows = rows_q_of(p);
-  float* delta = c.take<float>(p.h_q * rows);
+  float2* row_terms = c.take<float2>(p.h_q * rows);
   float* acc = c.take<float>(p.h_q * rows * p.d_qk);
-  const int m_tiles = static_cast<int>((p.s_q + block_m() - 1) / block_m());
+  const int m_tiles = static_cast<int>((p.s_q + min_block_m() - 1) / min_block_m());
   int* sem = p.deterministic ? c.take<int>(p.batch * p.h_q * m_tiles) : nullptr;
   if (k) {
     k->rows_q = rows;
-    k->delta = delta;
+    k->row_terms = row_terms;
     k->dq_accum = acc;
     k->dq_semaphore = sem;
     k->m_tiles = m_tiles;

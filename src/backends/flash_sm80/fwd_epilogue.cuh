@@ -10,13 +10,18 @@
 
 namespace attn::flash_sm80 {
 
-// Writes a warp's accumulator block (16 MA rows from row0, NA blocks of 8
-// columns from col0, col0 % 8 == 0), each row times its scale (O by 1 / sum
-// here; the backward's P, dS, dK and dV), rounded to T, into the swizzled
-// tile at smem. The caller syncs before other threads read it.
+// Writes a warp's accumulator block (16 MA rows from row0, a multiple of 8;
+// NA blocks of 8 columns from col0, a multiple of 8 NA as every warp layout
+// here gives), each row times its scale (O by 1 / sum here; the backward's P,
+// dS, dK and dV), rounded to T, into the swizzled tile at smem. The caller
+// syncs before other threads read it.
 template <typename T, class Tile, int MA, int NA>
 __device__ __forceinline__ void stage_block(char* smem, const float (&acc)[MA][NA][4], const float (&row_scale)[MA][2],
                                             int row0, int col0, int lane) {
+  // Column block col0 / 8 + na is exactly 16-byte chunk col0 / 8 + na of the row.
+  // Where the swizzle allows (swizzle.h, stepped), one address per thread.
+  constexpr bool kStepped = Tile::template kStepsBlocks<NA>;
+  const uint32_t at = Tile::byte_offset(row0 + (lane >> 2), col0 / 8) + 4 * (lane & 3);
 #pragma unroll
   for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
@@ -24,10 +29,11 @@ __device__ __forceinline__ void stage_block(char* smem, const float (&acc)[MA][N
       const int r = row0 + 16 * ma + 8 * h + (lane >> 2);
 #pragma unroll
       for (int na = 0; na < NA; ++na) {
-        // Column block col0 / 8 + na is exactly 16-byte chunk col0 / 8 + na of the row.
         const uint32_t v =
             sm80::pack2<T>(acc[ma][na][2 * h] * row_scale[ma][h], acc[ma][na][2 * h + 1] * row_scale[ma][h]);
-        *reinterpret_cast<uint32_t*>(smem + Tile::byte_offset(r, col0 / 8 + na) + 4 * (lane & 3)) = v;
+        const uint32_t off = kStepped ? Tile::stepped(at, na, 2 * ma + h)
+                                      : Tile::byte_offset(r, col0 / 8 + na) + 4 * (lane & 3);
+        *reinterpret_cast<uint32_t*>(smem + off) = v;
       }
     }
 }

@@ -34,6 +34,26 @@ struct SwizzledTile {
     return r * kChunks + phys;
   }
   ATTN_HOST_DEVICE static constexpr int byte_offset(int r, int c) { return chunk(r, c) * 16; }
+
+  // Offsets relative to a thread's first chunk without a register per chunk.
+  // In a tile of whole groups of 8 chunks, rows 8 apart share their swizzle
+  // and a chunk's index within its group is c ^ (r % 8); so when c0's low bits
+  // are clear of j's (c0 a multiple of 8, or of j's power-of-two range),
+  //   byte_offset(r + 8 m, c0 + j) + b
+  //     == ((byte_offset(r, c0) + b) ^ (j % 8) * 16) + (j / 8) * 128 + 8 m * kRowBytes
+  // for a byte b < 16 within the chunk: one XOR with a constant per j and
+  // immediate offsets, where one hoisted address per chunk held registers
+  // across the backward's loop (and spilled). tests/kernels/test_sm80_swizzle.cpp
+  // checks the identity for the tiles and steps the kernels use.
+  static constexpr bool kXorSteps = kFull == kChunks;
+  // Whether stepped() covers kBlocks blocks from c0 = w * kBlocks (every warp
+  // layout's column start): a power of two keeps c0's low bits clear of j's,
+  // and so does a multiple of 8.
+  template <int kBlocks>
+  static constexpr bool kStepsBlocks = kXorSteps && (kBlocks % 8 == 0 || (kBlocks & (kBlocks - 1)) == 0);
+  ATTN_HOST_DEVICE static constexpr uint32_t stepped(uint32_t at, int j, int m) {
+    return (at ^ static_cast<uint32_t>((j % 8) * 16)) + static_cast<uint32_t>((j / 8) * 128 + 8 * m * kRowBytes);
+  }
 };
 
 // The addresses one lane reads in a warp's ldmatrix sweep over a tile: rows

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs ON the device machine: an A/B of kernel variants of one backend in one
+# call. Each NAME is a folder .variants/NAME/ (git-ignored: name ".variants"
+# in the device call's carry) of files that replace their namesakes in
+# src/backends/BACKEND/ for that variant only; NAME may join folders with '+'
+# (applied left to right); a missing folder = the tree as it is. Per variant:
+# rebuild the Python extension (only the changed objects) and time
+# bench/compare.py --backend BACKEND $COMPARE_ARGS (e.g. "--quick --no-flex
+# --dims 64,128", "--fwd-only"), so every variant is timed against the
+# same-run peers. No correctness checks: the winner goes through the
+# backend's scripts/<backend>_device.sh.
+# Usage there: COMPARE_ARGS="--quick --no-flex" bash scripts/ab_device.sh flash_sm80 orig base m128
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/device_env.sh /tmp/attn-device-out
+backend=$1
+shift
+cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.carry" \
+  -DATTN_BUILD_PYTHON=ON -DATTN_WITH_CUDNN=OFF >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; exit 1; }
+dir=src/backends/$backend
+saved=$(mktemp -d)
+cp -r "$dir/." "$saved/"
+for v in "$@"; do
+  cp -r "$saved/." "$dir/"
+  IFS='+' read -ra parts <<<"$v"
+  for part in "${parts[@]}"; do [ -d ".variants/$part" ] && cp -r ".variants/$part/." "$dir/"; done
+  t0=$(date +%s)
+  if ! cmake --build build-device -j "$(nproc)" --target _C >"$out/build-$v.log" 2>&1; then
+    echo "######## $v: build failed"; grep -E 'error' -A3 "$out/build-$v.log" | head -20; continue
+  fi
+  stage_python
+  PYTHONPATH=/tmp/py timeout 300 python3 bench/compare.py --backend "$backend" --out "$out/$v" \
+    ${COMPARE_ARGS:-} >"$out/compare-$v.log" 2>&1
+  echo "######## $v ($(( $(date +%s) - t0 )) s, build and bench)"
+  grep -E "^ *(64|96|128|192|256) |geomean|ratio" "$out/compare-$v.log" | cut -c1-110
+done
+cp -r "$saved/." "$dir/"

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs ON the device machine: ncu profiles of one flash_sm80 backward kernel
+# and of PyTorch's FlashAttention-2 backward kernel on the same problem (bf16,
+# ANCHORS shape: batch 16384/seqlen, heads 2048/d, non-causal), side by side:
+# duration, tensor-pipe and issue utilisation, stall reasons, shared-memory
+# bank conflicts, instruction counts. Clocks are left alone (METHOD.md).
+# Usage there: bash scripts/sm80_bwd_profile_device.sh [d ...]   (default: 64 128; seqlen $SEQLEN or 4096)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/device_env.sh /tmp/attn-device-out
+cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.carry" \
+  -DATTN_BUILD_PYTHON=ON -DATTN_WITH_CUDNN=OFF >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; exit 1; }
+cmake --build build-device -j "$(nproc)" --target _C >"$out/build.log" 2>&1 || { grep -E 'error' -A3 "$out/build.log" | head -20; exit 1; }
+stage_python
+cat >/tmp/bwd_one.py <<'PY'
+# One backward per implementation after two warm-up calls: attn's flash_sm80
+# (attn._C through attn.torch) or SDPA's flash backend, on fresh random inputs.
+import sys
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+import attn.torch as at
+impl, d, s = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+b, h = 16384 // s, 2048 // d
+q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+do = torch.randn_like(q)
+for _ in range(3):
+    if impl == "attn":
+        out = at.attention(q, k, v, mask="no_mask", backend="flash_sm80")
+    else:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            out = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
+    out.backward(do)
+torch.cuda.synchronize()
+PY
+metrics="gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
+sm__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__warps_eligible.avg.per_cycle_active,\
+l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,\
+l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__inst_executed_op_ldsm.sum,launch__registers_per_thread,\
+smsp__average_warp_latency_issue_stalled_barrier.ratio,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,\
+smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,\
+smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,smsp__average_warp_latency_issue_stalled_wait.ratio,\
+smsp__average_warp_latency_issue_stalled_not_selected.ratio,smsp__average_warp_latency_issue_stalled_lg_throttle.ratio,\
+smsp__average_warp_latency_issue_stalled_dispatch_stall.ratio,smsp__average_warp_latency_issue_stalled_selected.ratio,\
+smsp__average_warp_latency_issue_stalled_membar.ratio,smsp__average_warp_latency_issue_stalled_drain.ratio"
+for d in ${@:-64 128}; do
+  for impl in attn fa2; do
+    if [ $impl = attn ]; then k='regex:flash_bwd_kernel'; else k='regex:^flash_bwd_dq_dk_dv'; fi
+    PYTHONPATH=/tmp/py timeout 240 ncu --clock-control none -k "$k" --launch-skip 2 --launch-count 1 \
+      --metrics "$metrics" python3 /tmp/bwd_one.py $impl $d "${SEQLEN:-4096}" >"$out/ncu-$impl-$d.log" 2>&1
+    echo "######## d $d $impl (rc $?)"
+    grep -E "^\s+(gpu__|sm__|smsp__|l1tex__|launch__)" "$out/ncu-$impl-$d.log" | sed -E 's/ +/ /g' | cut -c1-120
+  done
+done
