@@ -45,7 +45,8 @@ __device__ __forceinline__ KeyRange<int> row_keys(const FwdParams& p, const SeqE
 // The KV tiles of query rows [m0, m0 + kBlockM): tiles first..last (none when
 // last < first), and the keys [all_begin, all_end) that every valid row sees,
 // so a tile inside them needs no per-element mask. Both ends of a row's range
-// grow with the row (mask_rule.h), so the first and last valid rows bound them.
+// grow with the row (mask_rule.h), so the first and last valid rows bound them
+// (rows before 0, in flash_sm90's first tile of a sequence, are not valid).
 struct KvTiles {
   int first = 0, last = -1;
   int all_begin = 0, all_end = 0;
@@ -55,7 +56,7 @@ template <int kBlockM, int kBlockN>
 __device__ __forceinline__ KvTiles kv_tiles(const FwdParams& p, const SeqExtent& s, int m0) {
   KvTiles t;
   const int last_row = min(m0 + kBlockM, s.len_q) - 1;
-  const KeyRange<int> top = row_keys(p, s, m0), bottom = row_keys(p, s, last_row);
+  const KeyRange<int> top = row_keys(p, s, max(m0, 0)), bottom = row_keys(p, s, last_row);
   if (bottom.end <= top.begin) return t;
   t.first = top.begin / kBlockN;
   t.last = (bottom.end - 1) / kBlockN;

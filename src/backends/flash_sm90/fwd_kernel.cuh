@@ -30,6 +30,7 @@
 #include "backends/flash_sm80/fwd_softmax.cuh"
 #include "backends/flash_sm90/fwd_config.h"
 #include "backends/flash_sm90/fwd_params.h"
+#include "backends/flash_sm90/fwd_tiles.h"
 #include "core/cuda_check.h"
 #include "kernels/sm80/mma.cuh"
 #include "kernels/sm90/mbarrier.cuh"
@@ -53,19 +54,19 @@ constexpr int kBarConsumer0 = 2;  // 2..4: each consumer's epilogue
 constexpr int kBarTurn0 = 5;      // 5..7: whose turn it is to issue products
 
 // The work item t: the query tiles of one (sequence, head) side by side, from
-// the last (the heaviest under a causal mask) to the first, so the CTAs
+// the last (the heaviest under a causal mask) to the first (fwd_tiles.h), so the CTAs
 // running at once read the same K/V, from L2. (Heads fastest reads K/V from
 // memory once per query tile: memory-bound wherever a tile's work is short.)
 // CTAs take items in this order from a counter, so a CTA that drew light
 // items takes more: no SM idles behind a heavy item while work is left.
 struct WorkItem {
-  int b, h, m0;
+  int b, h, tile;  // tile: counted from the sequence's end
 };
 template <int kM>
 __device__ __forceinline__ WorkItem work_item(const FwdParams& p, int t) {
   const int m_blocks = (p.s_q + kM - 1) / kM;
   const int bh = t / m_blocks;
-  return {bh / p.h_q, bh % p.h_q, (m_blocks - 1 - t % m_blocks) * kM};
+  return {bh / p.h_q, bh % p.h_q, t % m_blocks};
 }
 
 template <typename T, int kDQK, int kDV>
@@ -137,14 +138,16 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   // (the producer) and which rows it computes and writes (the consumers).
   struct Item {
     int b, h, m0;
-    int rows;      // rows of the tile inside its sequence
+    int row_begin;  // rows [row_begin, rows) of the tile are its sequence's (fwd_tiles.h)
+    int rows;
     int rows_out;  // rows it writes: a padded batch (bshd/sbhd with cu_seqlens) also gets out = 0, lse = -inf
                    // on its padding rows; in thd the rows past a sequence belong to the next one
     SeqExtent seq;
     KvTiles tiles;
     // Some row sees a key: the producer loads Q and K/V tiles, the
     // consumers compute (otherwise they write out = 0 and lse = -inf).
-    __device__ bool has_work() const { return rows > 0 && tiles.last >= tiles.first; }
+    __device__ bool has_work() const { return rows > row_begin && tiles.last >= tiles.first; }
+    __device__ bool writes(int r) const { return r >= row_begin && r < rows_out; }
   };
   // The item at index t.
   auto load_item = [&](int t) {
@@ -152,11 +155,13 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     const WorkItem w = work_item<kM>(p, t);
     c.b = w.b;
     c.h = w.h;
-    c.m0 = w.m0;
     c.seq = flash_sm80::sequence_extent(p, c.b);
-    c.rows = max(0, min(kM, c.seq.len_q - c.m0));
-    c.rows_out = p.packed ? c.rows : min(kM, p.s_q - c.m0);
-    c.tiles = c.rows > 0 ? flash_sm80::kv_tiles<kM, kN>(p, c.seq, c.m0) : KvTiles{};
+    const QueryTile q = query_tile(w.tile, kM, c.seq.len_q, p.s_q, p.packed);
+    c.m0 = q.m0;
+    c.row_begin = q.row_begin;
+    c.rows = q.rows;
+    c.rows_out = q.rows_out;
+    c.tiles = q.has_rows() ? flash_sm80::kv_tiles<kM, kN>(p, c.seq, c.m0) : KvTiles{};
     return c;
   };
   if (tid < 128) {  // producer warpgroup
@@ -256,15 +261,17 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       sm90::mbar_arrive(item_empty(taken & 1));
       if (t >= items) return -1;
       const Item c = load_item(t);
-      if (c.rows_out <= 0) continue;
+      if (c.rows_out <= c.row_begin) continue;
       if (c.has_work()) {
         if (p.dropout_threshold) keep.compute(p, head_index(c), c.m0 + row0, c.tiles.last * kN, lane);
         ++taken;
         return t;
       }
-      flash_sm80::store_zeros<kDV, kM, kConsumerThreads>(out_rows(c), p.o_row_stride, c.rows_out, ctid);
+      flash_sm80::store_zeros<kDV, kM, kConsumerThreads>(out_rows(c) + c.row_begin * p.o_row_stride,
+                                                         p.o_row_stride, c.rows_out - c.row_begin, ctid);
       if (p.lse)
-        for (int r = ctid; r < c.rows_out; r += kConsumerThreads) lse_rows(c)[r * p.lse_row_stride] = -INFINITY;
+        for (int r = c.row_begin + ctid; r < c.rows_out; r += kConsumerThreads)
+          lse_rows(c)[r * p.lse_row_stride] = -INFINITY;
     }
   };
 
@@ -429,12 +436,14 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
 
     float inv[1][2], row_lse[1][2];
     softmax.finish(inv, row_lse, unit, p.dropout_scale);
-    // Rows past the sequence (padding, or the next sequence's tokens in thd)
-    // read whatever Q rows were there: their output is 0 or unwritten.
+    // Rows outside the sequence (padding, the next or the previous sequence's tokens
+    // in thd, or before the first token) read whatever Q rows were there:
+    // their output is 0 or unwritten.
     bool row_valid[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      row_valid[hh] = row0 + 8 * hh + (lane >> 2) < cur.rows;
+      const int r = row0 + 8 * hh + (lane >> 2);
+      row_valid[hh] = r >= cur.row_begin && r < cur.rows;
       if (!row_valid[hh]) {
         inv[0][hh] = 0.f;
         row_lse[0][hh] = -INFINITY;
@@ -444,11 +453,12 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     // (its leader's store of the previous item has read them, and every
     // thread is past its Q.K^T reads of this item's Q rows where the output
     // goes in Q's buffer), then write them out: one TMA store by the
-    // leader, or (thd rows that end inside the tile: the next sequence's
-    // tokens follow) row by row.
+    // leader, or row by row where the warpgroup's rows are not all the
+    // sequence's (thd, where other sequences' tokens lie around it, or rows before the
+    // first token, which TMA would not write but we do not ask it to).
     const uint32_t o_stage = o_tile(q_cur);
     const bool leader = (ctid & 127) == 0;
-    const bool by_tma = !p.packed || cur.rows >= wg * 64 + 64;
+    const bool by_tma = cur.row_begin <= wg * 64 && (!p.packed || cur.rows >= wg * 64 + 64);
     if (leader) sm90::bulk_wait_read<0>();
     sm90::named_sync(kBarConsumer0 + wg, 128);
     {
@@ -485,7 +495,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
 #pragma unroll
       for (int idx = ctid - wg * 128; idx < 64 * kChunks; idx += 128) {
         const int r = wg * 64 + idx / kChunks, c = idx % kChunks;
-        if (r < cur.rows_out)
+        if (cur.writes(r))
           *reinterpret_cast<uint4*>(out + r * p.o_row_stride + c * 8) =
               *reinterpret_cast<const uint4*>(o_gen + swizzled_offset(kM, r, c));
       }
@@ -502,7 +512,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int r = row0 + 8 * hh + (lane >> 2);
-      if (p.lse && (lane & 3) == 0 && r < cur.rows_out) lse_rows(cur)[r * p.lse_row_stride] = row_lse[0][hh];
+      if (p.lse && (lane & 3) == 0 && cur.writes(r)) lse_rows(cur)[r * p.lse_row_stride] = row_lse[0][hh];
     }
     if (Cfg::kOverlapEpilogue) {
       sm90::wgmma_wait<0>();  // the next item's first scores (or the discarded product)
