@@ -1,0 +1,106 @@
+"""Where a flash kernel's warps wait, instruction by instruction.
+
+Two roles, both used by scripts/sm80_stalls_device.sh on the device:
+
+  stalls.py run IMPL PASS D SEQLEN
+      one problem (bf16, batch 16384/SEQLEN, heads 2048/D, non-causal) three
+      times, so that ncu can profile the third call's kernel: IMPL is "attn"
+      (flash_sm80 through attn.torch) or "fa2" (PyTorch SDPA's flash backend);
+      PASS is "fwd" or "bwd".
+  stalls.py report SOURCE_CSV DETAILS_CSV
+      reads ncu's source page (--page source --csv --print-source sass) and
+      details page of that profile and prints the kernel's time, its stall
+      reasons (WarpStateStats), and its hottest SASS instructions by sampled
+      warp stalls, each with its stall columns; barriers first.
+"""
+
+import csv
+import sys
+
+
+def run(impl, pass_, d, seqlen):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    b, h = 16384 // seqlen, 2048 // d
+    backward = pass_ == "bwd"
+    q, k, v = (torch.randn(b, seqlen, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
+               for _ in range(3))
+    do = torch.randn_like(q)
+
+    def call():
+        if impl == "attn":
+            import attn.torch as at
+            return at.attention(q, k, v, mask="no_mask", backend="flash_sm80")
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
+
+    for _ in range(3):
+        if backward:
+            call().backward(do)
+        else:
+            with torch.no_grad():
+                call()
+    torch.cuda.synchronize()
+
+
+def number(text):
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def rows_of(path):
+    """ncu's CSV pages, without the lines before the header (==PROF== notes)."""
+    with open(path, newline="") as f:
+        lines = [line for line in f if line.startswith('"')]
+    return list(csv.DictReader(lines))
+
+
+def report(source_csv, details_csv):
+    try:
+        details = rows_of(details_csv)
+    except OSError:
+        details = []
+    for row in details:
+        name = row.get("Metric Name", "")
+        if name in ("Duration", "Registers Per Thread", "Warp Cycles Per Issued Instruction", "Issue Slots Busy") \
+                or name.startswith("Stall") or "Stall" in name:
+            print(f"  {row.get('Section Name', '')[:18]:18} {name[:48]:48} {row.get('Metric Value', '')} "
+                  f"{row.get('Metric Unit', '')}")
+    rows = rows_of(source_csv)
+    if not rows:
+        print("  (no rows in the source page)")
+        return
+    cols = list(rows[0].keys())
+    print("  source columns:", " | ".join(cols))
+    src = next((c for c in cols if c.lower() in ("source", "sass")), cols[1] if len(cols) > 1 else cols[0])
+    total_col = next((c for c in cols if "Sampling (All" in c), None)
+    numeric = [c for c in cols if c != src and any(number(r[c] or "") for r in rows[:200])]
+    if total_col is None:  # the numeric column with the largest sum
+        total_col = max(numeric, key=lambda c: sum(number(r[c] or "") or 0 for r in rows))
+    stall_cols = [c for c in numeric if c != total_col and ("stall" in c.lower() or "Sampling" in c)]
+    total = sum(number(r[total_col] or "") or 0 for r in rows)
+    print(f"  {len(rows)} SASS instructions; {total_col}: {total:.0f} samples")
+
+    def show(r):
+        n = number(r[total_col] or "") or 0
+        extra = ", ".join(f"{c}={r[c]}" for c in stall_cols if (number(r[c] or "") or 0) > 0.05 * max(n, 1))
+        print(f"  {100 * n / max(total, 1):5.1f}%  {r[src].strip()[:70]:70} {extra[:160]}")
+
+    barriers = [r for r in rows if "BAR" in r[src] and "MEMBAR" not in r[src]]
+    print(f"  barriers ({len(barriers)}), share of all samples:")
+    for r in barriers:
+        show(r)
+    print("  hottest 25:")
+    for r in sorted(rows, key=lambda r: -(number(r[total_col] or "") or 0))[:25]:
+        show(r)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "run":
+        run(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    else:
+        report(sys.argv[2], sys.argv[3])

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs ON the device machine: where flash_sm80's kernels wait, instruction by
+# instruction, beside PyTorch's FlashAttention-2 kernel on the same problem.
+# ncu's warp-state sampling (SourceCounters) of one kernel per (pass, d,
+# implementation), bf16, ANCHORS shape (batch 16384/seqlen, heads 2048/d,
+# non-causal); bench/stalls.py prints each kernel's stall reasons and its
+# hottest SASS instructions (with the barriers among them). Clocks are left
+# alone (METHOD.md).
+# Usage there: bash scripts/sm80_stalls_device.sh [pass:d ...]   (default: bwd:128 fwd:256; seqlen $SEQLEN or 4096)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/device_env.sh /tmp/attn-device-out
+cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.carry" \
+  -DATTN_BUILD_PYTHON=ON -DATTN_WITH_CUDNN=OFF >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; exit 1; }
+cmake --build build-device -j "$(nproc)" --target _C >"$out/build.log" 2>&1 || { grep -E 'error' -A3 "$out/build.log" | head -20; exit 1; }
+stage_python
+for job in ${@:-bwd:128 fwd:256}; do
+  pass=${job%%:*} d=${job##*:}
+  for impl in attn fa2; do
+    case "$pass/$impl" in
+      bwd/attn) k='regex:flash_bwd_kernel' ;;
+      bwd/fa2) k='regex:^flash_bwd_dq_dk_dv' ;;
+      fwd/*) k='regex:flash_fwd_kernel' ;;  # FA2's forward has the same name; one implementation runs per process
+    esac
+    rep="$out/stalls-$pass-$d-$impl"
+    PYTHONPATH=/tmp/py timeout 200 ncu --clock-control none -k "$k" --launch-skip 2 --launch-count 1 \
+      --section SourceCounters --section WarpStateStats --section LaunchStats -f -o "$rep" \
+      python3 bench/stalls.py run "$impl" "$pass" "$d" "${SEQLEN:-4096}" >"$rep.log" 2>&1
+    echo "######## $pass d $d $impl (ncu rc $?)"
+    ncu -i "$rep.ncu-rep" --page source --csv --print-source sass >"$rep.csv" 2>"$rep.err"
+    ncu -i "$rep.ncu-rep" --page details --csv >"$rep-details.csv" 2>>"$rep.err"
+    python3 bench/stalls.py report "$rep.csv" "$rep-details.csv" || tail -5 "$rep.err"
+  done
+done
