@@ -52,16 +52,18 @@ def number(text):
         return None
 
 
-def rows_of(path):
-    """ncu's CSV pages, without the lines before the header (==PROF== notes)."""
+def rows_of(path, header_starts):
+    """An ncu CSV page from its header line on (the lines before it are
+    ==PROF== notes, or the kernel's name on the source page)."""
     with open(path, newline="") as f:
         lines = [line for line in f if line.startswith('"')]
-    return list(csv.DictReader(lines))
+    start = next((i for i, line in enumerate(lines) if line.startswith(header_starts)), 0)
+    return list(csv.DictReader(lines[start:]))
 
 
 def report(source_csv, details_csv):
     try:
-        details = rows_of(details_csv)
+        details = rows_of(details_csv, '"ID"')
     except OSError:
         details = []
     for row in details:
@@ -70,18 +72,17 @@ def report(source_csv, details_csv):
                 or name.startswith("Stall") or "Stall" in name:
             print(f"  {row.get('Section Name', '')[:18]:18} {name[:48]:48} {row.get('Metric Value', '')} "
                   f"{row.get('Metric Unit', '')}")
-    rows = rows_of(source_csv)
+    rows = rows_of(source_csv, '"Address"')
     if not rows:
         print("  (no rows in the source page)")
         return
-    cols = list(rows[0].keys())
-    print("  source columns:", " | ".join(cols))
+    cols = [c for c in rows[0].keys() if c]
     src = next((c for c in cols if c.lower() in ("source", "sass")), cols[1] if len(cols) > 1 else cols[0])
     total_col = next((c for c in cols if "Sampling (All" in c), None)
     numeric = [c for c in cols if c != src and any(number(r[c] or "") for r in rows[:200])]
     if total_col is None:  # the numeric column with the largest sum
         total_col = max(numeric, key=lambda c: sum(number(r[c] or "") or 0 for r in rows))
-    stall_cols = [c for c in numeric if c != total_col and ("stall" in c.lower() or "Sampling" in c)]
+    stall_cols = [c for c in numeric if c.startswith("stall_") and "Not Issued" not in c]
     total = sum(number(r[total_col] or "") or 0 for r in rows)
     print(f"  {len(rows)} SASS instructions; {total_col}: {total:.0f} samples")
 

@@ -62,6 +62,9 @@ struct BwdConfig {
   }
   static constexpr int kStages = smem_bytes(2) <= 163 * 1024 ? 2 : 1;
   static constexpr int kSmemBytes = smem_bytes(kStages);
+  // dQ's stage for the bulk adds (sm_90 only, bwd_dq.cuh): fp32 rows of the
+  // query tile, after the buffers above. 192-208 KiB in all where it is used.
+  static constexpr int kSmemDqStage = kBlockM * kDQK * 4;
 
   static_assert(kDQK % 32 == 0 && kDV % 32 == 0, "head dims are multiples of 32 (64-byte rows)");
   static_assert(kMAS >= 1 && kNAS % 2 == 0, "S: whole 16-row blocks, pairs of 8-column blocks");

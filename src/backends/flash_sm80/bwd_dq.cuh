@@ -1,41 +1,114 @@
 // dQ of one (query tile, KV tile) pair into the fp32 accumulator that the
-// convert pass turns into dq: red.global adds, two floats at a time where the
-// hardware has them (sm_90). In deterministic mode the KV tiles of a query
-// tile add in ascending order, one after another, behind a per-tile counter
-// (FlashAttention-2's ordered accumulation), so every sum has one order.
+// convert pass turns into dq. Two ways in:
+// - red.global adds from registers, two floats at a time where the hardware
+//   has them (sm_90), everywhere a bulk add cannot run, and always in
+//   deterministic mode: there the KV tiles of a query tile add in ascending
+//   order, one after another, behind a per-tile counter (FlashAttention-2's
+//   ordered accumulation), so every sum has one order;
+// - on sm_90, through shared memory: the warps that share a band of rows
+//   stage it, and one thread hands the band to the TMA unit as one bulk
+//   reduce-add (cp.reduce.async.bulk). The reds had stalled the warps: a
+//   register that an in-flight red still reads cannot be written, and the
+//   load/store unit throttles them (docs/PERF.md, "dQ by bulk add").
+// The accumulator's rows are row-major with 32-byte chunks swizzled within
+// each 128 bytes by the row's workspace token (dq_swizzle): the shared-memory
+// stage has the same byte order as global memory (a bulk copy is linear),
+// and its stores are free of bank conflicts.
 #pragma once
 
 #include <cstdint>
 
 namespace attn::flash_sm80 {
 
+// Where column c of the accumulator row of workspace token t lies in that
+// row: its 8-float chunk XOR t % 4, so that 8 consecutive rows written
+// together spread over the 4 bank groups of 128 bytes (row strides are
+// multiples of 128 bytes: d_qk is a multiple of 32).
+__host__ __device__ __forceinline__ int dq_swizzle(int64_t t, int c) { return c ^ ((static_cast<int>(t) & 3) << 3); }
+
+// The place of column col0 + 8 na + 2 (lane % 4) in an accumulator row
+// whose token t has t % 4 == sw (as dq_swizzle). A thread's rows are 8 apart,
+// so they share sw. Where col0 is a multiple of 32 (NA % 4 == 0), the place
+// is one of four per-thread bases plus a constant: (na % 4) ^ sw picks the
+// base, the rest of na is an immediate offset.
+template <int NA>
+__device__ __forceinline__ int dq_column(int col0, int na, int sw, int lane) {
+  if constexpr (NA % 4 == 0)
+    return col0 + 2 * (lane & 3) + 8 * (((na & 3) ^ sw) + (na & ~3));
+  else
+    return ((col0 + 8 * na) ^ (sw << 3)) + 2 * (lane & 3);
+}
+
 // acc rows row0 + 16 ma + 8 half + lane / 4 (those < rows), columns
-// col0 + 8 na + 2 (lane % 4) + e, added to dq[row * kD + column].
+// col0 + 8 na + 2 (lane % 4) + e, added to row r of dq (row stride kD), the
+// accumulator row of workspace token t0 + r.
 template <int kD, int MA, int NA>
-__device__ __forceinline__ void add_dq(float* dq, const float (&acc)[MA][NA][4], int row0, int col0, int rows,
-                                       int lane) {
+__device__ __forceinline__ void add_dq(float* dq, int64_t t0, const float (&acc)[MA][NA][4], int row0, int col0,
+                                       int rows, int lane) {
+  const int sw = static_cast<int>(t0 + row0 + (lane >> 2)) & 3;
 #pragma unroll
   for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = row0 + 16 * ma + 8 * h + (lane >> 2);
       if (r >= rows) continue;  // rows past the sequence (thd: the next sequence's)
-      float* row = dq + static_cast<int64_t>(r) * kD + col0 + 2 * (lane & 3);
+      float* const row = dq + static_cast<int64_t>(r) * kD;
 #pragma unroll
       for (int na = 0; na < NA; ++na) {
+        float* const at = row + dq_column<NA>(col0, na, sw, lane);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
         // red, not atomicAdd: here the compiler turned atomicAdd(float2) into
         // an ATOMG that returns a value (to RZ), which waits on a scoreboard.
-        asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(row + 8 * na), "f"(acc[ma][na][2 * h]),
+        asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(at), "f"(acc[ma][na][2 * h]),
                      "f"(acc[ma][na][2 * h + 1])
                      : "memory");
 #else
-        asm volatile("red.global.add.f32 [%0], %1;" ::"l"(row + 8 * na), "f"(acc[ma][na][2 * h]) : "memory");
-        asm volatile("red.global.add.f32 [%0], %1;" ::"l"(row + 8 * na + 1), "f"(acc[ma][na][2 * h + 1]) : "memory");
+        asm volatile("red.global.add.f32 [%0], %1;" ::"l"(at), "f"(acc[ma][na][2 * h]) : "memory");
+        asm volatile("red.global.add.f32 [%0], %1;" ::"l"(at + 1), "f"(acc[ma][na][2 * h + 1]) : "memory");
 #endif
       }
     }
 }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The same adds by bulk reduce: the kPair warps that share rows
+// [row0, row0 + 16 MA) of the tile (warp w is the (w % kPair)-th of pair
+// `band`) write their part of the band into `stage` (kD floats per row, the
+// accumulator's byte order), and the first warp's lane 0 adds the band's
+// rows < rows to dq in one cp.reduce.async.bulk. That thread waits for the
+// copy to have read `stage` (bulk_wait_read) before `stage` is written again.
+template <int kD, int MA, int NA, int kPair>
+__device__ __forceinline__ void add_dq_bulk(float* dq, int64_t t0, uint32_t stage, const float (&acc)[MA][NA][4],
+                                            int row0, int col0, int rows, int band, int warp, int lane) {
+  const int sw = static_cast<int>(t0 + row0 + (lane >> 2)) & 3;
+#pragma unroll
+  for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row0 + 16 * ma + 8 * h + (lane >> 2);
+#pragma unroll
+      for (int na = 0; na < NA; ++na)
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(
+                         stage + 4u * static_cast<uint32_t>(r * kD + dq_column<NA>(col0, na, sw, lane))),
+                     "f"(acc[ma][na][2 * h]), "f"(acc[ma][na][2 * h + 1])
+                     : "memory");
+    }
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stores, before the bulk copy reads them
+  asm volatile("bar.sync %0, %1;" ::"r"(1 + band), "n"(32 * kPair) : "memory");
+  const int n = min(rows - row0, 16 * MA);
+  if (warp % kPair == 0 && lane == 0 && n > 0) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
+                     dq + static_cast<int64_t>(row0) * kD),
+                 "r"(stage + static_cast<uint32_t>(row0 * kD) * 4u), "r"(n * kD * 4)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+  }
+}
+
+// Before `stage` is written again, and before the CTA exits: the bulk adds
+// issued by this thread have read it.
+__device__ __forceinline__ void dq_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+#endif
 
 // Deterministic mode: thread 0 waits until `done` earlier KV tiles have added
 // into this query tile; then the whole CTA may add.

@@ -10,7 +10,10 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "backends/flash_sm80/bwd_config.h"
 #include "backends/flash_sm80/bwd_dq.cuh"
@@ -47,6 +50,8 @@ __device__ __forceinline__ QTiles q_tiles(const FwdParams& p, const SeqExtent& s
   return t;
 }
 
+constexpr int kMaxDevicesCached = 64;
+
 template <typename T, int kDQK, int kDV, bool kCompact>
 __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
     flash_bwd_kernel(const __grid_constant__ BwdParams bp) {
@@ -68,6 +73,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
   const uint32_t v_s = k_s + Cfg::kSmemK;
   const uint32_t p_s = v_s + Cfg::kSmemV;
   const uint32_t ds_s = p_s + Cfg::kSmemP;
+  const uint32_t dq_s = ds_s + Cfg::kSmemP;  // with bp.dq_bulk: dQ's stage (bwd_dq.cuh)
   char* k_smem = smem + Cfg::kStages * (Cfg::kSmemQ + Cfg::kSmemDO);
   char* v_smem = k_smem + Cfg::kSmemK;
   char* p_smem = v_smem + Cfg::kSmemV;
@@ -168,6 +174,9 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
       // go into that stage right after it and run behind this tile's
       // products: two barriers per tile instead of three.
       sm80::cp_async_wait<0>();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      if (bp.dq_bulk) dq_bulk_wait_read();  // the previous tile's dQ stage is read before the barrier
+#endif
       __syncthreads();
       if (Cfg::kStages == 2 && item + 1 < items) {
         load_q_do(last_m ? h + 1 : h, last_m ? mt.first : m + 1, stage ^ 1);
@@ -206,10 +215,21 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
 #pragma unroll
             for (int e = 0; e < 4; ++e) dq[ma][na][e] = 0.f;
         sm80::gemm_ss<T, Cfg::kMAQ, Cfg::kNAQ, kN, PTile, KTile, false, true>(dq, ds_s, k_s, row0_q, col0_q, lane);
-        int* sem = bp.dq_semaphore ? bp.dq_semaphore + (static_cast<int64_t>(b) * p.h_q + h) * bp.m_tiles + m : nullptr;
-        if (sem) wait_turn(sem, n - kt.first, tid);
-        add_dq<kDQK>(bp.dq_accum + (h * bp.rows_q + tok0 + m0) * kDQK, dq, row0_q, col0_q, rows, lane);
-        if (sem) pass_turn(sem, tid);
+        float* const dq_rows = bp.dq_accum + (h * bp.rows_q + tok0 + m0) * kDQK;
+        if (bp.dq_semaphore) {
+          int* sem = bp.dq_semaphore + (static_cast<int64_t>(b) * p.h_q + h) * bp.m_tiles + m;
+          wait_turn(sem, n - kt.first, tid);
+          add_dq<kDQK>(dq_rows, tok0 + m0, dq, row0_q, col0_q, rows, lane);
+          pass_turn(sem, tid);
+        } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+          if (bp.dq_bulk)
+            add_dq_bulk<kDQK, Cfg::kMAQ, Cfg::kNAQ, Cfg::kWarpsDQ>(dq_rows, tok0 + m0, dq_s, dq, row0_q, col0_q, rows,
+                                                                  warp / Cfg::kWarpsDQ, warp, lane);
+          else
+#endif
+            add_dq<kDQK>(dq_rows, tok0 + m0, dq, row0_q, col0_q, rows, lane);
+        }
       }
       // One stage: the next item loads into this tile's Q/dO buffers at its top.
       if (Cfg::kStages == 1) __syncthreads();
@@ -219,6 +239,9 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
   // dK (times softmax_scale) and dV through K's and V's shared memory, then
   // whole 16-byte chunks per row; zeros where no query saw these keys.
   sm80::cp_async_wait<0>();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (bp.dq_bulk) dq_bulk_wait_read();  // shared memory stays until the last bulk add has read it
+#endif
   __syncthreads();
   stage_block<T, KTile>(k_smem, dk, p.scale, row0_k, col0_k, lane);
   stage_block<T, VTile>(v_smem, dv, 1.f, row0_v, col0_v, lane);
@@ -231,14 +254,40 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
   store_tile<VTile, kN, kThreads>(dv_out, bp.dv_row_stride, v_smem, rows_out, tid);
 }
 
+// Whether this instantiation adds dQ by bulk reduce on the current device:
+// its code there is an sm_90 build (the kernel has the path) and the stage
+// fits. Asked once per device; ATTN_SM80_BWD_DQ=red turns it off (A/B runs).
 template <typename T, int kDQK, int kDV, bool kCompact>
-void launch_bwd(const BwdParams& p, cudaStream_t stream) {
+bool bwd_dq_bulk() {
+  using Cfg = BwdConfig<kDQK, kDV, kCompact>;
+  static std::atomic<signed char> known[kMaxDevicesCached] = {};  // 0 unknown, 1 no, 2 yes
+  static const bool off = [] {
+    const char* e = std::getenv("ATTN_SM80_BWD_DQ");
+    return e && std::strcmp(e, "red") == 0;
+  }();
+  int device = 0;
+  ATTN_CUDA(cudaGetDevice(&device));
+  if (off) return false;
+  if (device < kMaxDevicesCached && known[device].load(std::memory_order_relaxed)) return known[device] == 2;
+  cudaFuncAttributes attr{};
+  ATTN_CUDA(cudaFuncGetAttributes(&attr, flash_bwd_kernel<T, kDQK, kDV, kCompact>));
+  int optin = 0;
+  ATTN_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const bool yes = attr.binaryVersion >= 90 && Cfg::kSmemBytes + Cfg::kSmemDqStage <= optin;
+  if (device < kMaxDevicesCached) known[device] = yes ? 2 : 1;
+  return yes;
+}
+
+template <typename T, int kDQK, int kDV, bool kCompact>
+void launch_bwd(const BwdParams& params, cudaStream_t stream) {
   using Cfg = BwdConfig<kDQK, kDV, kCompact>;
   auto* kernel = flash_bwd_kernel<T, kDQK, kDV, kCompact>;
-  if (Cfg::kSmemBytes > 48 * 1024)
-    ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  BwdParams p = params;
+  p.dq_bulk = !p.dq_semaphore && bwd_dq_bulk<T, kDQK, kDV, kCompact>();
+  const int smem = Cfg::kSmemBytes + (p.dq_bulk ? Cfg::kSmemDqStage : 0);
+  if (smem > 48 * 1024) ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid((p.fwd.s_kv + Cfg::kBlockN - 1) / Cfg::kBlockN, p.fwd.h_q / p.fwd.h_per_kv, p.fwd.batch);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  kernel<<<grid, Cfg::kThreads, smem, stream>>>(p);
   ATTN_CUDA(cudaGetLastError());
 }
 
