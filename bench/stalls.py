@@ -79,7 +79,7 @@ def report(source_csv, details_csv):
     cols = [c for c in rows[0].keys() if c]
     src = next((c for c in cols if c.lower() in ("source", "sass")), cols[1] if len(cols) > 1 else cols[0])
     total_col = next((c for c in cols if "Sampling (All" in c), None)
-    numeric = [c for c in cols if c != src and any(number(r[c] or "") for r in rows[:200])]
+    numeric = [c for c in cols if c != src and any(number(r[c] or "") for r in rows)]
     if total_col is None:  # the numeric column with the largest sum
         total_col = max(numeric, key=lambda c: sum(number(r[c] or "") or 0 for r in rows))
     stall_cols = [c for c in numeric if c.startswith("stall_") and "Not Issued" not in c]
@@ -89,14 +89,14 @@ def report(source_csv, details_csv):
     def show(r):
         n = number(r[total_col] or "") or 0
         extra = ", ".join(f"{c}={r[c]}" for c in stall_cols if (number(r[c] or "") or 0) > 0.05 * max(n, 1))
-        print(f"  {100 * n / max(total, 1):5.1f}%  {r[src].strip()[:70]:70} {extra[:160]}")
+        print(f"  {100 * n / max(total, 1):5.1f}%  {r[src].strip()[:56]:56} {extra[:90]}")
 
-    barriers = [r for r in rows if "BAR" in r[src] and "MEMBAR" not in r[src]]
+    barriers = [r for r in rows if "BAR.SYNC" in r[src] or "BAR.ARV" in r[src]]
     print(f"  barriers ({len(barriers)}), share of all samples:")
     for r in barriers:
         show(r)
-    print("  hottest 25:")
-    for r in sorted(rows, key=lambda r: -(number(r[total_col] or "") or 0))[:25]:
+    print("  hottest 10:")
+    for r in sorted(rows, key=lambda r: -(number(r[total_col] or "") or 0))[:10]:
         show(r)
 
 
