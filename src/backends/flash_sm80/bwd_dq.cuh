@@ -10,34 +10,14 @@
 //   reduce-add (cp.reduce.async.bulk). The reds had stalled the warps: a
 //   register that an in-flight red still reads cannot be written, and the
 //   load/store unit throttles them (docs/PERF.md, "dQ by bulk add").
-// The accumulator's rows are row-major with 32-byte chunks swizzled within
-// each 128 bytes by the row's workspace token (dq_swizzle): the shared-memory
-// stage has the same byte order as global memory (a bulk copy is linear),
-// and its stores are free of bank conflicts.
+// The accumulator's byte order: bwd_dq_layout.h.
 #pragma once
 
 #include <cstdint>
 
+#include "backends/flash_sm80/bwd_dq_layout.h"
+
 namespace attn::flash_sm80 {
-
-// Where column c of the accumulator row of workspace token t lies in that
-// row: its 8-float chunk XOR t % 4, so that 8 consecutive rows written
-// together spread over the 4 bank groups of 128 bytes (row strides are
-// multiples of 128 bytes: d_qk is a multiple of 32).
-__host__ __device__ __forceinline__ int dq_swizzle(int64_t t, int c) { return c ^ ((static_cast<int>(t) & 3) << 3); }
-
-// The place of column col0 + 8 na + 2 (lane % 4) in an accumulator row
-// whose token t has t % 4 == sw (as dq_swizzle). A thread's rows are 8 apart,
-// so they share sw. Where col0 is a multiple of 32 (NA % 4 == 0), the place
-// is one of four per-thread bases plus a constant: (na % 4) ^ sw picks the
-// base, the rest of na is an immediate offset.
-template <int NA>
-__device__ __forceinline__ int dq_column(int col0, int na, int sw, int lane) {
-  if constexpr (NA % 4 == 0)
-    return col0 + 2 * (lane & 3) + 8 * (((na & 3) ^ sw) + (na & ~3));
-  else
-    return ((col0 + 8 * na) ^ (sw << 3)) + 2 * (lane & 3);
-}
 
 // acc rows row0 + 16 ma + 8 half + lane / 4 (those < rows), columns
 // col0 + 8 na + 2 (lane % 4) + e, added to row r of dq (row stride kD), the

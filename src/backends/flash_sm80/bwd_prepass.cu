@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "backends/flash_sm80/bwd_dq.cuh"  // dq_swizzle
+#include "backends/flash_sm80/bwd_dq_layout.h"
 #include "backends/flash_sm80/bwd_launch.h"
 #include "backends/flash_sm80/fwd_softmax.cuh"  // kLog2e
 #include "core/cuda_check.h"
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   const float4* acc = reinterpret_cast<const float4*>(p.dq_accum + (h * p.rows_q + t) * d_qk);
   const float s = p.fwd.scale;
   for (int c = lane; c < d_qk / 8; c += 32) {
-    const int at = dq_swizzle(t, 8 * c) / 4;  // chunk c's place in the row (bwd_dq.cuh)
+    const int at = dq_swizzle(t, 8 * c) / 4;  // chunk c's place in the row (bwd_dq_layout.h)
     const float4 a = acc[at], b = acc[at + 1];
     *reinterpret_cast<uint4*>(dq + 8 * c) = make_uint4(pack_pair<T>(a.x * s, a.y * s), pack_pair<T>(a.z * s, a.w * s),
                                                        pack_pair<T>(b.x * s, b.y * s), pack_pair<T>(b.z * s, b.w * s));
