@@ -66,6 +66,8 @@ TEST(Sm80Swizzle, SteppedMatchesByteOffsetWhereStageBlockUsesIt) {
   {                                                                                                               \
     using C = FwdConfig<dqk, dv>;                                                                                 \
     expect_stepped_exact<SwizzledTile<C::kBlockM, dv>, C::kColBlocksO>("forward O", dqk, dv);                     \
+    using N = FwdConfig<dqk, dv, ATTN_SM80_FWD_NARROW(dqk)>;                                                      \
+    expect_stepped_exact<SwizzledTile<N::kBlockM, dv>, N::kColBlocksO>("forward O, narrow", dqk, dv);             \
     ++rows;                                                                                                       \
   }
   ATTN_FLASH_SM80_FWD_TABLE(ATTN_CHECK_FWD)

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "attn/attn.h"
+#include "backends/flash_sm80/fwd_config.h"
 
 namespace attn {
 namespace {
@@ -208,6 +209,25 @@ TEST(Select, Sm80BackwardRunsCompactTilesWhereSharedMemoryIsSmall) {
   }
   EXPECT_EQ(smem_reasons("sm80", 64), "");
   EXPECT_EQ(smem_reasons("sm80", 128), "");
+}
+
+TEST(Select, Sm80ForwardD256BuildBySharedMemory) {
+  // The d 256 forward's wide build (128 x 64, 128 KiB) runs where it fits and
+  // two narrow CTAs (64 x 64, 96 KiB) would not share an SM (the A100); the
+  // narrow one elsewhere: sm86/sm89 (99 KiB: the wide one does not fit, so
+  // they run d 256 now) and Hopper (227 KiB: two narrow CTAs per SM).
+  EXPECT_FALSE((flash_sm80::fwd_uses_narrow<256, 256>(163 * 1024)));
+  EXPECT_TRUE((flash_sm80::fwd_uses_narrow<256, 256>(99 * 1024)));
+  EXPECT_TRUE((flash_sm80::fwd_uses_narrow<256, 256>(227 * 1024)));
+  EXPECT_FALSE((flash_sm80::fwd_uses_narrow<256, 256>(0)));  // not known: the wide build
+  EXPECT_FALSE((flash_sm80::fwd_uses_narrow<128, 128>(227 * 1024)));  // only d 256 has a narrow build
+  EXPECT_EQ((flash_sm80::fwd_smem_bytes<256, 256>(99 * 1024)), 96 * 1024);
+  EXPECT_EQ((flash_sm80::fwd_smem_bytes<256, 256>(163 * 1024)), 128 * 1024);
+  for (const char* spec : {"sm80", "sm86", "sm89", "sm90"}) {
+    const std::vector<Verdict> verdicts = explain(gpu_problem(256, 256), simulated_device(spec), Policy{});
+    for (const std::string& r : verdict_of(verdicts, "flash_sm80").reasons)
+      EXPECT_EQ(r.find("shared memory"), std::string::npos) << spec << ": " << r;
+  }
 }
 
 TEST(Select, SimulatedDeviceFromEnvironmentAndUnknownSpec) {

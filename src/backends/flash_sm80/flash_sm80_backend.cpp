@@ -18,11 +18,12 @@ namespace {
 std::string kib(int64_t bytes) { return std::to_string(bytes / 1024) + " KiB"; }
 
 // Shared memory of the pass's table row for (d_qk, d_v) on a device allowing
-// `optin` bytes per block (the backward's wide rows have a compact build for
-// small ones); 0 when the table lacks the row.
+// `optin` bytes per block (the forward's d 256 has a narrow build and the
+// backward's wide rows a compact one, chosen by it); 0 when the table lacks
+// the row.
 int64_t smem_bytes_for(Pass pass, int64_t d_qk, int64_t d_v, int64_t optin) {
 #define ATTN_SMEM_FWD(dqk, dv) \
-  if (d_qk == (dqk) && d_v == (dv)) return FwdConfig<dqk, dv>::kSmemBytes;
+  if (d_qk == (dqk) && d_v == (dv)) return fwd_smem_bytes<dqk, dv>(optin);
 #define ATTN_SMEM_BWD(dqk, dv) \
   if (d_qk == (dqk) && d_v == (dv)) return bwd_smem_bytes<dqk, dv>(optin);
   if (pass == Pass::forward) {

@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attn/backend.h"  // query_device
 #include "attn/error.h"
 #include "attn/philox.h"
 #include "backends/flash_sm80/flash_sm80.h"
+#include "backends/flash_sm80/fwd_config.h"
 #include "backends/flash_sm80/fwd_launch.h"
 #include "backends/flash_sm80/host_params.h"
 #include "backends/flash_sm80/fwd_table.h"
@@ -19,12 +21,20 @@
 namespace attn::flash_sm80 {
 namespace {
 
+// `optin`: the device's shared memory per block, which picks a row's narrow
+// build where it has one and it pays or alone fits (fwd_config.h).
 template <typename T>
-bool dispatch(const Problem& p, const FwdParams& k, cudaStream_t stream) {
-#define ATTN_DISPATCH_ROW(dqk, dv)          \
-  if (p.d_qk == (dqk) && p.d_v == (dv)) {   \
-    launch_fwd<T, dqk, dv>(k, stream);      \
-    return true;                            \
+bool dispatch(const Problem& p, const FwdParams& k, int64_t optin, cudaStream_t stream) {
+#define ATTN_DISPATCH_ROW(dqk, dv)                     \
+  if (p.d_qk == (dqk) && p.d_v == (dv)) {              \
+    if constexpr (ATTN_SM80_FWD_NARROW(dqk)) {         \
+      if (fwd_uses_narrow<dqk, dv>(optin)) {           \
+        launch_fwd<T, dqk, dv, true>(k, stream);       \
+        return true;                                   \
+      }                                                \
+    }                                                  \
+    launch_fwd<T, dqk, dv, false>(k, stream);          \
+    return true;                                       \
   }
   ATTN_FLASH_SM80_FWD_TABLE(ATTN_DISPATCH_ROW)
 #undef ATTN_DISPATCH_ROW
@@ -105,7 +115,10 @@ void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) {
   if (p.batch == 0 || p.h_q == 0 || p.s_q == 0 || p.total_q == 0) return;  // nothing to write
   const FwdParams k = forward_params(p, args);
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
-  const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, k, stream) : dispatch<__half>(p, k, stream);
+  // ATTN_SIMULATE_DEVICE reaches here too: either build of a row can be tested on one GPU.
+  const int64_t optin = query_device(p.device).smem_per_block_optin_bytes;
+  const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, k, optin, stream)
+                                          : dispatch<__half>(p, k, optin, stream);
   if (!ran)  // supports() refuses these; reaching here is a bug in attn
     fail(ErrorKind::runtime, "flash_sm80 has no kernel for this head dim",
          std::to_string(p.d_qk) + "/" + std::to_string(p.d_v), "a row of fwd_table.h",

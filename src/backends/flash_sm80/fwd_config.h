@@ -13,13 +13,21 @@ namespace attn::flash_sm80 {
 //   d <= 64:   128 x 128, 4 warps  (S 128, O <= 64 registers)
 //   d 96, 128: 128 x 64,  4 warps  (S 64,  O <= 128)
 //   d >= 160:  128 x 64,  8 warps  (S 32,  O <= 128)
-template <int kDQK, int kDV>
+// d 256 also has a narrow build: 64 x 64 on 4 warps, 96 KiB instead of 128.
+// Where an SM holds two of them (Hopper's 228 KiB) the two CTAs' barriers
+// and loads hide each other's waits, as FlashAttention-2 chose for the H100;
+// where a block cannot hold the wide one (sm86/sm89: 99 KiB) it is the only
+// one that runs. The A100 (163 KiB: one CTA either way) keeps the wide one.
+// A macro because fwd_instantiate.cu tests it in the preprocessor.
+#define ATTN_SM80_FWD_NARROW(dqk) ((dqk) >= 256)
+
+template <int kDQK, int kDV, bool kNarrow = false>
 struct FwdConfig {
   static constexpr int kHeadDimQK = kDQK;
   static constexpr int kHeadDimV = kDV;
-  static constexpr int kBlockM = 128;
+  static constexpr int kBlockM = kNarrow ? 64 : 128;
   static constexpr int kBlockN = kDQK <= 64 ? 128 : 64;
-  static constexpr int kWarps = kDQK >= 160 ? 8 : 4;
+  static constexpr int kWarps = kDQK >= 160 && !kNarrow ? 8 : 4;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kRowBlocks = kBlockM / (16 * kWarps);  // 16-row mma blocks per warp
   static constexpr int kColBlocksS = kBlockN / 8;            // 8-column mma blocks of S
@@ -35,6 +43,23 @@ struct FwdConfig {
   static_assert(kDQK % 32 == 0 && kDV % 32 == 0, "head dims are multiples of 32 (64-byte rows)");
   static_assert(kDV <= kDQK, "the output tile is staged in Q's shared memory");
   static_assert(kRowBlocks >= 1 && kBlockM % (16 * kWarps) == 0, "rows split evenly into 16-row blocks");
+  static_assert(!kNarrow || ATTN_SM80_FWD_NARROW(kDQK), "only rows listed in ATTN_SM80_FWD_NARROW have a narrow build");
 };
+
+// Whether row (kDQK, kDV) runs its narrow build on a device that allows
+// `optin` bytes of shared memory per block (0: not known, the wide build):
+// where the wide build does not fit, or where two narrow CTAs fit one SM
+// (a block's limit stands in for the SM's: 227 of 228 KiB on Hopper).
+template <int kDQK, int kDV>
+constexpr bool fwd_uses_narrow(long long optin) {
+  return ATTN_SM80_FWD_NARROW(kDQK) && optin > 0 &&
+         (FwdConfig<kDQK, kDV>::kSmemBytes > optin || 2 * FwdConfig<kDQK, kDV, true>::kSmemBytes <= optin);
+}
+template <int kDQK, int kDV>
+constexpr int fwd_smem_bytes(long long optin) {
+  if constexpr (ATTN_SM80_FWD_NARROW(kDQK))
+    if (fwd_uses_narrow<kDQK, kDV>(optin)) return FwdConfig<kDQK, kDV, true>::kSmemBytes;
+  return FwdConfig<kDQK, kDV>::kSmemBytes;
+}
 
 }  // namespace attn::flash_sm80

@@ -23,10 +23,10 @@
 
 namespace attn::flash_sm80 {
 
-template <typename T, int kDQK, int kDV>
-__global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads)
+template <typename T, int kDQK, int kDV, bool kNarrow>
+__global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kNarrow>::kThreads)
     flash_fwd_kernel(const __grid_constant__ FwdParams p) {
-  using Cfg = FwdConfig<kDQK, kDV>;
+  using Cfg = FwdConfig<kDQK, kDV, kNarrow>;
   constexpr int kM = Cfg::kBlockM, kN = Cfg::kBlockN, kThreads = Cfg::kThreads;
   constexpr int MA = Cfg::kRowBlocks, NA = Cfg::kColBlocksS, NO = Cfg::kColBlocksO;
   using QTile = sm80::SwizzledTile<kM, kDQK>;
@@ -157,10 +157,10 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads)
 }
 
 // Launches the kernel for one instantiation on the caller's stream.
-template <typename T, int kDQK, int kDV>
+template <typename T, int kDQK, int kDV, bool kNarrow>
 void launch_fwd(const FwdParams& p, cudaStream_t stream) {
-  using Cfg = FwdConfig<kDQK, kDV>;
-  auto* kernel = flash_fwd_kernel<T, kDQK, kDV>;
+  using Cfg = FwdConfig<kDQK, kDV, kNarrow>;
+  auto* kernel = flash_fwd_kernel<T, kDQK, kDV, kNarrow>;
   if (Cfg::kSmemBytes > 48 * 1024)
     ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const dim3 grid((p.s_q + Cfg::kBlockM - 1) / Cfg::kBlockM, p.h_q, p.batch);

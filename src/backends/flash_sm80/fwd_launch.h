@@ -8,7 +8,8 @@
 
 namespace attn::flash_sm80 {
 
-template <typename T, int kDQK, int kDV>
+// kNarrow: the row's narrow build (fwd_config.h).
+template <typename T, int kDQK, int kDV, bool kNarrow>
 void launch_fwd(const FwdParams& p, cudaStream_t stream);
 
 }  // namespace attn::flash_sm80

@@ -19,7 +19,10 @@ namespace attn::flash_sm80 {
 template <class Tile, int kRows, int kThreads>
 struct TileCopy {
   static constexpr int kChunks = Tile::kChunks;
-  static constexpr int kPerRow = (kChunks & -kChunks) > 32 ? 32 : (kChunks & -kChunks);
+  // At most kThreads / 8, so that a pass covers 8 rows (the narrow d 256
+  // forward: 128 threads copy 512-byte rows, 16 threads per row).
+  static constexpr int kPerRowMax = kThreads / 8 < 32 ? kThreads / 8 : 32;
+  static constexpr int kPerRow = (kChunks & -kChunks) > kPerRowMax ? kPerRowMax : (kChunks & -kChunks);
   static constexpr int kEach = kChunks / kPerRow;
   static constexpr int kRowStep = kThreads / kPerRow;
   static constexpr int kPasses = kRows / kRowStep;

@@ -1,0 +1,69 @@
+// flash_sm80's forward beyond the shared grid: both builds of the d 256 row
+// (fwd_config.h) match the reference. The device's shared memory picks the
+// build, so a simulated device makes one GPU run each: sm80 (163 KiB per
+// block) the wide 128 x 64 tiles, sm86 (99 KiB) and sm90 (227 KiB) the
+// narrow 64 x 64 ones. Lengths off both tile heights, an empty and a
+// length-1 sequence, GQA, a window, softcap and dropout.
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "attn/attn.h"
+#include "backends/flash_sm80/fwd_config.h"
+#include "gpu/gpu_test_util.h"
+#include "testing/case.h"
+
+namespace attn {
+namespace {
+
+std::vector<testing::CaseSpec> d256_cases() {
+  testing::CaseSpec s;
+  s.format = QkvFormat::thd;
+  s.mask = MaskType::padding_causal;
+  s.batch = 4;
+  s.seqlens_q = s.seqlens_kv = {1, 0, 77, 300};
+  s.h_q = 8;
+  s.h_kv = 2;
+  s.d_qk = s.d_v = 256;
+  s.window = {70, 0};
+  s.dropout_p = 0.1;
+  s.seed = 13;
+  testing::CaseSpec t;  // bshd, no mask, query tiles of both heights and a partial one
+  t.batch = 2;
+  t.s_q = 150;
+  t.s_kv = 200;
+  t.h_q = t.h_kv = 4;
+  t.d_qk = t.d_v = 256;
+  t.softcap = 20.0;
+  return {s, t};
+}
+
+TEST(FlashSm80Forward, BothD256BuildsMatchTheReference) {
+  ATTN_REQUIRE_GPU();
+  struct Simulate {  // for this test only, also when an assertion returns early
+    explicit Simulate(const char* spec) { setenv("ATTN_SIMULATE_DEVICE", spec, 1); }
+    ~Simulate() { unsetenv("ATTN_SIMULATE_DEVICE"); }
+  };
+  const std::vector<testing::CaseSpec> specs = d256_cases();
+  for (const char* spec : {"sm80", "sm86", "sm90"}) {
+    Simulate simulate(spec);
+    const DeviceInfo dev = query_device(Device::cuda(0));
+    const bool narrow = flash_sm80::fwd_uses_narrow<256, 256>(dev.smem_per_block_optin_bytes);
+    EXPECT_EQ(narrow, std::string(spec) != "sm80") << spec;
+    int index = 0;
+    for (const testing::CaseSpec& s : specs) {
+      SCOPED_TRACE(std::string(spec) + (narrow ? " (narrow)" : " (wide)") + ", case " + std::to_string(index));
+      const Problem p = testing::problem_of(s, Pass::forward, Device::cuda(0));
+      EXPECT_TRUE(find_backend("flash_sm80")->supports(p, dev).empty());
+      testing::Case gpu = testing::make_case(s, Device::cuda(0), 950 + index++);
+      testing::run_forced(gpu, "flash_sm80");
+      ATTN_CUDA_OK(cudaDeviceSynchronize());
+      testing::Case ref = testing::copy_inputs_to(gpu, Device::cpu(), DType::f64);
+      testing::run_forced(ref, "reference");
+      testing::expect_outputs_match(gpu, ref);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attn
