@@ -52,8 +52,11 @@ struct FwdConfig {
 // (a block's limit stands in for the SM's: 227 of 228 KiB on Hopper).
 template <int kDQK, int kDV>
 constexpr bool fwd_uses_narrow(long long optin) {
-  return ATTN_SM80_FWD_NARROW(kDQK) && optin > 0 &&
-         (FwdConfig<kDQK, kDV>::kSmemBytes > optin || 2 * FwdConfig<kDQK, kDV, true>::kSmemBytes <= optin);
+  if constexpr (ATTN_SM80_FWD_NARROW(kDQK))
+    return optin > 0 &&
+           (FwdConfig<kDQK, kDV>::kSmemBytes > optin || 2 * FwdConfig<kDQK, kDV, true>::kSmemBytes <= optin);
+  else
+    return false;
 }
 template <int kDQK, int kDV>
 constexpr int fwd_smem_bytes(long long optin) {
