@@ -139,10 +139,11 @@ def time_row(impls, sets, fwd_only=False):
     return results
 
 
-def flex_cases(device_name):
+def flex_cases(device_name, backend=None):
     """ANCHORS.md's FlexAttention points (d 128, 8k tokens per row, b 2, h 16, bf16,
     forward): sliding window 1024 + causal, and five packed causal documents.
-    Useful TFLOP/s count only the visible pairs."""
+    Useful TFLOP/s count only the visible pairs. `backend`: attn's backend for
+    them (--backend; None: attn's choice, recorded per row)."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     flex = torch.compile(flex_attention)
@@ -165,6 +166,7 @@ def flex_cases(device_name):
         block = create_block_mask(mask_mod, None, None, s, s, device="cuda")
         sets = make_sets(b, s, h, d)
         row = {"case": name, "batch": b, "heads": h, "seqlen": s, "d": d, "fwd_flops": flops}
+        q0 = sets[0][0]
 
         def flex_fwd(t):
             q, k, v, _ = t
@@ -173,7 +175,9 @@ def flex_cases(device_name):
         if name.startswith("window"):
             def attn_fwd(t):
                 q, k, v, _ = t
-                attn.forward(q, k, v, mask="causal", window=(1023, 0))
+                attn.forward(q, k, v, mask="causal", window=(1023, 0), backend=backend)
+
+            row["attn_backend"] = backend or attn.explain(q0, q0, q0, mask="causal", window=(1023, 0)).chosen
         else:
             # The same tokens as thd: each row's five documents are separate sequences.
             lens = [bounds[i + 1] - bounds[i] for i in range(5)] * b
@@ -183,7 +187,12 @@ def flex_cases(device_name):
                 q, k, v, _ = t
                 attn.forward(q.reshape(b * s, h, d), k.reshape(b * s, h, d), v.reshape(b * s, h, d),
                              qkv_format="thd", mask="padding_causal", cu_seqlens_q=cu, cu_seqlens_kv=cu,
-                             max_seqlen_q=max(lens), max_seqlen_kv=max(lens))
+                             max_seqlen_q=max(lens), max_seqlen_kv=max(lens), backend=backend)
+
+            q1 = q0.reshape(b * s, h, d)
+            row["attn_backend"] = backend or attn.explain(q1, q1, q1, qkv_format="thd", mask="padding_causal",
+                                                          cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=max(lens),
+                                                          max_seqlen_kv=max(lens)).chosen
 
         runnable = {}
         for impl, fn in (("attn", attn_fwd), ("flex", flex_fwd)):
@@ -234,7 +243,7 @@ def main():
         torch.cuda.empty_cache()
         print(f"done d={d} s={s} causal={causal}", file=sys.stderr, flush=True)
 
-    flex_rows = [] if args.no_flex else flex_cases(dev)
+    flex_rows = [] if args.no_flex else flex_cases(dev, args.backend)
     record = {"device": dev, "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
               "attn_backends": attn.backends(), "rows": rows, "flex_rows": flex_rows}
     os.makedirs(args.out, exist_ok=True)
@@ -267,7 +276,8 @@ def main():
         for r in flex_rows:
             a, fl = r["attn"], r["flex"]
             ratio = (f"{a['fwd_tflops'] / fl['fwd_tflops']:.2f}" if "fwd_tflops" in a and "fwd_tflops" in fl else "-")
-            print(f"  {r['case']:20s} attn {fmt(a, 'fwd')}  flex {fmt(fl, 'fwd')}  ratio {ratio}")
+            print(f"  {r['case']:20s} attn {fmt(a, 'fwd')}  flex {fmt(fl, 'fwd')}  ratio {ratio}"
+                  f"  ({r.get('attn_backend', '-')})")
 
 
 def plot(rows, path, dev):
