@@ -13,3 +13,13 @@ export LD_LIBRARY_PATH=${CUDNN_ROOT:+$CUDNN_ROOT/lib:}${NCCL_ROOT:+$NCCL_ROOT/li
 stage_python() {
   mkdir -p /tmp/py && rm -rf /tmp/py/attn && cp -r python/attn /tmp/py/attn && cp build-device/python/_C*.so /tmp/py/attn/
 }
+# Configures build-device (Python on, cuDNN off: the kernel profiles and A/Bs
+# do not use it), builds the extension and stages it; logs in $out. Returns
+# non-zero (after printing the errors) when either step fails.
+build_and_stage_python() {
+  cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.carry" \
+    -DATTN_BUILD_PYTHON=ON -DATTN_WITH_CUDNN=OFF >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; return 1; }
+  cmake --build build-device -j "$(nproc)" --target _C >"$out/build.log" 2>&1 ||
+    { grep -E 'error' -A3 "$out/build.log" | head -20; return 1; }
+  stage_python
+}

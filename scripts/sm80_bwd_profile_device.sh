@@ -8,10 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh /tmp/attn-device-out
-cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.carry" \
-  -DATTN_BUILD_PYTHON=ON -DATTN_WITH_CUDNN=OFF >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; exit 1; }
-cmake --build build-device -j "$(nproc)" --target _C >"$out/build.log" 2>&1 || { grep -E 'error' -A3 "$out/build.log" | head -20; exit 1; }
-stage_python
+build_and_stage_python || exit 1
 cat >/tmp/bwd_one.py <<'PY'
 # One backward per implementation after two warm-up calls: attn's flash_sm80
 # (attn._C through attn.torch) or SDPA's flash backend, on fresh random inputs.
