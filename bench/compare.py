@@ -173,26 +173,22 @@ def flex_cases(device_name, backend=None):
             flex(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=block)
 
         if name.startswith("window"):
-            def attn_fwd(t):
-                q, k, v, _ = t
-                attn.forward(q, k, v, mask="causal", window=(1023, 0), backend=backend)
-
-            row["attn_backend"] = backend or attn.explain(q0, q0, q0, mask="causal", window=(1023, 0)).chosen
+            shape = q0.shape
+            opts = {"mask": "causal", "window": (1023, 0)}
         else:
             # The same tokens as thd: each row's five documents are separate sequences.
             lens = [bounds[i + 1] - bounds[i] for i in range(5)] * b
             cu = torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32, device="cuda")
+            shape = (b * s, h, d)
+            opts = {"qkv_format": "thd", "mask": "padding_causal", "cu_seqlens_q": cu, "cu_seqlens_kv": cu,
+                    "max_seqlen_q": max(lens), "max_seqlen_kv": max(lens)}
 
-            def attn_fwd(t):
-                q, k, v, _ = t
-                attn.forward(q.reshape(b * s, h, d), k.reshape(b * s, h, d), v.reshape(b * s, h, d),
-                             qkv_format="thd", mask="padding_causal", cu_seqlens_q=cu, cu_seqlens_kv=cu,
-                             max_seqlen_q=max(lens), max_seqlen_kv=max(lens), backend=backend)
+        def attn_fwd(t, shape=shape, opts=opts):
+            q, k, v, _ = t
+            attn.forward(q.reshape(shape), k.reshape(shape), v.reshape(shape), backend=backend, **opts)
 
-            q1 = q0.reshape(b * s, h, d)
-            row["attn_backend"] = backend or attn.explain(q1, q1, q1, qkv_format="thd", mask="padding_causal",
-                                                          cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=max(lens),
-                                                          max_seqlen_kv=max(lens)).chosen
+        q1 = q0.reshape(shape)
+        row["attn_backend"] = backend or attn.explain(q1, q1, q1, **opts).chosen
 
         runnable = {}
         for impl, fn in (("attn", attn_fwd), ("flex", flex_fwd)):

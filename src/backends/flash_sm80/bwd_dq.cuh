@@ -19,35 +19,42 @@
 
 namespace attn::flash_sm80 {
 
-// acc rows row0 + 16 ma + 8 half + lane / 4 (those < rows), columns
-// col0 + 8 na + 2 (lane % 4) + e, added to row r of dq (row stride kD), the
-// accumulator row of workspace token t0 + r.
-template <int kD, int MA, int NA>
-__device__ __forceinline__ void add_dq(float* dq, int64_t t0, const float (&acc)[MA][NA][4], int row0, int col0,
-                                       int rows, int lane) {
+// Walks a warp's dQ accumulator as the pairs it holds: add(r, c, x, y) for
+// acc rows r = row0 + 16 ma + 8 half + lane / 4 and the two columns from
+// col0 + 8 na + 2 (lane % 4), c being their place in the accumulator row of
+// workspace token t0 + r (bwd_dq_layout.h). A thread's rows are 8 apart, so
+// they share one swizzle key.
+template <int MA, int NA, class Add>
+__device__ __forceinline__ void for_each_dq_pair(const float (&acc)[MA][NA][4], int64_t t0, int row0, int col0,
+                                                 int lane, Add&& add) {
   const int sw = static_cast<int>(t0 + row0 + (lane >> 2)) & 3;
 #pragma unroll
   for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = row0 + 16 * ma + 8 * h + (lane >> 2);
-      if (r >= rows) continue;  // rows past the sequence (thd: the next sequence's)
-      float* const row = dq + static_cast<int64_t>(r) * kD;
 #pragma unroll
-      for (int na = 0; na < NA; ++na) {
-        float* const at = row + dq_column<NA>(col0, na, sw, lane);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        // red, not atomicAdd: here the compiler turned atomicAdd(float2) into
-        // an ATOMG that returns a value (to RZ), which waits on a scoreboard.
-        asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(at), "f"(acc[ma][na][2 * h]),
-                     "f"(acc[ma][na][2 * h + 1])
-                     : "memory");
-#else
-        asm volatile("red.global.add.f32 [%0], %1;" ::"l"(at), "f"(acc[ma][na][2 * h]) : "memory");
-        asm volatile("red.global.add.f32 [%0], %1;" ::"l"(at + 1), "f"(acc[ma][na][2 * h + 1]) : "memory");
-#endif
-      }
+      for (int na = 0; na < NA; ++na) add(r, dq_column<NA>(col0, na, sw, lane), acc[ma][na][2 * h], acc[ma][na][2 * h + 1]);
     }
+}
+
+// The pairs added to row r of dq (row stride kD), those with r < rows (rows
+// past the sequence are thd's next sequence).
+template <int kD, int MA, int NA>
+__device__ __forceinline__ void add_dq(float* dq, int64_t t0, const float (&acc)[MA][NA][4], int row0, int col0,
+                                       int rows, int lane) {
+  for_each_dq_pair(acc, t0, row0, col0, lane, [&](int r, int c, float x, float y) {
+    if (r >= rows) return;
+    float* const at = dq + static_cast<int64_t>(r) * kD + c;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // red, not atomicAdd: here the compiler turned atomicAdd(float2) into
+    // an ATOMG that returns a value (to RZ), which waits on a scoreboard.
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(at), "f"(x), "f"(y) : "memory");
+#else
+    asm volatile("red.global.add.f32 [%0], %1;" ::"l"(at), "f"(x) : "memory");
+    asm volatile("red.global.add.f32 [%0], %1;" ::"l"(at + 1), "f"(y) : "memory");
+#endif
+  });
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -60,19 +67,11 @@ __device__ __forceinline__ void add_dq(float* dq, int64_t t0, const float (&acc)
 template <int kD, int MA, int NA, int kPair>
 __device__ __forceinline__ void add_dq_bulk(float* dq, int64_t t0, uint32_t stage, const float (&acc)[MA][NA][4],
                                             int row0, int col0, int rows, int band, int warp, int lane) {
-  const int sw = static_cast<int>(t0 + row0 + (lane >> 2)) & 3;
-#pragma unroll
-  for (int ma = 0; ma < MA; ++ma)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = row0 + 16 * ma + 8 * h + (lane >> 2);
-#pragma unroll
-      for (int na = 0; na < NA; ++na)
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(
-                         stage + 4u * static_cast<uint32_t>(r * kD + dq_column<NA>(col0, na, sw, lane))),
-                     "f"(acc[ma][na][2 * h]), "f"(acc[ma][na][2 * h + 1])
-                     : "memory");
-    }
+  for_each_dq_pair(acc, t0, row0, col0, lane, [&](int r, int c, float x, float y) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(stage + 4u * static_cast<uint32_t>(r * kD + c)), "f"(x),
+                 "f"(y)
+                 : "memory");
+  });
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stores, before the bulk copy reads them
   asm volatile("bar.sync %0, %1;" ::"r"(1 + band), "n"(32 * kPair) : "memory");
   const int n = min(rows - row0, 16 * MA);

@@ -50,8 +50,6 @@ __device__ __forceinline__ QTiles q_tiles(const FwdParams& p, const SeqExtent& s
   return t;
 }
 
-constexpr int kMaxDevicesCached = 64;
-
 template <typename T, int kDQK, int kDV, bool kCompact>
 __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
     flash_bwd_kernel(const __grid_constant__ BwdParams bp) {
@@ -257,6 +255,8 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
 // Whether this instantiation adds dQ by bulk reduce on the current device:
 // its code there is an sm_90 build (the kernel has the path) and the stage
 // fits. Asked once per device; ATTN_SM80_BWD_DQ=red turns it off (A/B runs).
+constexpr int kMaxDevicesCached = 64;
+
 template <typename T, int kDQK, int kDV, bool kCompact>
 bool bwd_dq_bulk() {
   using Cfg = BwdConfig<kDQK, kDV, kCompact>;
