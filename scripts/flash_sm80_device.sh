@@ -32,11 +32,18 @@ memcheck_rc=$((memcheck_rc + $?))
 ATTN_SIMULATE_DEVICE=sm86 timeout 75 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/attn check $small \
   >"$out/racecheck-compact.log" 2>&1
 racecheck_rc=$((racecheck_rc + $?))
+# d 256 on this GPU's forward build (the narrow 64 x 64 one on Hopper) and its backward.
+timeout 75 compute-sanitizer --tool memcheck --error-exitcode 9 build-device/attn check ${small/--head-dim 64/--head-dim 256} \
+  >"$out/memcheck-d256.log" 2>&1
+memcheck_rc=$((memcheck_rc + $?))
+timeout 75 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/attn check ${small/--head-dim 64/--head-dim 256} \
+  >"$out/racecheck-d256.log" 2>&1
+racecheck_rc=$((racecheck_rc + $?))
 obj=$(find build-device -name 'bwd_instantiate.cu.o' -path '*bwd_128_128*' | head -1)
 hmma=$(cuobjdump -sass "$obj" 2>/dev/null | grep -c HMMA)
 t2=$(date +%s)
 stage_python
-PYTHONPATH=/tmp/py PYTHONUNBUFFERED=1 timeout 260 python3 bench/compare.py --backend flash_sm80 --out "$out" "$@" >"$out/compare.log" 2>&1
+PYTHONPATH=/tmp/py PYTHONUNBUFFERED=1 timeout 420 python3 bench/compare.py --backend flash_sm80 --out "$out" "$@" >"$out/compare.log" 2>&1
 t3=$(date +%s)
 echo "== ptxas (flash kernels: sm_80 then sm_90a per instantiation)"
 paste - - - <"$out/ptxas.txt" | sed -E "s/.*flash_(fwd|bwd)_kernelI([^E]*)E.*for '(sm_[0-9a]+)'.*(bytes stack frame), ([0-9]+ bytes spill stores).*Used ([0-9]+) registers.*/\1 \2 \3 \5 regs=\6/" | grep sm_90a | sort | uniq | head -40
