@@ -4,7 +4,8 @@
 // the query tiles that see its keys (the forward's mask-rule tile ranges, so
 // windows and causal masks skip tiles). Per query tile:
 //   S = Q.K^T, dP = dO.V^T -> P, dS (bwd_scores.cuh) -> shared memory ->
-//   dV += (P z)^T.dO, dK += dS^T.Q, dQ += dS.K (fp32 adds, bwd_dq.cuh).
+//   dV += (P z)^T.dO, dQ += dS.K (fp32 adds, bwd_dq.cuh), dK += dS^T.Q: dQ's
+//   add before dK's product, so its memory traffic runs under dK's HMMAs.
 // The pre-pass (D, dq_accum = 0) and the dq conversion are in bwd_prepass.cu.
 #pragma once
 
