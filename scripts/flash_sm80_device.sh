@@ -32,12 +32,19 @@ memcheck_rc=$((memcheck_rc + $?))
 ATTN_SIMULATE_DEVICE=sm86 timeout 75 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/attn check $small \
   >"$out/racecheck-compact.log" 2>&1
 racecheck_rc=$((racecheck_rc + $?))
-# d 256 on this GPU's forward build (the narrow 64 x 64 one on Hopper) and its backward.
+# d 256 on this GPU's forward build (the narrow 64 x 64 one on Hopper) and its backward, and d 128 (dropout: the
+# forward's 128 x 32 dropout build).
 timeout 75 compute-sanitizer --tool memcheck --error-exitcode 9 build-device/attn check ${small/--head-dim 64/--head-dim 256} \
   >"$out/memcheck-d256.log" 2>&1
 memcheck_rc=$((memcheck_rc + $?))
 timeout 75 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/attn check ${small/--head-dim 64/--head-dim 256} \
   >"$out/racecheck-d256.log" 2>&1
+racecheck_rc=$((racecheck_rc + $?))
+timeout 75 compute-sanitizer --tool memcheck --error-exitcode 9 build-device/attn check ${small/--head-dim 64/--head-dim 128} \
+  >"$out/memcheck-d128.log" 2>&1
+memcheck_rc=$((memcheck_rc + $?))
+timeout 75 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/attn check ${small/--head-dim 64/--head-dim 128} \
+  >"$out/racecheck-d128.log" 2>&1
 racecheck_rc=$((racecheck_rc + $?))
 obj=$(find build-device -name 'bwd_instantiate.cu.o' -path '*bwd_128_128*' | head -1)
 hmma=$(cuobjdump -sass "$obj" 2>/dev/null | grep -c HMMA)
@@ -50,7 +57,7 @@ paste - - - <"$out/ptxas.txt" | sed -E "s/.*flash_(fwd|bwd)_kernelI([^E]*)E.*for
 echo "== gpu tests (rc $tests_rc)"
 grep -E "^\[  (PASSED|FAILED) |FAILED|grid cases|Failure|out: |lse: |dq: |dk: |dv: |differs|grid case [0-9]|^(fwd|bwd) " "$out/gpu_tests.log" | head -60
 echo "== memcheck (rc $memcheck_rc), racecheck (rc $racecheck_rc), HMMA in bwd 128 SASS: $hmma"
-grep -E "ERROR SUMMARY|RACECHECK SUMMARY|flash_sm80" "$out"/memcheck*.log "$out"/racecheck*.log | head -16
+grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out"/memcheck*.log "$out"/racecheck*.log
 echo "== compare"
 tail -49 "$out/compare.log"
 echo "build $((t1 - t0)) s, tests $((t2 - t1)) s, compare $((t3 - t2)) s"

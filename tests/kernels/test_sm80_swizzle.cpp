@@ -66,7 +66,7 @@ TEST(Sm80Swizzle, SteppedMatchesByteOffsetWhereStageBlockUsesIt) {
   {                                                                                                               \
     using C = FwdConfig<dqk, dv>;                                                                                 \
     expect_stepped_exact<SwizzledTile<C::kBlockM, dv>, C::kColBlocksO>("forward O", dqk, dv);                     \
-    using N = FwdConfig<dqk, dv, ATTN_SM80_FWD_NARROW(dqk)>;                                                      \
+    using N = FwdConfig<dqk, dv, ATTN_SM80_FWD_NARROW(dqk) ? flash_sm80::FwdBuild::narrow : flash_sm80::FwdBuild::wide>; \
     expect_stepped_exact<SwizzledTile<N::kBlockM, dv>, N::kColBlocksO>("forward O, narrow", dqk, dv);             \
     ++rows;                                                                                                       \
   }

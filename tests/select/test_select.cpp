@@ -8,6 +8,7 @@
 #include <string>
 
 #include "attn/attn.h"
+#include "backends/flash_sm80/bwd_config.h"
 #include "backends/flash_sm80/fwd_config.h"
 
 namespace attn {
@@ -221,13 +222,45 @@ TEST(Select, Sm80ForwardD256BuildBySharedMemory) {
   EXPECT_TRUE((flash_sm80::fwd_uses_narrow<256, 256>(227 * 1024)));
   EXPECT_FALSE((flash_sm80::fwd_uses_narrow<256, 256>(0)));  // not known: the wide build
   EXPECT_FALSE((flash_sm80::fwd_uses_narrow<128, 128>(227 * 1024)));  // only d 256 has a narrow build
-  EXPECT_EQ((flash_sm80::fwd_smem_bytes<256, 256>(99 * 1024)), 96 * 1024);
-  EXPECT_EQ((flash_sm80::fwd_smem_bytes<256, 256>(163 * 1024)), 128 * 1024);
+  EXPECT_EQ((flash_sm80::fwd_smem_bytes<256, 256>(99 * 1024, false)), 96 * 1024);
+  EXPECT_EQ((flash_sm80::fwd_smem_bytes<256, 256>(163 * 1024, false)), 128 * 1024);
+  EXPECT_EQ((flash_sm80::fwd_smem_bytes<256, 256>(163 * 1024, true)), 128 * 1024);  // d 256 has no dropout build
   for (const char* spec : {"sm80", "sm86", "sm89", "sm90"}) {
     const std::vector<Verdict> verdicts = explain(gpu_problem(256, 256), simulated_device(spec), Policy{});
     for (const std::string& r : verdict_of(verdicts, "flash_sm80").reasons)
       EXPECT_EQ(r.find("shared memory"), std::string::npos) << spec << ": " << r;
   }
+}
+
+TEST(Select, Sm80DropoutRunsOnTheBuildsWithItsPath) {
+  using flash_sm80::FwdBuild;
+  // Forward: d 64 and d 128 (S and O fill 192 registers) run dropout on their
+  // dropout build (128 x 64, 128 x 32), everything else on the wide build.
+  for (long long optin : {0LL, 99 * 1024LL, 163 * 1024LL, 227 * 1024LL}) {
+    EXPECT_EQ((flash_sm80::fwd_build<64, 64>(optin, true)), FwdBuild::dropout) << optin;
+    EXPECT_EQ((flash_sm80::fwd_build<128, 128>(optin, true)), FwdBuild::dropout) << optin;
+    EXPECT_EQ((flash_sm80::fwd_build<64, 64>(optin, false)), FwdBuild::wide) << optin;
+    EXPECT_EQ((flash_sm80::fwd_build<128, 128>(optin, false)), FwdBuild::wide) << optin;
+    EXPECT_EQ((flash_sm80::fwd_build<96, 96>(optin, true)), FwdBuild::wide) << optin;
+    EXPECT_EQ((flash_sm80::fwd_build<32, 32>(optin, true)), FwdBuild::wide) << optin;
+  }
+  EXPECT_EQ((flash_sm80::fwd_build<256, 256>(227 * 1024, true)), FwdBuild::narrow);  // by shared memory only
+  EXPECT_FALSE((flash_sm80::FwdConfig<64, 64>::kDropout));
+  EXPECT_TRUE((flash_sm80::FwdConfig<64, 64, FwdBuild::dropout>::kDropout));
+  EXPECT_EQ((flash_sm80::FwdConfig<64, 64, FwdBuild::dropout>::kBlockN), 64);
+  EXPECT_EQ((flash_sm80::FwdConfig<128, 128, FwdBuild::dropout>::kBlockN), 32);
+  EXPECT_TRUE((flash_sm80::FwdConfig<96, 96>::kDropout));
+  EXPECT_EQ((flash_sm80::fwd_smem_bytes<128, 128>(227 * 1024, true)), (128 + 32 + 32) * 128 * 2);
+  // Backward: the wide builds (d <= 64) have no dropout path; dropout runs on
+  // the compact build on every device.
+  EXPECT_TRUE((flash_sm80::bwd_uses_compact<64, 64>(227 * 1024, true)));
+  EXPECT_TRUE((flash_sm80::bwd_uses_compact<32, 32>(0, true)));
+  EXPECT_FALSE((flash_sm80::bwd_uses_compact<64, 64>(227 * 1024, false)));
+  EXPECT_FALSE((flash_sm80::bwd_uses_compact<128, 128>(227 * 1024, true)));  // no compact build
+  EXPECT_FALSE((flash_sm80::BwdConfig<64, 64>::kDropout));
+  EXPECT_TRUE((flash_sm80::BwdConfig<64, 64, true>::kDropout));
+  EXPECT_TRUE((flash_sm80::BwdConfig<128, 128>::kDropout));
+  EXPECT_EQ((flash_sm80::bwd_smem_bytes<64, 64>(227 * 1024, true)), (flash_sm80::BwdConfig<64, 64, true>::kSmemBytes));
 }
 
 TEST(Select, SimulatedDeviceFromEnvironmentAndUnknownSpec) {

@@ -32,6 +32,12 @@ struct BwdConfig {
   static constexpr int kBlockM = ATTN_SM80_BWD_WIDE_M(kDQK) && !kCompact ? 128 : 64;
   static constexpr int kBlockN = kDQK <= 128 ? 128 : 64;
   static constexpr int kWarps = 8;
+  // Whether the build has dropout's path. A wide build has not: Philox and
+  // the keep bits beside its S, dP, dK and dV cost 168 bytes of spills in the
+  // main loop at d 64 (sm_90a; none without them), in every call, dropout or
+  // not. With dropout a wide row runs its compact build, as FlashAttention-2
+  // compiles its dropout kernels apart (Is_dropout).
+  static constexpr bool kDropout = !ATTN_SM80_BWD_WIDE_M(kDQK) || kCompact;
   static constexpr int kThreads = kWarps * 32;
 
   // S and dP: 2 warps along the queries, 4 along the keys.
@@ -75,17 +81,17 @@ struct BwdConfig {
 };
 
 // Whether row (kDQK, kDV) runs its compact build on a device that allows
-// `optin` bytes of shared memory per block (0: not known, the wide build):
-// only where the wide build does not fit. The host's dispatch and supports()
-// both ask here.
+// `optin` bytes of shared memory per block (0: not known): where the wide
+// build does not fit, and with dropout (the wide build has no dropout path).
+// The host's dispatch and supports() both ask here.
 template <int kDQK, int kDV>
-constexpr bool bwd_uses_compact(long long optin) {
-  return ATTN_SM80_BWD_WIDE_M(kDQK) && optin > 0 && BwdConfig<kDQK, kDV>::kSmemBytes > optin;
+constexpr bool bwd_uses_compact(long long optin, bool dropout) {
+  return ATTN_SM80_BWD_WIDE_M(kDQK) && (dropout || (optin > 0 && BwdConfig<kDQK, kDV>::kSmemBytes > optin));
 }
 template <int kDQK, int kDV>
-constexpr int bwd_smem_bytes(long long optin) {
+constexpr int bwd_smem_bytes(long long optin, bool dropout) {
   if constexpr (ATTN_SM80_BWD_WIDE_M(kDQK))
-    if (bwd_uses_compact<kDQK, kDV>(optin)) return BwdConfig<kDQK, kDV, true>::kSmemBytes;
+    if (bwd_uses_compact<kDQK, kDV>(optin, dropout)) return BwdConfig<kDQK, kDV, true>::kSmemBytes;
   return BwdConfig<kDQK, kDV>::kSmemBytes;
 }
 

@@ -24,6 +24,7 @@
 #include "backends/flash_sm80/fwd_loads.cuh"
 #include "backends/flash_sm80/fwd_schedule.cuh"
 #include "backends/flash_sm80/fwd_softmax.cuh"
+#include "attn/error.h"
 #include "core/cuda_check.h"
 #include "kernels/sm80/cp_async.cuh"
 #include "kernels/sm80/swizzle.h"
@@ -85,6 +86,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
   const int rows_out = p.packed ? min(kN, seq.len_kv - n0) : min(kN, p.s_kv - n0);
   if (rows_out <= 0) return;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const bool dropout = Cfg::kDropout && p.dropout_threshold != 0;  // compiled out of the wide builds
 
   // Each product's warp block (bwd_config.h).
   const int row0_s = (warp / Cfg::kWarpsNS) * 16 * MAS, col0_s = (warp % Cfg::kWarpsNS) * 8 * NAS;
@@ -165,7 +167,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
       RowTerms<MAS> rt;
       rt.load(bp.row_terms + h * bp.rows_q + tok0 + m0, row0_s, rows, lane);
       KeepBits<MAS, NAS> keep;
-      if (p.dropout_threshold) keep.compute(p, bh, m0 + row0_s, n0 + col0_s, lane);
+      if (dropout) keep.compute(p, bh, m0 + row0_s, n0 + col0_s, lane);
 
       // This tile's Q and dO are the only loads in flight. The barrier makes
       // them visible and also ends every warp's reads of the previous tile
@@ -193,11 +195,11 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
       sm80::gemm_ss<T, MAS, NAS, kDV, DOTile, VTile, false, false>(dp, do_s, v_s, row0_s, col0_s, lane);
       sm80::gemm_ss<T, MAS, NAS, kDQK, QTile, KTile, false, false>(s, q_s, k_s, row0_s, col0_s, lane);
 
-      if (p.dropout_threshold) dp_minus_delta<true>(dp, rt, keep, p);
+      if (dropout) dp_minus_delta<true>(dp, rt, keep, p);
       else dp_minus_delta<false>(dp, rt, keep, p);
       if (p.score_mods) score_mods_bwd(s, dp, p, slope, m0 + row0_s, n0 + col0_s, seq.shift, lane);
       if (!(n0 >= kt.all_begin && n0 + kN <= kt.all_end)) apply_mask(s, p, seq, m0 + row0_s, n0 + col0_s, lane);
-      if (p.dropout_threshold) probabilities_and_grads<true>(s, dp, rt, keep, p, unit);
+      if (dropout) probabilities_and_grads<true>(s, dp, rt, keep, p, unit);
       else probabilities_and_grads<false>(s, dp, rt, keep, p, unit);
       stage_block<T, PTile>(p_smem, s, 1.f, row0_s, col0_s, lane);
       stage_block<T, PTile>(ds_smem, dp, 1.f, row0_s, col0_s, lane);
@@ -284,6 +286,9 @@ void launch_bwd(const BwdParams& params, cudaStream_t stream) {
   using Cfg = BwdConfig<kDQK, kDV, kCompact>;
   auto* kernel = flash_bwd_kernel<T, kDQK, kDV, kCompact>;
   BwdParams p = params;
+  if (!Cfg::kDropout && p.fwd.dropout_threshold)  // the dispatch picks the compact build for dropout
+    fail(ErrorKind::runtime, "flash_sm80's wide backward build has no dropout path", "dropout",
+         "the row's compact build", "report this: bwd_uses_compact() should have chosen it");
   p.dq_bulk = !p.dq_semaphore && bwd_dq_bulk<T, kDQK, kDV, kCompact>();
   const int smem = Cfg::kSmemBytes + (p.dq_bulk ? Cfg::kSmemDqStage : 0);
   if (smem > 48 * 1024) ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));

@@ -19,13 +19,14 @@ std::string kib(int64_t bytes) { return std::to_string(bytes / 1024) + " KiB"; }
 
 // Shared memory of the pass's table row for (d_qk, d_v) on a device allowing
 // `optin` bytes per block (the forward's d 256 has a narrow build and the
-// backward's wide rows a compact one, chosen by it); 0 when the table lacks
+// backward's wide rows a compact one, chosen by it; dropout picks the
+// compact build and the forward's dropout builds); 0 when the table lacks
 // the row.
-int64_t smem_bytes_for(Pass pass, int64_t d_qk, int64_t d_v, int64_t optin) {
+int64_t smem_bytes_for(Pass pass, int64_t d_qk, int64_t d_v, int64_t optin, bool dropout) {
 #define ATTN_SMEM_FWD(dqk, dv) \
-  if (d_qk == (dqk) && d_v == (dv)) return fwd_smem_bytes<dqk, dv>(optin);
+  if (d_qk == (dqk) && d_v == (dv)) return fwd_smem_bytes<dqk, dv>(optin, dropout);
 #define ATTN_SMEM_BWD(dqk, dv) \
-  if (d_qk == (dqk) && d_v == (dv)) return bwd_smem_bytes<dqk, dv>(optin);
+  if (d_qk == (dqk) && d_v == (dv)) return bwd_smem_bytes<dqk, dv>(optin, dropout);
   if (pass == Pass::forward) {
     ATTN_FLASH_SM80_FWD_TABLE(ATTN_SMEM_FWD)
   } else {
@@ -70,7 +71,7 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
   std::vector<std::string> no = detail::gpu_device_reasons(p, dev);
   if (!p.device.is_cuda()) return no;
   const char* pass = p.pass == Pass::forward ? "forward" : "backward";
-  const int64_t smem = smem_bytes_for(p.pass, p.d_qk, p.d_v, dev.smem_per_block_optin_bytes);
+  const int64_t smem = smem_bytes_for(p.pass, p.d_qk, p.d_v, dev.smem_per_block_optin_bytes, p.dropout_p > 0);
   if (smem == 0)
     no.push_back("head_dim " + std::to_string(p.d_qk) + "/" + std::to_string(p.d_v) + " has no " + pass +
                  " kernel; flash_sm80 has " + head_dim_list(p.pass));

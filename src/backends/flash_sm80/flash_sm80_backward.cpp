@@ -54,13 +54,14 @@ int64_t carve(const Problem& p, char* base, BwdParams* k) {
 }
 
 // `optin`: the device's shared memory per block, which picks a wide row's
-// compact build where the wide one does not fit (bwd_config.h).
+// compact build where the wide one does not fit; dropout picks it too
+// (bwd_config.h).
 template <typename T>
 bool dispatch(const Problem& p, const BwdParams& k, int64_t optin, cudaStream_t stream) {
 #define ATTN_DISPATCH_ROW(dqk, dv)                                  \
   if (p.d_qk == (dqk) && p.d_v == (dv)) {                           \
     if constexpr (ATTN_SM80_BWD_WIDE_M(dqk)) {                      \
-      if (bwd_uses_compact<dqk, dv>(optin)) {                       \
+      if (bwd_uses_compact<dqk, dv>(optin, k.fwd.dropout_threshold != 0)) { \
         launch_bwd<T, dqk, dv, true>(k, stream);                    \
         return true;                                                \
       }                                                             \

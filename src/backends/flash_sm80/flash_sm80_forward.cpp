@@ -22,19 +22,25 @@ namespace attn::flash_sm80 {
 namespace {
 
 // `optin`: the device's shared memory per block, which picks a row's narrow
-// build where it has one and it pays or alone fits (fwd_config.h).
+// build where it has one and it pays or alone fits; dropout picks a row's
+// dropout build where it has one (fwd_config.h).
 template <typename T>
 bool dispatch(const Problem& p, const FwdParams& k, int64_t optin, cudaStream_t stream) {
-#define ATTN_DISPATCH_ROW(dqk, dv)                     \
-  if (p.d_qk == (dqk) && p.d_v == (dv)) {              \
-    if constexpr (ATTN_SM80_FWD_NARROW(dqk)) {         \
-      if (fwd_uses_narrow<dqk, dv>(optin)) {           \
-        launch_fwd<T, dqk, dv, true>(k, stream);       \
-        return true;                                   \
-      }                                                \
-    }                                                  \
-    launch_fwd<T, dqk, dv, false>(k, stream);          \
-    return true;                                       \
+#define ATTN_DISPATCH_ROW(dqk, dv)                                              \
+  if (p.d_qk == (dqk) && p.d_v == (dv)) {                                       \
+    const FwdBuild build = fwd_build<dqk, dv>(optin, k.dropout_threshold != 0); \
+    if constexpr (ATTN_SM80_FWD_NARROW(dqk))                                    \
+      if (build == FwdBuild::narrow) {                                          \
+        launch_fwd<T, dqk, dv, FwdBuild::narrow>(k, stream);                    \
+        return true;                                                            \
+      }                                                                         \
+    if constexpr (ATTN_SM80_FWD_DROPOUT_APART(dqk))                             \
+      if (build == FwdBuild::dropout) {                                         \
+        launch_fwd<T, dqk, dv, FwdBuild::dropout>(k, stream);                   \
+        return true;                                                            \
+      }                                                                         \
+    launch_fwd<T, dqk, dv, FwdBuild::wide>(k, stream);                          \
+    return true;                                                                \
   }
   ATTN_FLASH_SM80_FWD_TABLE(ATTN_DISPATCH_ROW)
 #undef ATTN_DISPATCH_ROW

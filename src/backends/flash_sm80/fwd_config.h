@@ -18,16 +18,28 @@ namespace attn::flash_sm80 {
 // and loads hide each other's waits, as FlashAttention-2 chose for the H100;
 // where a block cannot hold the wide one (sm86/sm89: 99 KiB) it is the only
 // one that runs. The A100 (163 KiB: one CTA either way) keeps the wide one.
-// A macro because fwd_instantiate.cu tests it in the preprocessor.
+// Rows d 64 and d 128 also have a dropout build. Their S and O fill 192
+// registers per thread, and Philox beside them spilled in the main loop (84
+// and 44 bytes on sm_90a) in every call, dropout or not. Their wide build has
+// no dropout path; with dropout they run 128 x 64 (d 64) and 128 x 32 (d 128)
+// tiles, FlashAttention-2's dropout tiles there (S 64 or 32 registers).
+// Macros because fwd_instantiate.cu tests them in the preprocessor.
 #define ATTN_SM80_FWD_NARROW(dqk) ((dqk) >= 256)
+#define ATTN_SM80_FWD_DROPOUT_APART(dqk) ((dqk) == 64 || (dqk) == 128)
 
-template <int kDQK, int kDV, bool kNarrow = false>
+enum class FwdBuild { wide, narrow, dropout };
+
+template <int kDQK, int kDV, FwdBuild kBuild = FwdBuild::wide>
 struct FwdConfig {
+  static constexpr bool kNarrow = kBuild == FwdBuild::narrow;
   static constexpr int kHeadDimQK = kDQK;
   static constexpr int kHeadDimV = kDV;
   static constexpr int kBlockM = kNarrow ? 64 : 128;
-  static constexpr int kBlockN = kDQK <= 64 ? 128 : 64;
+  static constexpr int kBlockN = (kDQK <= 64 ? 128 : 64) / (kBuild == FwdBuild::dropout ? 2 : 1);
   static constexpr int kWarps = kDQK >= 160 && !kNarrow ? 8 : 4;
+  // Whether the build has dropout's path (the wide build of a row with a
+  // dropout build has not).
+  static constexpr bool kDropout = !(kBuild == FwdBuild::wide && ATTN_SM80_FWD_DROPOUT_APART(kDQK));
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kRowBlocks = kBlockM / (16 * kWarps);  // 16-row mma blocks per warp
   static constexpr int kColBlocksS = kBlockN / 8;            // 8-column mma blocks of S
@@ -44,6 +56,10 @@ struct FwdConfig {
   static_assert(kDV <= kDQK, "the output tile is staged in Q's shared memory");
   static_assert(kRowBlocks >= 1 && kBlockM % (16 * kWarps) == 0, "rows split evenly into 16-row blocks");
   static_assert(!kNarrow || ATTN_SM80_FWD_NARROW(kDQK), "only rows listed in ATTN_SM80_FWD_NARROW have a narrow build");
+  static_assert(kBuild != FwdBuild::dropout || ATTN_SM80_FWD_DROPOUT_APART(kDQK),
+                "only rows listed in ATTN_SM80_FWD_DROPOUT_APART have a dropout build");
+  static_assert(kBuild != FwdBuild::wide || ATTN_SM80_FWD_DROPOUT_APART(kDQK) == (kRowBlocks * (kBlockN + kDV) / 2 >= 192),
+                "the rows with a dropout build are those whose S and O fill 192 registers per thread");
 };
 
 // Whether row (kDQK, kDV) runs its narrow build on a device that allows
@@ -53,15 +69,28 @@ struct FwdConfig {
 template <int kDQK, int kDV>
 constexpr bool fwd_uses_narrow(long long optin) {
   if constexpr (ATTN_SM80_FWD_NARROW(kDQK))
-    return optin > 0 &&
-           (FwdConfig<kDQK, kDV>::kSmemBytes > optin || 2 * FwdConfig<kDQK, kDV, true>::kSmemBytes <= optin);
+    return optin > 0 && (FwdConfig<kDQK, kDV>::kSmemBytes > optin ||
+                         2 * FwdConfig<kDQK, kDV, FwdBuild::narrow>::kSmemBytes <= optin);
   else
     return false;
 }
+// The build that runs row (kDQK, kDV) (the dispatch and supports() ask here).
 template <int kDQK, int kDV>
-constexpr int fwd_smem_bytes(long long optin) {
-  if constexpr (ATTN_SM80_FWD_NARROW(kDQK))
-    if (fwd_uses_narrow<kDQK, kDV>(optin)) return FwdConfig<kDQK, kDV, true>::kSmemBytes;
+constexpr FwdBuild fwd_build(long long optin, bool dropout) {
+  if (ATTN_SM80_FWD_DROPOUT_APART(kDQK) && dropout) return FwdBuild::dropout;
+  return fwd_uses_narrow<kDQK, kDV>(optin) ? FwdBuild::narrow : FwdBuild::wide;
+}
+template <int kDQK, int kDV>
+constexpr int fwd_smem_bytes(long long optin, bool dropout) {
+  switch (fwd_build<kDQK, kDV>(optin, dropout)) {
+    case FwdBuild::narrow:
+      if constexpr (ATTN_SM80_FWD_NARROW(kDQK)) return FwdConfig<kDQK, kDV, FwdBuild::narrow>::kSmemBytes;
+      break;
+    case FwdBuild::dropout:
+      if constexpr (ATTN_SM80_FWD_DROPOUT_APART(kDQK)) return FwdConfig<kDQK, kDV, FwdBuild::dropout>::kSmemBytes;
+      break;
+    case FwdBuild::wide: break;
+  }
   return FwdConfig<kDQK, kDV>::kSmemBytes;
 }
 

@@ -16,11 +16,16 @@ namespace attn::flash_sm80 {
 static_assert(false ATTN_FLASH_SM80_FWD_TABLE(ATTN_IS_ROW), "ATTN_FWD_DQK/DV is not a row of fwd_table.h");
 #undef ATTN_IS_ROW
 
-template void launch_fwd<__nv_bfloat16, ATTN_FWD_DQK, ATTN_FWD_DV, false>(const FwdParams&, cudaStream_t);
-template void launch_fwd<__half, ATTN_FWD_DQK, ATTN_FWD_DV, false>(const FwdParams&, cudaStream_t);
+#define ATTN_INSTANTIATE(build)                                                                  \
+  template void launch_fwd<__nv_bfloat16, ATTN_FWD_DQK, ATTN_FWD_DV, build>(const FwdParams&, cudaStream_t); \
+  template void launch_fwd<__half, ATTN_FWD_DQK, ATTN_FWD_DV, build>(const FwdParams&, cudaStream_t);
+ATTN_INSTANTIATE(FwdBuild::wide)
 #if ATTN_SM80_FWD_NARROW(ATTN_FWD_DQK)
-template void launch_fwd<__nv_bfloat16, ATTN_FWD_DQK, ATTN_FWD_DV, true>(const FwdParams&, cudaStream_t);
-template void launch_fwd<__half, ATTN_FWD_DQK, ATTN_FWD_DV, true>(const FwdParams&, cudaStream_t);
+ATTN_INSTANTIATE(FwdBuild::narrow)
 #endif
+#if ATTN_SM80_FWD_DROPOUT_APART(ATTN_FWD_DQK)
+ATTN_INSTANTIATE(FwdBuild::dropout)
+#endif
+#undef ATTN_INSTANTIATE
 
 }  // namespace attn::flash_sm80

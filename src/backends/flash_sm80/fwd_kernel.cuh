@@ -16,6 +16,7 @@
 #include "backends/flash_sm80/fwd_params.h"
 #include "backends/flash_sm80/fwd_schedule.cuh"
 #include "backends/flash_sm80/fwd_softmax.cuh"
+#include "attn/error.h"
 #include "core/cuda_check.h"
 #include "kernels/sm80/cp_async.cuh"
 #include "kernels/sm80/swizzle.h"
@@ -23,10 +24,10 @@
 
 namespace attn::flash_sm80 {
 
-template <typename T, int kDQK, int kDV, bool kNarrow>
-__global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kNarrow>::kThreads)
+template <typename T, int kDQK, int kDV, FwdBuild kBuild>
+__global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
     flash_fwd_kernel(const __grid_constant__ FwdParams p) {
-  using Cfg = FwdConfig<kDQK, kDV, kNarrow>;
+  using Cfg = FwdConfig<kDQK, kDV, kBuild>;
   constexpr int kM = Cfg::kBlockM, kN = Cfg::kBlockN, kThreads = Cfg::kThreads;
   constexpr int MA = Cfg::kRowBlocks, NA = Cfg::kColBlocksS, NO = Cfg::kColBlocksO;
   using QTile = sm80::SwizzledTile<kM, kDQK>;
@@ -52,6 +53,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kNarrow>::kThreads)
   if (rows_out <= 0) return;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_row = warp * MA * 16;  // first row of this warp within the tile
+  const bool dropout = Cfg::kDropout && p.dropout_threshold != 0;  // compiled out where a dropout build exists
 
   const int h_kv = h / p.h_per_kv;
   const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + (seq.start_q + m0) * p.q_row_stride +
@@ -102,7 +104,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kNarrow>::kThreads)
     sm80::cp_async_commit();
 
     KeepBits<MA, NA> keep;
-    if (p.dropout_threshold) keep.compute(p, bh, m0 + warp_row, n0, lane);
+    if (dropout) keep.compute(p, bh, m0 + warp_row, n0, lane);
 
     float s[MA][NA][4];
 #pragma unroll
@@ -125,7 +127,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kNarrow>::kThreads)
     if (p.score_mods) apply_score_mods(s, p, slope, m0 + warp_row, n0, seq.shift, lane);
     if (!(n0 >= tiles.all_begin && n0 + kN <= tiles.all_end)) apply_mask(s, p, seq, m0 + warp_row, n0, lane);
     softmax.step(s, o, unit);
-    if (p.dropout_threshold) keep.apply(s);
+    if (dropout) keep.apply(s);
 
     sm80::gemm_rb<T, MA, NA, NO, VTile>(o, s, v_s, lane);
   }
@@ -157,10 +159,13 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kNarrow>::kThreads)
 }
 
 // Launches the kernel for one instantiation on the caller's stream.
-template <typename T, int kDQK, int kDV, bool kNarrow>
+template <typename T, int kDQK, int kDV, FwdBuild kBuild>
 void launch_fwd(const FwdParams& p, cudaStream_t stream) {
-  using Cfg = FwdConfig<kDQK, kDV, kNarrow>;
-  auto* kernel = flash_fwd_kernel<T, kDQK, kDV, kNarrow>;
+  using Cfg = FwdConfig<kDQK, kDV, kBuild>;
+  auto* kernel = flash_fwd_kernel<T, kDQK, kDV, kBuild>;
+  if (!Cfg::kDropout && p.dropout_threshold)  // fwd_build() picks the row's dropout build
+    fail(ErrorKind::runtime, "flash_sm80's wide forward build has no dropout path", "dropout",
+         "the row's dropout build", "report this: fwd_build() should have chosen it");
   if (Cfg::kSmemBytes > 48 * 1024)
     ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const dim3 grid((p.s_q + Cfg::kBlockM - 1) / Cfg::kBlockM, p.h_q, p.batch);

@@ -4,12 +4,13 @@
 
 #include <cuda_runtime.h>
 
+#include "backends/flash_sm80/fwd_config.h"
 #include "backends/flash_sm80/fwd_params.h"
 
 namespace attn::flash_sm80 {
 
-// kNarrow: the row's narrow build (fwd_config.h).
-template <typename T, int kDQK, int kDV, bool kNarrow>
+// kBuild: which of the row's builds (fwd_config.h).
+template <typename T, int kDQK, int kDV, FwdBuild kBuild>
 void launch_fwd(const FwdParams& p, cudaStream_t stream);
 
 }  // namespace attn::flash_sm80
