@@ -15,7 +15,10 @@ cd "$(dirname "$0")/.."
 source scripts/device_env.sh /tmp/attn-device-out
 backend=$1
 shift
-cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.carry" \
+# Its own build folder: the variants' objects must not stay in build-device,
+# where a later call's copy of the tree (older file times than those objects)
+# would not rebuild them.
+cmake -S . -B build-ab -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.carry" \
   -DATTN_BUILD_PYTHON=ON -DATTN_WITH_CUDNN=OFF >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; exit 1; }
 dir=src/backends/$backend
 saved=$(mktemp -d)
@@ -25,10 +28,10 @@ for v in "$@"; do
   IFS='+' read -ra parts <<<"$v"
   for part in "${parts[@]}"; do [ -d ".variants/$part" ] && cp -r ".variants/$part/." "$dir/"; done
   t0=$(date +%s)
-  if ! cmake --build build-device -j "$(nproc)" --target _C >"$out/build-$v.log" 2>&1; then
+  if ! cmake --build build-ab -j "$(nproc)" --target _C >"$out/build-$v.log" 2>&1; then
     echo "######## $v: build failed"; grep -E 'error' -A3 "$out/build-$v.log" | head -20; continue
   fi
-  stage_python
+  stage_python build-ab
   PYTHONPATH=/tmp/py timeout 300 python3 bench/compare.py --backend "$backend" --out "$out/$v" \
     ${COMPARE_ARGS:-} >"$out/compare-$v.log" 2>&1
   echo "######## $v ($(( $(date +%s) - t0 )) s, build and bench)"

@@ -10,8 +10,10 @@ export CUDNN_ROOT=${CUDNN_ROOT:-$(_pip_package cudnn)} NCCL_ROOT=${NCCL_ROOT:-$(
 export LD_LIBRARY_PATH=${CUDNN_ROOT:+$CUDNN_ROOT/lib:}${NCCL_ROOT:+$NCCL_ROOT/lib:}${LD_LIBRARY_PATH:-}
 # Puts the Python package with the freshly built extension (build-device) in
 # /tmp/py, so that PYTHONPATH=/tmp/py imports this build.
+# stage_python [BUILD_DIR]: the package and the extension built in BUILD_DIR
+# (default build-device) -> /tmp/py/attn.
 stage_python() {
-  mkdir -p /tmp/py && rm -rf /tmp/py/attn && cp -r python/attn /tmp/py/attn && cp build-device/python/_C*.so /tmp/py/attn/
+  mkdir -p /tmp/py && rm -rf /tmp/py/attn && cp -r python/attn /tmp/py/attn && cp "${1:-build-device}"/python/_C*.so /tmp/py/attn/
 }
 # Configures build-device (Python on, cuDNN off: the kernel profiles and A/Bs
 # do not use it), builds the extension and stages it; logs in $out. Returns

@@ -17,10 +17,10 @@ namespace attn::flash_sm80 {
 // loop (128 at d 128 and d 256), S and dP kBlockM * kBlockN / 256 each.
 //
 // 128 query rows at d <= 64 ("wide", FlashAttention-2's sm80 tile there):
-// twice the products per tile for the same loads, barriers and setup. ptxas
-// reports spills there (d 64: 180 B on sm_90a, 164 B on sm_80), and it is
-// still faster on the H100: backward d 64 0.71-0.76x -> 0.77-0.82x FA2, d 32
-// 0.61-0.69x -> 0.68-0.77x (docs/PERF.md, 2026-11-23). Those rows also have a
+// twice the products per tile for the same loads, barriers and setup; on the
+// H100 backward d 64 0.71-0.76x -> 0.77-0.82x FA2, d 32 0.61-0.69x ->
+// 0.68-0.77x (docs/PERF.md, 2026-11-23), then 0.89-1.05x once dropout's path
+// (which spilled 168 B there) left the wide build (kDropout below). Those rows also have a
 // compact build (kCompact: 64-row tiles, 64 / 96 KiB) for GPUs whose shared
 // memory per block cannot hold the wide one (sm86/sm89: 99 KiB). A macro
 // because bwd_instantiate.cu tests it in the preprocessor.
