@@ -43,6 +43,14 @@ __device__ __forceinline__ void for_each_dq_pair(const float (&acc)[MA][NA][4], 
 template <int kD, int MA, int NA>
 __device__ __forceinline__ void add_dq(float* dq, int64_t t0, const float (&acc)[MA][NA][4], int row0, int col0,
                                        int rows, int lane) {
+#if !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+  // The addresses' per-thread parts are the same in every query tile, and
+  // for sm_80 the compiler hoisted them out of the loop as 64-bit pointers
+  // (two scalar reds per pair), which spilled: 188 B at d 256, 44 B at d 192.
+  // An opaque t0 keeps them here, a few integer ops per tile; 0 B then. (On
+  // sm_90, whose v2 reds need half the addresses, it added spills instead.)
+  asm volatile("" : "+l"(t0));
+#endif
   for_each_dq_pair(acc, t0, row0, col0, lane, [&](int r, int c, float x, float y) {
     if (r >= rows) return;
     float* const at = dq + static_cast<int64_t>(r) * kD + c;
