@@ -21,31 +21,26 @@ grep -E "Compiling entry function '.*flash_(fwd|bwd)_kernel|spill stores|Used [0
 build-device/tests/attn_tests --gtest_filter='Sm80*:*BackendGrid*flash_sm80*:FlashSm80*' >"$out/gpu_tests.log" 2>&1
 tests_rc=$?
 small="--backend flash_sm80 --format thd --seqlens 5,0,33,170 --heads 4 --kv-heads 2 --head-dim 64 --mask padding_causal --window 40,0 --dropout 0.1 --seed 5 --backward"
-timeout 75 compute-sanitizer --tool memcheck --error-exitcode 9 build-device/attn check $small >"$out/memcheck.log" 2>&1
-memcheck_rc=$?
-timeout 75 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/attn check $small >"$out/racecheck.log" 2>&1
-racecheck_rc=$?
-# The same case on the compact backward build (64-row tiles, chosen for sm86's 99 KiB).
-ATTN_SIMULATE_DEVICE=sm86 timeout 75 compute-sanitizer --tool memcheck --error-exitcode 9 build-device/attn check $small \
-  >"$out/memcheck-compact.log" 2>&1
-memcheck_rc=$((memcheck_rc + $?))
-ATTN_SIMULATE_DEVICE=sm86 timeout 75 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/attn check $small \
-  >"$out/racecheck-compact.log" 2>&1
-racecheck_rc=$((racecheck_rc + $?))
-# d 256 on this GPU's forward build (the narrow 64 x 64 one on Hopper) and its backward, and d 128 (dropout: the
-# forward's 128 x 32 dropout build).
-timeout 75 compute-sanitizer --tool memcheck --error-exitcode 9 build-device/attn check ${small/--head-dim 64/--head-dim 256} \
-  >"$out/memcheck-d256.log" 2>&1
-memcheck_rc=$((memcheck_rc + $?))
-timeout 75 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/attn check ${small/--head-dim 64/--head-dim 256} \
-  >"$out/racecheck-d256.log" 2>&1
-racecheck_rc=$((racecheck_rc + $?))
-timeout 75 compute-sanitizer --tool memcheck --error-exitcode 9 build-device/attn check ${small/--head-dim 64/--head-dim 128} \
-  >"$out/memcheck-d128.log" 2>&1
-memcheck_rc=$((memcheck_rc + $?))
-timeout 75 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/attn check ${small/--head-dim 64/--head-dim 128} \
-  >"$out/racecheck-d128.log" 2>&1
-racecheck_rc=$((racecheck_rc + $?))
+# memcheck and racecheck of one `attn check` case, logs memcheckNAME.log and racecheckNAME.log:
+# sanitize NAME "CHECK ARGS" [ENV=VALUE ...]
+memcheck_rc=0 racecheck_rc=0
+sanitize() {
+  local name=$1 args=$2 tool rc
+  shift 2
+  for tool in memcheck racecheck; do
+    env "$@" timeout 75 compute-sanitizer --tool $tool --error-exitcode 9 build-device/attn check $args \
+      >"$out/$tool$name.log" 2>&1
+    rc=$?
+    if [ $tool = memcheck ]; then memcheck_rc=$((memcheck_rc + rc)); else racecheck_rc=$((racecheck_rc + rc)); fi
+  done
+}
+sanitize "" "$small"
+# The same case on the compact backward build (64-row tiles: sm86's 99 KiB, and dropout on every GPU).
+sanitize -compact "$small" ATTN_SIMULATE_DEVICE=sm86
+# d 256 on this GPU's forward build (the narrow 64 x 64 one on Hopper) and its backward; d 128 (dropout:
+# the forward's 128 x 32 dropout build).
+sanitize -d256 "${small/--head-dim 64/--head-dim 256}"
+sanitize -d128 "${small/--head-dim 64/--head-dim 128}"
 obj=$(find build-device -name 'bwd_instantiate.cu.o' -path '*bwd_128_128*' | head -1)
 hmma=$(cuobjdump -sass "$obj" 2>/dev/null | grep -c HMMA)
 t2=$(date +%s)

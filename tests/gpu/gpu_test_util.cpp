@@ -1,6 +1,8 @@
 // Shared by the GPU tests (see gpu_test_util.h).
 #include "gpu/gpu_test_util.h"
 
+#include <cstdlib>
+
 #include "attn/attn.h"
 #include "attn/backend.h"
 #include "attn/select.h"
@@ -45,5 +47,21 @@ void expect_outputs_match(const Case& gpu, const Case& ref) {
                           << cmp.bad << ", nan " << cmp.nan << " of " << cmp.count;
   }
 }
+
+CaseSpec thd_edge_lengths(int64_t d, int64_t window_left) {
+  CaseSpec s;
+  s.format = QkvFormat::thd;
+  s.mask = MaskType::padding_causal;
+  s.batch = 4;
+  s.seqlens_q = s.seqlens_kv = {1, 0, 77, 300};
+  s.h_q = 8;
+  s.h_kv = 2;
+  s.d_qk = s.d_v = d;
+  s.window = {window_left, 0};
+  return s;
+}
+
+SimulatedDevice::SimulatedDevice(const char* spec) { setenv("ATTN_SIMULATE_DEVICE", spec, 1); }
+SimulatedDevice::~SimulatedDevice() { unsetenv("ATTN_SIMULATE_DEVICE"); }
 
 }  // namespace attn::testing

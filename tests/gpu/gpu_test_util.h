@@ -25,6 +25,21 @@ void run_forced(Case& c, const std::string& backend, void* stream = nullptr);
 // tolerance for the case's dtype. The caller synchronizes first.
 void expect_outputs_match(const Case& gpu, const Case& ref);
 
+// Packed edge lengths for a tiled kernel: thd, padding_causal, sequences of
+// 1, 0, 77 and 300 tokens (off every tile height, an empty one), GQA 8:2,
+// head dim d, a left window.
+CaseSpec thd_edge_lengths(int64_t d, int64_t window_left);
+
+// ATTN_SIMULATE_DEVICE=spec while it lives (also when an assertion returns
+// early): query_device() then answers for that GPU, so one GPU runs the
+// builds another device's shared memory would pick.
+struct SimulatedDevice {
+  explicit SimulatedDevice(const char* spec);
+  ~SimulatedDevice();
+  SimulatedDevice(const SimulatedDevice&) = delete;
+  SimulatedDevice& operator=(const SimulatedDevice&) = delete;
+};
+
 }  // namespace attn::testing
 
 // Skips the current test (reported as skipped by ctest) when there is no GPU.

@@ -3,7 +3,6 @@
 // matches the reference; the default mode matches it on the same inputs. The
 // compact builds (64-row tiles for GPUs with 99 KiB of shared memory per
 // block) run here under ATTN_SIMULATE_DEVICE=sm86 and match the reference.
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -81,15 +80,7 @@ TEST(FlashSm80Backward, CompactBuildsForSmallSharedMemoryMatchTheReference) {
   ATTN_REQUIRE_GPU();
   std::vector<testing::CaseSpec> specs;
   for (int d : {32, 64}) {
-    testing::CaseSpec s;
-    s.format = QkvFormat::thd;
-    s.mask = MaskType::padding_causal;
-    s.batch = 4;
-    s.seqlens_q = s.seqlens_kv = {1, 0, 77, 300};
-    s.h_q = 8;
-    s.h_kv = 2;
-    s.d_qk = s.d_v = d;
-    s.window = {31, 0};
+    testing::CaseSpec s = testing::thd_edge_lengths(d, 31);
     s.dropout_p = d == 64 ? 0.1 : 0.0;
     s.seed = 11;
     s.backward = true;
@@ -103,10 +94,7 @@ TEST(FlashSm80Backward, CompactBuildsForSmallSharedMemoryMatchTheReference) {
     t.backward = true;
     specs.push_back(t);
   }
-  struct SimulateSm86 {  // for this test only, also when an assertion returns early
-    SimulateSm86() { setenv("ATTN_SIMULATE_DEVICE", "sm86", 1); }
-    ~SimulateSm86() { unsetenv("ATTN_SIMULATE_DEVICE"); }
-  } simulate;
+  testing::SimulatedDevice simulate("sm86");
   int index = 0;
   for (const testing::CaseSpec& spec : specs) {
     for (bool deterministic : {false, true}) {

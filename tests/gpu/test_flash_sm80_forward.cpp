@@ -4,7 +4,6 @@
 // block) the wide 128 x 64 tiles, sm86 (99 KiB) and sm90 (227 KiB) the
 // narrow 64 x 64 ones. Lengths off both tile heights, an empty and a
 // length-1 sequence, GQA, a window, softcap and dropout.
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -17,15 +16,7 @@ namespace attn {
 namespace {
 
 std::vector<testing::CaseSpec> d256_cases() {
-  testing::CaseSpec s;
-  s.format = QkvFormat::thd;
-  s.mask = MaskType::padding_causal;
-  s.batch = 4;
-  s.seqlens_q = s.seqlens_kv = {1, 0, 77, 300};
-  s.h_q = 8;
-  s.h_kv = 2;
-  s.d_qk = s.d_v = 256;
-  s.window = {70, 0};
+  testing::CaseSpec s = testing::thd_edge_lengths(256, 70);
   s.dropout_p = 0.1;
   s.seed = 13;
   s.return_lse = true;  // the comparison covers lse: ask the forward to write it
@@ -42,13 +33,9 @@ std::vector<testing::CaseSpec> d256_cases() {
 
 TEST(FlashSm80Forward, BothD256BuildsMatchTheReference) {
   ATTN_REQUIRE_GPU();
-  struct Simulate {  // for this test only, also when an assertion returns early
-    explicit Simulate(const char* spec) { setenv("ATTN_SIMULATE_DEVICE", spec, 1); }
-    ~Simulate() { unsetenv("ATTN_SIMULATE_DEVICE"); }
-  };
   const std::vector<testing::CaseSpec> specs = d256_cases();
   for (const char* spec : {"sm80", "sm86", "sm90"}) {
-    Simulate simulate(spec);
+    testing::SimulatedDevice simulate(spec);
     const DeviceInfo dev = query_device(Device::cuda(0));
     const bool narrow = flash_sm80::fwd_uses_narrow<256, 256>(dev.smem_per_block_optin_bytes);
     EXPECT_EQ(narrow, std::string(spec) != "sm80") << spec;
