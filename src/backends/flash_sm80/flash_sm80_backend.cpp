@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "attn/error.h"
+#include "attn/philox.h"
 #include "backends/common/device_reasons.h"
 #include "backends/flash_sm80/flash_sm80.h"
 #include "backends/flash_sm80/bwd_config.h"
@@ -71,7 +72,8 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
   std::vector<std::string> no = detail::gpu_device_reasons(p, dev);
   if (!p.device.is_cuda()) return no;
   const char* pass = p.pass == Pass::forward ? "forward" : "backward";
-  const int64_t smem = smem_bytes_for(p.pass, p.d_qk, p.d_v, dev.smem_per_block_optin_bytes, p.dropout_p > 0);
+  const int64_t smem = smem_bytes_for(p.pass, p.d_qk, p.d_v, dev.smem_per_block_optin_bytes,
+                                      dropout_threshold(p.dropout_p) != 0);  // the dispatch's test
   if (smem == 0)
     no.push_back("head_dim " + std::to_string(p.d_qk) + "/" + std::to_string(p.d_v) + " has no " + pass +
                  " kernel; flash_sm80 has " + head_dim_list(p.pass));
