@@ -18,8 +18,7 @@ shift
 # Its own build folder: the variants' objects must not stay in build-device,
 # where a later call's copy of the tree (older file times than those objects)
 # would not rebuild them.
-cmake -S . -B build-ab -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.carry" \
-  -DATTN_BUILD_PYTHON=ON -DATTN_WITH_CUDNN=OFF >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; exit 1; }
+configure_python_build build-ab || exit 1
 dir=src/backends/$backend
 saved=$(mktemp -d)
 cp -r "$dir/." "$saved/"

@@ -8,19 +8,25 @@ export PATH=/usr/local/cuda/bin:$PATH
 _pip_package() { python3 -c "import nvidia.$1 as m; print(list(m.__path__)[0])" 2>/dev/null; }
 export CUDNN_ROOT=${CUDNN_ROOT:-$(_pip_package cudnn)} NCCL_ROOT=${NCCL_ROOT:-$(_pip_package nccl)}
 export LD_LIBRARY_PATH=${CUDNN_ROOT:+$CUDNN_ROOT/lib:}${NCCL_ROOT:+$NCCL_ROOT/lib:}${LD_LIBRARY_PATH:-}
-# Puts the Python package with the freshly built extension (build-device) in
-# /tmp/py, so that PYTHONPATH=/tmp/py imports this build.
-# stage_python [BUILD_DIR]: the package and the extension built in BUILD_DIR
-# (default build-device) -> /tmp/py/attn.
+# stage_python [BUILD_DIR]: the Python package with the extension built in
+# BUILD_DIR (default build-device) -> /tmp/py/attn, so that PYTHONPATH=/tmp/py
+# imports this build.
 stage_python() {
   mkdir -p /tmp/py && rm -rf /tmp/py/attn && cp -r python/attn /tmp/py/attn && cp "${1:-build-device}"/python/_C*.so /tmp/py/attn/
 }
-# Configures build-device (Python on, cuDNN off: the kernel profiles and A/Bs
-# do not use it), builds the extension and stages it; logs in $out. Returns
-# non-zero (after printing the errors) when either step fails.
+# configure_python_build DIR [CMAKE ARGS]: configures DIR with the Python
+# extension on and cuDNN off (the kernel checks, profiles and A/Bs do not use
+# it); log in $out. Returns non-zero (after printing the log's end) on failure.
+configure_python_build() {
+  local dir=$1
+  shift
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.carry" \
+    -DATTN_BUILD_PYTHON=ON -DATTN_WITH_CUDNN=OFF "$@" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; return 1; }
+}
+# Configures build-device as above, builds the extension and stages it; logs
+# in $out. Returns non-zero (after printing the errors) when either step fails.
 build_and_stage_python() {
-  cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.carry" \
-    -DATTN_BUILD_PYTHON=ON -DATTN_WITH_CUDNN=OFF >"$out/configure.log" 2>&1 || { tail -20 "$out/configure.log"; return 1; }
+  configure_python_build build-device || return 1
   cmake --build build-device -j "$(nproc)" --target _C >"$out/build.log" 2>&1 ||
     { grep -E 'error' -A3 "$out/build.log" | head -20; return 1; }
   stage_python

@@ -11,8 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh /tmp/attn-device-out  # PATH, $out, stage_python
 t0=$(date +%s)
-cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.carry" \
-  -DATTN_PTXAS_VERBOSE=ON -DATTN_BUILD_PYTHON=ON -DATTN_WITH_CUDNN=OFF >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+configure_python_build build-device -DATTN_PTXAS_VERBOSE=ON || exit 1
 cmake --build build-device -j "$(nproc)" --target attn_tests attn_cli _C >"$out/build.log" 2>&1 || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -60; exit 1; }
 t1=$(date +%s)
 # ptxas: registers and spills per flash kernel (entry name, then its lines).

@@ -9,27 +9,6 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh /tmp/attn-device-out
 build_and_stage_python || exit 1
-cat >/tmp/bwd_one.py <<'PY'
-# One backward per implementation after two warm-up calls: attn's flash_sm80
-# (attn._C through attn.torch) or SDPA's flash backend, on fresh random inputs.
-import sys
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-import attn.torch as at
-impl, d, s = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-b, h = 16384 // s, 2048 // d
-q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-do = torch.randn_like(q)
-for _ in range(3):
-    if impl == "attn":
-        out = at.attention(q, k, v, mask="no_mask", backend="flash_sm80")
-    else:
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            out = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
-    out.backward(do)
-torch.cuda.synchronize()
-PY
 metrics="gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
 sm__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__warps_eligible.avg.per_cycle_active,\
 l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,\
@@ -44,7 +23,7 @@ for d in ${@:-64 128}; do
   for impl in attn fa2; do
     if [ $impl = attn ]; then k='regex:flash_bwd_kernel'; else k='regex:^flash_bwd_dq_dk_dv'; fi
     PYTHONPATH=/tmp/py timeout 240 ncu --clock-control none -k "$k" --launch-skip 2 --launch-count 1 \
-      --metrics "$metrics" python3 /tmp/bwd_one.py $impl $d "${SEQLEN:-4096}" >"$out/ncu-$impl-$d.log" 2>&1
+      --metrics "$metrics" python3 bench/stalls.py run $impl bwd $d "${SEQLEN:-4096}" >"$out/ncu-$impl-$d.log" 2>&1
     echo "######## d $d $impl (rc $?)"
     grep -E "^\s+(gpu__|sm__|smsp__|l1tex__|launch__)" "$out/ncu-$impl-$d.log" | sed -E 's/ +/ /g' | cut -c1-120
   done
