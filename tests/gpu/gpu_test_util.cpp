@@ -48,6 +48,12 @@ void expect_outputs_match(const Case& gpu, const Case& ref) {
   }
 }
 
+void expect_matches_reference(const Case& gpu) {
+  Case ref = copy_inputs_to(gpu, Device::cpu(), DType::f64);
+  run_forced(ref, "reference");
+  expect_outputs_match(gpu, ref);
+}
+
 CaseSpec thd_edge_lengths(int64_t d, int64_t window_left) {
   CaseSpec s;
   s.format = QkvFormat::thd;

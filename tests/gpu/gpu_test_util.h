@@ -25,6 +25,10 @@ void run_forced(Case& c, const std::string& backend, void* stream = nullptr);
 // tolerance for the case's dtype. The caller synchronizes first.
 void expect_outputs_match(const Case& gpu, const Case& ref);
 
+// The same against a fresh fp64 CPU copy of gpu's inputs run on the reference
+// backend (the caller synchronizes first).
+void expect_matches_reference(const Case& gpu);
+
 // Packed edge lengths for a tiled kernel: thd, padding_causal, sequences of
 // 1, 0, 77 and 300 tokens (off every tile height, an empty one), GQA 8:2,
 // head dim d, a left window.

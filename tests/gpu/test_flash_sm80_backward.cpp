@@ -66,9 +66,7 @@ TEST(FlashSm80Backward, DeterministicModeIsBitwiseRepeatable) {
       EXPECT_TRUE(gpu.dk.host_bytes() == dk) << "dk differs in run " << run;
       EXPECT_TRUE(gpu.dv.host_bytes() == dv) << "dv differs in run " << run;
     }
-    testing::Case ref = testing::copy_inputs_to(gpu, Device::cpu(), DType::f64);
-    testing::run_forced(ref, "reference");
-    testing::expect_outputs_match(gpu, ref);  // out and lse of the first forward, dq, dk, dv of the last run
+    testing::expect_matches_reference(gpu);  // out and lse of the first forward, dq, dk, dv of the last run
   }
 }
 
@@ -108,9 +106,7 @@ TEST(FlashSm80Backward, CompactBuildsForSmallSharedMemoryMatchTheReference) {
       gpu.opts.deterministic = deterministic;
       testing::run_forced(gpu, "flash_sm80");
       ATTN_CUDA_OK(cudaDeviceSynchronize());
-      testing::Case ref = testing::copy_inputs_to(gpu, Device::cpu(), DType::f64);
-      testing::run_forced(ref, "reference");
-      testing::expect_outputs_match(gpu, ref);
+      testing::expect_matches_reference(gpu);
     }
     ++index;
   }

@@ -47,9 +47,7 @@ TEST(FlashSm80Forward, BothD256BuildsMatchTheReference) {
       testing::Case gpu = testing::make_case(s, Device::cuda(0), 950 + index++);
       testing::run_forced(gpu, "flash_sm80");
       ATTN_CUDA_OK(cudaDeviceSynchronize());
-      testing::Case ref = testing::copy_inputs_to(gpu, Device::cpu(), DType::f64);
-      testing::run_forced(ref, "reference");
-      testing::expect_outputs_match(gpu, ref);
+      testing::expect_matches_reference(gpu);
     }
   }
 }
