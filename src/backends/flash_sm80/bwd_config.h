@@ -20,8 +20,8 @@ namespace attn::flash_sm80 {
 // twice the products per tile for the same loads, barriers and setup; on the
 // H100 backward d 64 0.71-0.76x -> 0.77-0.82x FA2, d 32 0.61-0.69x ->
 // 0.68-0.77x (docs/PERF.md, 2026-11-23), then 0.89-1.05x once dropout's path
-// (which spilled 168 B there) left the wide build (kDropout below). Those rows also have a
-// compact build (kCompact: 64-row tiles, 64 / 96 KiB) for GPUs whose shared
+// (which spilled 168 B there) left the wide build (kDropout below). Those
+// rows also have a compact build (kCompact: 64-row tiles, 64 / 96 KiB) for GPUs whose shared
 // memory per block cannot hold the wide one (sm86/sm89: 99 KiB). A macro
 // because bwd_instantiate.cu tests it in the preprocessor.
 #define ATTN_SM80_BWD_WIDE_M(dqk) ((dqk) <= 64)

@@ -34,7 +34,8 @@ __device__ __forceinline__ void for_each_dq_pair(const float (&acc)[MA][NA][4], 
     for (int h = 0; h < 2; ++h) {
       const int r = row0 + 16 * ma + 8 * h + (lane >> 2);
 #pragma unroll
-      for (int na = 0; na < NA; ++na) add(r, dq_column<NA>(col0, na, sw, lane), acc[ma][na][2 * h], acc[ma][na][2 * h + 1]);
+      for (int na = 0; na < NA; ++na)
+        add(r, dq_column<NA>(col0, na, sw, lane), acc[ma][na][2 * h], acc[ma][na][2 * h + 1]);
     }
 }
 

@@ -268,9 +268,9 @@ bool bwd_dq_bulk() {
     const char* e = std::getenv("ATTN_SM80_BWD_DQ");
     return e && std::strcmp(e, "red") == 0;
   }();
+  if (off) return false;
   int device = 0;
   ATTN_CUDA(cudaGetDevice(&device));
-  if (off) return false;
   if (device < kMaxDevicesCached && known[device].load(std::memory_order_relaxed)) return known[device] == 2;
   cudaFuncAttributes attr{};
   ATTN_CUDA(cudaFuncGetAttributes(&attr, flash_bwd_kernel<T, kDQK, kDV, kCompact>));

@@ -1,7 +1,8 @@
 // The backward's two light passes around the main kernel, one warp per
 // (token, query head) row: before it, the row's terms {lse in log2 units,
-// D = rowsum(dO * O) in fp32} and the row of dq_accum zeroed; after it, dq = softmax_scale * dq_accum rounded to T in
-// the caller's strides (every element written, padding rows included).
+// D = rowsum(dO * O) in fp32} and the row of dq_accum zeroed; after it,
+// dq = softmax_scale * dq_accum rounded to T in the caller's strides (every
+// element written, padding rows included).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -1,7 +1,7 @@
 // flash_sm80's backward on the host: views + Problem -> BwdParams, workspace
-// (per-row lse and D, the fp32 dQ accumulator, deterministic mode's counters), then three
-// launches on the caller's stream: pre-pass, main kernel (table row for
-// (dtype, d_qk, d_v)), dq conversion. No host sync.
+// (per-row lse and D, the fp32 dQ accumulator, deterministic mode's
+// counters), then three launches on the caller's stream: pre-pass, main
+// kernel (table row for (dtype, d_qk, d_v)), dq conversion. No host sync.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -58,16 +58,16 @@ int64_t carve(const Problem& p, char* base, BwdParams* k) {
 // (bwd_config.h).
 template <typename T>
 bool dispatch(const Problem& p, const BwdParams& k, int64_t optin, cudaStream_t stream) {
-#define ATTN_DISPATCH_ROW(dqk, dv)                                  \
-  if (p.d_qk == (dqk) && p.d_v == (dv)) {                           \
-    if constexpr (ATTN_SM80_BWD_WIDE_M(dqk)) {                      \
-      if (bwd_uses_compact<dqk, dv>(optin, k.fwd.dropout_threshold != 0)) { \
-        launch_bwd<T, dqk, dv, true>(k, stream);                    \
-        return true;                                                \
-      }                                                             \
-    }                                                               \
-    launch_bwd<T, dqk, dv, false>(k, stream);                       \
-    return true;                                                    \
+#define ATTN_DISPATCH_ROW(dqk, dv)                                             \
+  if (p.d_qk == (dqk) && p.d_v == (dv)) {                                      \
+    if constexpr (ATTN_SM80_BWD_WIDE_M(dqk)) {                                 \
+      if (bwd_uses_compact<dqk, dv>(optin, k.fwd.dropout_threshold != 0)) {    \
+        launch_bwd<T, dqk, dv, true>(k, stream);                               \
+        return true;                                                           \
+      }                                                                        \
+    }                                                                          \
+    launch_bwd<T, dqk, dv, false>(k, stream);                                  \
+    return true;                                                               \
   }
   ATTN_FLASH_SM80_BWD_TABLE(ATTN_DISPATCH_ROW)
 #undef ATTN_DISPATCH_ROW

@@ -58,7 +58,8 @@ struct FwdConfig {
   static_assert(!kNarrow || ATTN_SM80_FWD_NARROW(kDQK), "only rows listed in ATTN_SM80_FWD_NARROW have a narrow build");
   static_assert(kBuild != FwdBuild::dropout || ATTN_SM80_FWD_DROPOUT_APART(kDQK),
                 "only rows listed in ATTN_SM80_FWD_DROPOUT_APART have a dropout build");
-  static_assert(kBuild != FwdBuild::wide || ATTN_SM80_FWD_DROPOUT_APART(kDQK) == (kRowBlocks * (kBlockN + kDV) / 2 >= 192),
+  static_assert(kBuild != FwdBuild::wide ||
+                    ATTN_SM80_FWD_DROPOUT_APART(kDQK) == (kRowBlocks * (kBlockN + kDV) / 2 >= 192),
                 "the rows with a dropout build are those whose S and O fill 192 registers per thread");
 };
 

@@ -16,7 +16,7 @@ namespace attn::flash_sm80 {
 static_assert(false ATTN_FLASH_SM80_FWD_TABLE(ATTN_IS_ROW), "ATTN_FWD_DQK/DV is not a row of fwd_table.h");
 #undef ATTN_IS_ROW
 
-#define ATTN_INSTANTIATE(build)                                                                  \
+#define ATTN_INSTANTIATE(build)                                                                             \
   template void launch_fwd<__nv_bfloat16, ATTN_FWD_DQK, ATTN_FWD_DV, build>(const FwdParams&, cudaStream_t); \
   template void launch_fwd<__half, ATTN_FWD_DQK, ATTN_FWD_DV, build>(const FwdParams&, cudaStream_t);
 ATTN_INSTANTIATE(FwdBuild::wide)

@@ -32,7 +32,7 @@ ATTN_HOST_DEVICE QueryTile query_tile(int idx, int kM, int len_q, int s_q, bool 
   t.m0 = extent - (idx + 1) * kM;
   t.row_begin = t.m0 < 0 ? -t.m0 : 0;
   if (t.row_begin > kM) t.row_begin = kM;
-  const int rows = len_q - t.m0, rows_out = (packed ? len_q : s_q) - t.m0;
+  const int rows = len_q - t.m0, rows_out = extent - t.m0;
   t.rows = rows < 0 ? 0 : rows > kM ? kM : rows;
   t.rows_out = rows_out < 0 ? 0 : rows_out > kM ? kM : rows_out;
   return t;
