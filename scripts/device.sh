@@ -10,7 +10,11 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 
 t0=$(date +%s)
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.carry" \
-  -DATTN_BUILD_PYTHON=ON >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+  -DATTN_BUILD_PYTHON=ON -DATTN_WITH_CUDNN=ON >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+# Every backend is built here: a run without cuDNN would pass with its tests
+# missing.
+grep -q "attn: cudnn backend:" "$out/configure.log" ||
+  { echo "device.sh: the cudnn backend is not configured:"; grep -i cudnn "$out/configure.log"; exit 1; }
 cmake --build build-device -j "$(nproc)" >"$out/build.log" 2>&1 || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -60; exit 1; }
 t1=$(date +%s)
 # Time guards keep the whole script inside one device call (10 minutes), so

@@ -11,13 +11,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh /tmp/attn-device-out  # PATH, $out, stage_python
 t0=$(date +%s)
-configure_python_build build-device -DATTN_PTXAS_VERBOSE=ON || exit 1
-cmake --build build-device -j "$(nproc)" --target attn_tests attn_cli _C >"$out/build.log" 2>&1 || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -60; exit 1; }
+configure_python_build build-kernels -DATTN_PTXAS_VERBOSE=ON || exit 1
+cmake --build build-kernels -j "$(nproc)" --target attn_tests attn_cli _C >"$out/build.log" 2>&1 || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -60; exit 1; }
 t1=$(date +%s)
 # ptxas: registers and spills per flash kernel (entry name, then its lines).
 grep -E "Compiling entry function '.*flash_(fwd|bwd)_kernel|spill stores|Used [0-9]+ registers" "$out/build.log" |
   grep -A2 -E "flash_(fwd|bwd)_kernel" | grep -v '^--' >"$out/ptxas.txt"
-build-device/tests/attn_tests --gtest_filter='Sm80*:*BackendGrid*flash_sm80*:FlashSm80*' >"$out/gpu_tests.log" 2>&1
+build-kernels/tests/attn_tests --gtest_filter='Sm80*:*BackendGrid*flash_sm80*:FlashSm80*' >"$out/gpu_tests.log" 2>&1
 tests_rc=$?
 small="--backend flash_sm80 --format thd --seqlens 5,0,33,170 --heads 4 --kv-heads 2 --head-dim 64 --mask padding_causal --window 40,0 --dropout 0.1 --seed 5 --backward"
 # memcheck and racecheck of one `attn check` case, logs memcheckNAME.log and racecheckNAME.log:
@@ -27,7 +27,7 @@ sanitize() {
   local name=$1 args=$2 tool rc
   shift 2
   for tool in memcheck racecheck; do
-    env "$@" timeout 75 compute-sanitizer --tool $tool --error-exitcode 9 build-device/attn check $args \
+    env "$@" timeout 75 compute-sanitizer --tool $tool --error-exitcode 9 build-kernels/attn check $args \
       >"$out/$tool$name.log" 2>&1
     rc=$?
     if [ $tool = memcheck ]; then memcheck_rc=$((memcheck_rc + rc)); else racecheck_rc=$((racecheck_rc + rc)); fi
@@ -40,10 +40,10 @@ sanitize -compact "$small" ATTN_SIMULATE_DEVICE=sm86
 # the forward's 128 x 32 dropout build).
 sanitize -d256 "${small/--head-dim 64/--head-dim 256}"
 sanitize -d128 "${small/--head-dim 64/--head-dim 128}"
-obj=$(find build-device -name 'bwd_instantiate.cu.o' -path '*bwd_128_128*' | head -1)
+obj=$(find build-kernels -name 'bwd_instantiate.cu.o' -path '*bwd_128_128*' | head -1)
 hmma=$(cuobjdump -sass "$obj" 2>/dev/null | grep -c HMMA)
 t2=$(date +%s)
-stage_python
+stage_python build-kernels
 PYTHONPATH=/tmp/py PYTHONUNBUFFERED=1 timeout 420 python3 bench/compare.py --backend flash_sm80 --out "$out" "$@" >"$out/compare.log" 2>&1
 t3=$(date +%s)
 echo "== ptxas (flash kernels: sm_80 then sm_90a per instantiation)"

@@ -12,10 +12,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh
 t0=$(date +%s)
-configure_python_build build-device -DATTN_PTXAS_VERBOSE=ON || exit 1
-cmake --build build-device -j "$(nproc)" --target attn_tests attn_cli _C >"$out/build.log" 2>&1 || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -60; exit 1; }
+configure_python_build build-kernels -DATTN_PTXAS_VERBOSE=ON || exit 1
+cmake --build build-kernels -j "$(nproc)" --target attn_tests attn_cli _C >"$out/build.log" 2>&1 || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -60; exit 1; }
 t1=$(date +%s)
-obj=$(find build-device -name 'fwd_instantiate.cu.o' -path '*sm90_fwd_128_128*' | head -1)
+obj=$(find build-kernels -name 'fwd_instantiate.cu.o' -path '*sm90_fwd_128_128*' | head -1)
 cuobjdump -sass "$obj" >"$out/sass_fwd128.txt" 2>&1
 sass_counts=$(grep -oE "HGMMA|UTMALDG|USETMAXREG|LDL|STL" "$out/sass_fwd128.txt" | sort | uniq -c | tr '\n' ' ')
 # Checks first, each under a short timeout: a kernel that hangs shows up as
@@ -23,14 +23,14 @@ sass_counts=$(grep -oE "HGMMA|UTMALDG|USETMAXREG|LDL|STL" "$out/sass_fwd128.txt"
 checks_pass=0; checks_fail=0; : >"$out/checks.txt"
 while IFS= read -r line; do
   case "$line" in ''|'#'*) continue ;; esac
-  if timeout 30 build-device/attn check --backend flash_sm90 $line >>"$out/checks.log" 2>&1; then
+  if timeout 30 build-kernels/attn check --backend flash_sm90 $line >>"$out/checks.log" 2>&1; then
     checks_pass=$((checks_pass + 1)); echo "ok    $line" >>"$out/checks.txt"
   else
     checks_fail=$((checks_fail + 1)); echo "FAIL  $line" >>"$out/checks.txt"
   fi
 done < scripts/sm90_checks.txt
 if [ $checks_fail -ne 0 ] && [ "${ATTN_SM90_KEEP_GOING:-0}" != 1 ]; then cat "$out/checks.txt"; exit 1; fi
-timeout 300 build-device/tests/attn_tests --gtest_filter='Sm90*:*BackendGrid*flash_sm90*' >"$out/gpu_tests.log" 2>&1
+timeout 300 build-kernels/tests/attn_tests --gtest_filter='Sm90*:*BackendGrid*flash_sm90*' >"$out/gpu_tests.log" 2>&1
 tests_rc=$?
 # A small thd case at d 64, and one at d 128 with more work items than SMs,
 # so persistent CTAs take several items (the Q double buffer, the epilogue
@@ -39,12 +39,12 @@ small64="--backend flash_sm90 --format thd --seqlens 5,0,33,170 --heads 4 --kv-h
 small128="--backend flash_sm90 --format thd --seqlens 600,5,0,700 --heads 16 --kv-heads 4 --head-dim 128 --mask padding_causal --seed 6"
 memcheck_rc=0; racecheck_rc=0; : >"$out/memcheck.log"; : >"$out/racecheck.log"
 for small in "$small64" "$small128"; do
-  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 build-device/attn check $small >>"$out/memcheck.log" 2>&1 || memcheck_rc=$?
-  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/attn check $small >>"$out/racecheck.log" 2>&1 || racecheck_rc=$?
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 build-kernels/attn check $small >>"$out/memcheck.log" 2>&1 || memcheck_rc=$?
+  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 build-kernels/attn check $small >>"$out/racecheck.log" 2>&1 || racecheck_rc=$?
 done
 t2=$(date +%s)
 if [ "${ATTN_SM90_SKIP_BENCH:-0}" != 1 ]; then
-  stage_python
+  stage_python build-kernels
   PYTHONPATH=/tmp/py PYTHONUNBUFFERED=1 timeout 300 python3 bench/compare.py --backend flash_sm90 --fwd-only --out "$out" "$@" >"$out/compare.log" 2>&1
 fi
 t3=$(date +%s)
