@@ -32,26 +32,6 @@
 
 namespace attn::flash_sm80 {
 
-// Query tiles [first, last] that may see keys [n0, n0 + kN): a superset from
-// the window's bounds (rows whose last key reaches n0 and whose first key is
-// before n0 + kN); the kernel tests each exactly with kv_tiles().
-struct QTiles {
-  int first = 0, last = -1;
-};
-
-template <int kM, int kN>
-__device__ __forceinline__ QTiles q_tiles(const FwdParams& p, const SeqExtent& s, int n0) {
-  QTiles t;
-  if (n0 >= s.len_kv || s.len_q <= 0) return t;
-  int64_t lo = 0, hi = s.len_q;
-  if (p.window_right >= 0) lo = max(int64_t{0}, int64_t{n0} - s.shift - p.window_right);
-  if (p.window_left >= 0) hi = min(int64_t{s.len_q}, int64_t{n0} + kN - s.shift + p.window_left);
-  if (lo >= hi) return t;
-  t.first = static_cast<int>(lo / kM);
-  t.last = static_cast<int>((hi - 1) / kM);
-  return t;
-}
-
 template <typename T, int kDQK, int kDV, bool kCompact>
 __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
     flash_bwd_kernel(const __grid_constant__ BwdParams bp) {
@@ -117,6 +97,11 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
   };
   while (mt.first <= mt.last && !sees(mt.first)) ++mt.first;
   while (mt.first <= mt.last && !sees(mt.last)) --mt.last;
+  // kv_tiles() says every tile between these two sees the keys too (one run:
+  // tests/backends/test_sm80_tile_ranges.cpp checks it against the mask rule),
+  // so the items need no visit test, and the deterministic mode's counters
+  // (one turn per KV tile in kv_tiles()'s range) cannot stall on a gap.
+  const QTiles unmasked = unmasked_q_tiles<kM, kN>(p, seq, n0);
   if (mt.first <= mt.last) {
     const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + (seq.start_kv + n0) * p.k_row_stride +
                  h_kv * p.k_head_stride;
@@ -145,7 +130,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
     if (Cfg::kStages == 2) load_q_do(h, m, 0);
     sm80::cp_async_commit();  // K, V (and the first Q, dO)
 
-    // (h, m) step at the end of each item, also after a `continue`.
+    // (h, m) step at the end of each item.
     for (int item = 0; item < items; ++item, h += (m == mt.last), m = m == mt.last ? mt.first : m + 1) {
       const int stage = Cfg::kStages == 2 ? item & 1 : 0;
       const uint32_t q_s = q_s0 + stage * Cfg::kSmemQ, do_s = do_s0 + stage * Cfg::kSmemDO;
@@ -156,14 +141,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
       }
       const int m0 = m * kM;
       const int rows = min(kM, seq.len_q - m0);
-      const KvTiles kt = kv_tiles<kM, kN>(p, seq, m0);
       const uint32_t bh = static_cast<uint32_t>(b) * static_cast<uint32_t>(p.h_q) + static_cast<uint32_t>(h);
-      const float slope = p.alibi ? p.alibi[b * p.alibi_batch_stride + h * p.alibi_head_stride] : 0.f;
-
-      // The run found above has no gaps (both ends of a row's key range grow
-      // with the row); tested anyway, so that a gap could never unbalance the
-      // deterministic mode's counters.
-      const bool visits = kt.first <= n && n <= kt.last;
       RowTerms<MAS> rt;
       rt.load(bp.row_terms + h * bp.rows_q + tok0 + m0, row0_s, rows, lane);
       KeepBits<MAS, NAS> keep;
@@ -183,7 +161,6 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
         load_q_do(last_m ? h + 1 : h, last_m ? mt.first : m + 1, stage ^ 1);
         sm80::cp_async_commit();
       }
-      if (!visits) continue;
 
       float s[MAS][NAS][4], dp[MAS][NAS][4];
 #pragma unroll
@@ -197,8 +174,11 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
 
       if (dropout) dp_minus_delta<true>(dp, rt, keep, p);
       else dp_minus_delta<false>(dp, rt, keep, p);
-      if (p.score_mods) score_mods_bwd(s, dp, p, slope, m0 + row0_s, n0 + col0_s, seq.shift, lane);
-      if (!(n0 >= kt.all_begin && n0 + kN <= kt.all_end)) apply_mask(s, p, seq, m0 + row0_s, n0 + col0_s, lane);
+      if (p.score_mods) {
+        const float slope = p.alibi ? p.alibi[b * p.alibi_batch_stride + h * p.alibi_head_stride] : 0.f;
+        score_mods_bwd(s, dp, p, slope, m0 + row0_s, n0 + col0_s, seq.shift, lane);
+      }
+      if (m < unmasked.first || m > unmasked.last) apply_mask(s, p, seq, m0 + row0_s, n0 + col0_s, lane);
       if (dropout) probabilities_and_grads<true>(s, dp, rt, keep, p, unit);
       else probabilities_and_grads<false>(s, dp, rt, keep, p, unit);
       stage_block<T, PTile>(p_smem, s, 1.f, row0_s, col0_s, lane);
@@ -218,7 +198,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
         float* const dq_rows = bp.dq_accum + (h * bp.rows_q + tok0 + m0) * kDQK;
         if (bp.dq_semaphore) {
           int* sem = bp.dq_semaphore + (static_cast<int64_t>(b) * p.h_q + h) * bp.m_tiles + m;
-          wait_turn(sem, n - kt.first, tid);
+          wait_turn(sem, n - kv_tiles<kM, kN>(p, seq, m0).first, tid);
           add_dq<kDQK>(dq_rows, tok0 + m0, dq, row0_q, col0_q, rows, lane);
           pass_turn(sem, tid);
         } else {
