@@ -1,11 +1,12 @@
 // flash_sm80's tile ranges (tile_ranges.h) against the mask rule row by row:
 // the query tiles that kv_tiles() says see a KV tile include every tile that
 // does and form one run inside q_tiles()'s superset, and a tile that
-// unmasked_q_tiles()
-// exempts from the per-element mask has every valid row seeing every key of
-// the KV tile (and agrees with kv_tiles()'s own test wherever no row is empty).
+// unmasked_q_tiles() exempts from the per-element mask has every valid row
+// seeing every key of the KV tile (and agrees with kv_tiles()'s own test
+// wherever no row is empty).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 

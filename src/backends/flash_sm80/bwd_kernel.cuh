@@ -101,6 +101,8 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
   // tests/backends/test_sm80_tile_ranges.cpp checks it against the mask rule),
   // so the items need no visit test, and the deterministic mode's counters
   // (one turn per KV tile in kv_tiles()'s range) cannot stall on a gap.
+  // (Found before the branch below: inside it, ptxas spilled in the loops of
+  // three more builds: sm_90a d 64 and d 96, sm_80 d 128.)
   const QTiles unmasked = unmasked_q_tiles<kM, kN>(p, seq, n0);
   if (mt.first <= mt.last) {
     const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + (seq.start_kv + n0) * p.k_row_stride +
