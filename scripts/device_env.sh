@@ -23,14 +23,20 @@ configure_python_build() {
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.carry" \
     -DATTN_BUILD_PYTHON=ON -DATTN_WITH_CUDNN=OFF "$@" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; return 1; }
 }
-# Configures build-kernels as above, builds the extension and stages it; logs
-# in $out. Returns non-zero (after printing the errors) when either step fails.
-# The kernel scripts build in build-kernels, never in device.sh's build-device:
-# a warm machine keeps CMake's cache, and cuDNN off there would silently drop
-# the cudnn tests from device.sh's next run.
+# build_kernels [TARGET ...]: configures build-kernels as above (with ptxas's
+# register and spill reports) and builds the targets (default: the Python
+# extension); log in $out/build.log. Returns non-zero (after printing the
+# errors) when either step fails. The kernel scripts build in build-kernels,
+# never in device.sh's build-device: a warm machine keeps CMake's cache, and
+# cuDNN off there would silently drop the cudnn tests from device.sh's next
+# run. One configuration for all of them, so that alternating scripts on a
+# warm machine rebuild nothing.
+build_kernels() {
+  configure_python_build build-kernels -DATTN_PTXAS_VERBOSE=ON || return 1
+  cmake --build build-kernels -j "$(nproc)" --target "${@:-_C}" >"$out/build.log" 2>&1 ||
+    { grep -E 'error|FAILED' -A3 "$out/build.log" | head -60; return 1; }
+}
+# The extension built in build-kernels, staged (stage_python).
 build_and_stage_python() {
-  configure_python_build build-kernels || return 1
-  cmake --build build-kernels -j "$(nproc)" --target _C >"$out/build.log" 2>&1 ||
-    { grep -E 'error' -A3 "$out/build.log" | head -20; return 1; }
-  stage_python build-kernels
+  build_kernels _C && stage_python build-kernels
 }

@@ -11,8 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh /tmp/attn-device-out  # PATH, $out, stage_python
 t0=$(date +%s)
-configure_python_build build-kernels -DATTN_PTXAS_VERBOSE=ON || exit 1
-cmake --build build-kernels -j "$(nproc)" --target attn_tests attn_cli _C >"$out/build.log" 2>&1 || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -60; exit 1; }
+build_kernels attn_tests attn_cli _C || exit 1
 t1=$(date +%s)
 # ptxas: registers and spills per flash kernel (entry name, then its lines).
 grep -E "Compiling entry function '.*flash_(fwd|bwd)_kernel|spill stores|Used [0-9]+ registers" "$out/build.log" |

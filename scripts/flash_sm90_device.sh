@@ -12,8 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh
 t0=$(date +%s)
-configure_python_build build-kernels -DATTN_PTXAS_VERBOSE=ON || exit 1
-cmake --build build-kernels -j "$(nproc)" --target attn_tests attn_cli _C >"$out/build.log" 2>&1 || { grep -E 'error|FAILED' -A3 "$out/build.log" | head -60; exit 1; }
+build_kernels attn_tests attn_cli _C || exit 1
 t1=$(date +%s)
 obj=$(find build-kernels -name 'fwd_instantiate.cu.o' -path '*sm90_fwd_128_128*' | head -1)
 cuobjdump -sass "$obj" >"$out/sass_fwd128.txt" 2>&1
