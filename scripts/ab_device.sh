@@ -2,8 +2,11 @@
 # Runs ON the device machine: an A/B of kernel variants of one backend in one
 # call. Each NAME is a folder .variants/NAME/ (git-ignored: name ".variants"
 # in the device call's carry) of files that replace their namesakes in
-# src/backends/BACKEND/ for that variant only; NAME may join folders with '+'
-# (applied left to right); a missing folder = the tree as it is. Per variant:
+# src/backends/BACKEND/ for that variant only, and under .variants/NAME/src/
+# files that replace theirs at the same path in src/ (a shared primitive);
+# NAME may join folders with '+' (applied left to right); a missing folder =
+# the tree as it is. Only files whose contents differ are copied, so only
+# what a variant changes is rebuilt. Per variant:
 # rebuild the Python extension (only the changed objects) and time
 # bench/compare.py --backend BACKEND $COMPARE_ARGS (e.g. "--quick --no-flex
 # --dims 64,128", "--fwd-only"), so every variant is timed against the
@@ -20,12 +23,31 @@ shift
 # would not rebuild them.
 configure_python_build build-ab || exit 1
 dir=src/backends/$backend
+# copy_changed FROM TO FILE...: FROM/FILE over TO/FILE where the contents
+# differ (a copy gets a new time stamp, which is what makes ninja rebuild).
+copy_changed() {
+  local from=$1 to=$2 f
+  shift 2
+  for f in "$@"; do
+    cmp -s "$from/$f" "$to/$f" || { mkdir -p "$(dirname "$to/$f")" && cp "$from/$f" "$to/$f"; }
+  done
+}
+tree_files() { (cd "$1" && find . -type f); }
 saved=$(mktemp -d)
-cp -r "$dir/." "$saved/"
+cp -r src/. "$saved/"
 for v in "$@"; do
-  cp -r "$saved/." "$dir/"
+  mapfile -t files < <(tree_files "$saved")
+  copy_changed "$saved" src "${files[@]}"
   IFS='+' read -ra parts <<<"$v"
-  for part in "${parts[@]}"; do [ -d ".variants/$part" ] && cp -r ".variants/$part/." "$dir/"; done
+  for part in "${parts[@]}"; do
+    [ -d ".variants/$part" ] || continue
+    mapfile -t files < <(cd ".variants/$part" && find . -maxdepth 1 -type f)
+    copy_changed ".variants/$part" "$dir" "${files[@]}"
+    if [ -d ".variants/$part/src" ]; then
+      mapfile -t files < <(tree_files ".variants/$part/src")
+      copy_changed ".variants/$part/src" src "${files[@]}"
+    fi
+  done
   t0=$(date +%s)
   if ! cmake --build build-ab -j "$(nproc)" --target _C >"$out/build-$v.log" 2>&1; then
     echo "######## $v: build failed"; grep -E 'error' -A3 "$out/build-$v.log" | head -20; continue
@@ -36,4 +58,5 @@ for v in "$@"; do
   echo "######## $v ($(( $(date +%s) - t0 )) s, build and bench)"
   grep -E "^ *(64|96|128|192|256) |geomean|ratio" "$out/compare-$v.log" | cut -c1-110
 done
-cp -r "$saved/." "$dir/"
+mapfile -t files < <(tree_files "$saved")
+copy_changed "$saved" src "${files[@]}"

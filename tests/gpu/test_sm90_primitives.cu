@@ -128,6 +128,32 @@ bool is_sm90() {
   return major == 9 && minor == 0;
 }
 
+// Host only: the descriptors of a product's k steps, each the tile's base
+// descriptor plus an offset (advance_descriptor), equal the descriptors built
+// from each step's own address, for every step address inside an sm_90 block's
+// shared memory (227 KiB): the start-address field never carries.
+TEST(Sm90Primitives, DescriptorStepsMatchTheirAddresses) {
+  constexpr uint32_t kSmem = 227 * 1024;
+  int checked = 0;
+  for (uint32_t tile = 0; tile < kSmem; tile += 1024)
+    for (int rows : {64, 80, 96, 112, 128, 176, 192, 256})
+      for (int ks = 0; ks < 256 / 16; ++ks) {
+        for (int row0 : {0, 64, 128}) {
+          const uint32_t addr = tile + (ks / 4) * rows * 128 + row0 * 128 + (ks % 4) * 32;
+          if (row0 >= rows || addr >= kSmem) continue;
+          ASSERT_EQ(sm90::kmajor_descriptor(tile, rows, row0, ks), sm90::sw128_descriptor(addr, 16, 1024))
+              << "K-major: tile " << tile << ", rows " << rows << ", row0 " << row0 << ", k step " << ks;
+          ++checked;
+        }
+        const uint32_t addr = tile + ks * 16 * 128;
+        if (addr >= kSmem) continue;
+        ASSERT_EQ(sm90::mnmajor_descriptor(tile, rows, ks), sm90::sw128_descriptor(addr, rows * 128, 1024))
+            << "MN-major: tile " << tile << ", rows " << rows << ", k step " << ks;
+        ++checked;
+      }
+  EXPECT_GT(checked, 10000);
+}
+
 TEST(Sm90Primitives, TmaSwizzleAndWgmmaProducts) {
   ATTN_REQUIRE_GPU();
   if (!is_sm90()) GTEST_SKIP() << "sm_90a code: needs an H100/H200";

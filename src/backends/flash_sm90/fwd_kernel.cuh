@@ -137,6 +137,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   // One work item, as both roles derive it: which of its tiles have loads
   // (the producer) and which rows it computes and writes (the consumers).
   struct Item {
+    int t = -1;  // its index; -1: the walk is over (take_item)
     int b, h, m0;
     int row_begin;  // rows [row_begin, rows) of the tile are its sequence's (fwd_tiles.h)
     int rows;
@@ -152,6 +153,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   // The item at index t.
   auto load_item = [&](int t) {
     Item c;
+    c.t = t;
     const WorkItem w = work_item<kM>(p, t);
     c.b = w.b;
     c.h = w.h;
@@ -249,23 +251,23 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   uint32_t pa[kN / 16][4];
   KeepBits<1, NA> keep;
 
-  // The index of the next item with work, from the producer's ring (-1 once
-  // the walk is over), and its first tile's dropout bits in `keep` (computed
+  // The next item with work, from the producer's ring (index -1 once the
+  // walk is over; found once and kept, not derived again), and its first tile's dropout bits in `keep` (computed
   // here, while S's registers are free); items no row of which sees a key
   // get out = 0 and lse = -inf here (the producer loads nothing for them).
-  auto take_item = [&]() -> int {
+  auto take_item = [&]() -> Item {
     for (;; ++taken) {
       sm90::mbar_wait(item_full(taken & 1), (taken >> 1) & 1);
       int t;
       asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(t) : "r"(item_slots + 4 * (taken & 1)) : "memory");
       sm90::mbar_arrive(item_empty(taken & 1));
-      if (t >= items) return -1;
+      if (t >= items) return Item{};
       const Item c = load_item(t);
       if (c.rows_out <= c.row_begin) continue;
       if (c.has_work()) {
         if (p.dropout_threshold) keep.compute(p, head_index(c), c.m0 + row0, c.tiles.last * kN, lane);
         ++taken;
-        return t;
+        return c;
       }
       flash_sm80::store_zeros<kDV, kM, kConsumerThreads>(out_rows(c) + c.row_begin * p.o_row_stride,
                                                          p.o_row_stride, c.rows_out - c.row_begin, ctid);
@@ -279,10 +281,13 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   // One tile's products, issued asynchronously (committed as one group each).
   auto issue_qk = [&](int stage, int q_buf) {
     const uint32_t k_tile = k_s + stage * Cfg::kSmemK;
+    // wg from lane 0: ptxas then knows it is warp-uniform and builds Q's
+    // descriptors in uniform registers (not 4 vector instructions each).
+    const int q_row0 = __shfl_sync(0xffffffff, wg, 0) * 64;
     sm90::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kDQK / 16; ++ks)
-      sm90::Wgmma<kN, T>::template ss<0>(s_flat, sm90::kmajor_descriptor(q_tile(q_buf), kM, wg * 64, ks),
+      sm90::Wgmma<kN, T>::template ss<0>(s_flat, sm90::kmajor_descriptor(q_tile(q_buf), kM, q_row0, ks),
                                           sm90::kmajor_descriptor(k_tile, kN, 0, ks), ks > 0);
     sm90::wgmma_commit();
   };
@@ -344,10 +349,9 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   // serializes every wgmma of the kernel: ptxas C7518), so the one product
   // issued without knowing whether a next item exists reads whatever K and
   // Q are in shared memory and is discarded.
-  int t = take_item();
-  int q_cur = t >= 0 ? first_scores() : 0;  // the current item's Q buffer
-  while (t >= 0) {
-    const Item cur = load_item(t);
+  Item cur = take_item();
+  int q_cur = cur.t >= 0 ? first_scores() : 0;  // the current item's Q buffer
+  while (cur.t >= 0) {
     const int n_tiles = cur.tiles.last - cur.tiles.first + 1;
     const float slope = p.alibi ? p.alibi[cur.b * p.alibi_batch_stride + cur.h * p.alibi_head_stride] : 0.f;
     softmax = OnlineSoftmax<1>();
@@ -413,14 +417,15 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     const int last = (it + n_tiles - 1) % kS;
     const uint32_t last_parity = ((it + n_tiles - 1) / kS) & 1;
     it += n_tiles;
-    int next_t = -1, q_next = 0;
+    Item next;
+    int q_next = 0;
     if (Cfg::kOverlapEpilogue) {
       // The last P.V and the next item's first Q.K^T go in together, and
       // this item's epilogue runs under the Q.K^T.
-      next_t = take_item();
+      next = take_item();
       sm90::mbar_wait(v_full(last), last_parity);
       q_next = loaded % kQB;  // with two buffers, not the one the epilogue writes
-      if (next_t >= 0) await_first();
+      if (next.t >= 0) await_first();
       turn_begin();
       issue_pv(last);
       issue_qk(it % kS, q_next);
@@ -518,10 +523,10 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       sm90::wgmma_wait<0>();  // the next item's first scores (or the discarded product)
       sm90::fence_registers(s_flat);
     } else {
-      next_t = take_item();
-      if (next_t >= 0) q_next = first_scores();
+      next = take_item();
+      if (next.t >= 0) q_next = first_scores();
     }
-    t = next_t;
+    cur = next;
     q_cur = q_next;
   }
   if ((ctid & 127) == 0) sm90::bulk_wait<0>();  // the output tile stays until its last store is done

@@ -28,7 +28,7 @@ __host__ __device__ constexpr uint32_t swizzled_offset(int rows, int r, int chun
 
 // Descriptor of a 128B-swizzled operand starting at shared address `addr`
 // (bytes; the enclosing block 1024-byte aligned) with the given offsets.
-__device__ __forceinline__ uint64_t sw128_descriptor(uint32_t addr, uint32_t leading_bytes, uint32_t stride_bytes) {
+__host__ __device__ constexpr uint64_t sw128_descriptor(uint32_t addr, uint32_t leading_bytes, uint32_t stride_bytes) {
   uint64_t d = 0;
   d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
   d |= static_cast<uint64_t>((leading_bytes >> 4) & 0x3FFF) << 16;
@@ -37,17 +37,26 @@ __device__ __forceinline__ uint64_t sw128_descriptor(uint32_t addr, uint32_t lea
   return d;
 }
 
+// The descriptor of the operand `bytes` (a multiple of 16) further on. The
+// start address is the low 14 bits in 16-byte units, and shared memory ends
+// below 2^18 bytes, so the sum never carries out of that field: one add per
+// product from a base computed once, where recomputing mask, shift and or
+// for every product cost 4-5 uniform instructions per wgmma (ptxas does not
+// fold them), a quarter of a d 64 tile's issue slots outside the softmax.
+__host__ __device__ constexpr uint64_t advance_descriptor(uint64_t descriptor, uint32_t bytes) {
+  return descriptor + (bytes >> 4);
+}
+
 // K-major: k step `ks` (16 columns) of rows starting at `row0` (a multiple of
 // 8) of a tile with `rows` rows per column block.
-__device__ __forceinline__ uint64_t kmajor_descriptor(uint32_t tile, int rows, int row0, int ks) {
-  const uint32_t addr = tile + (ks / 4) * rows * 128 + row0 * 128 + (ks % 4) * 32;
-  return sw128_descriptor(addr, 16, 1024);
+__host__ __device__ constexpr uint64_t kmajor_descriptor(uint32_t tile, int rows, int row0, int ks) {
+  return advance_descriptor(sw128_descriptor(tile + row0 * 128, 16, 1024), (ks / 4) * rows * 128 + (ks % 4) * 32);
 }
 
 // MN-major: k step `ks` (16 rows) of a tile with `rows` rows per column block;
 // the product's N columns span consecutive column blocks.
-__device__ __forceinline__ uint64_t mnmajor_descriptor(uint32_t tile, int rows, int ks) {
-  return sw128_descriptor(tile + ks * 16 * 128, rows * 128, 1024);
+__host__ __device__ constexpr uint64_t mnmajor_descriptor(uint32_t tile, int rows, int ks) {
+  return advance_descriptor(sw128_descriptor(tile, rows * 128, 1024), ks * 16 * 128);
 }
 
 // Orders the warpgroup's register and shared-memory accesses before the next
