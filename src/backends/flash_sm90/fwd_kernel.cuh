@@ -252,9 +252,11 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   KeepBits<1, NA> keep;
 
   // The next item with work, from the producer's ring (index -1 once the
-  // walk is over; found once and kept, not derived again), and its first tile's dropout bits in `keep` (computed
-  // here, while S's registers are free); items no row of which sees a key
-  // get out = 0 and lse = -inf here (the producer loads nothing for them).
+  // walk is over), derived once and kept (deriving it again at the loop's
+  // top cost 1-5% at 1k), and its first tile's dropout bits in `keep`
+  // (computed here, while S's registers are free); items no row of which
+  // sees a key get out = 0 and lse = -inf here (the producer loads nothing
+  // for them).
   auto take_item = [&]() -> Item {
     for (;; ++taken) {
       sm90::mbar_wait(item_full(taken & 1), (taken >> 1) & 1);
