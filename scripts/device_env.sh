@@ -40,3 +40,17 @@ build_kernels() {
 build_and_stage_python() {
   build_kernels _C && stage_python build-kernels
 }
+# sanitize NAME "CHECK ARGS" [ENV=VALUE ...]: memcheck and racecheck of one
+# `attn check` case (build-kernels), logs $out/memcheckNAME.log and
+# $out/racecheckNAME.log, each run under ${SANITIZE_TIMEOUT:-75} s; each tool's
+# exit code is added to memcheck_rc / racecheck_rc (the caller zeroes them).
+sanitize() {
+  local name=$1 args=$2 tool rc
+  shift 2
+  for tool in memcheck racecheck; do
+    env "$@" timeout "${SANITIZE_TIMEOUT:-75}" compute-sanitizer --tool $tool --error-exitcode 9 \
+      build-kernels/attn check $args >"$out/$tool$name.log" 2>&1
+    rc=$?
+    if [ $tool = memcheck ]; then memcheck_rc=$((memcheck_rc + rc)); else racecheck_rc=$((racecheck_rc + rc)); fi
+  done
+}

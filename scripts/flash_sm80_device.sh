@@ -9,7 +9,7 @@
 # Usage there: bash scripts/flash_sm80_device.sh [compare.py args]   (logs in $OUT)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-source scripts/device_env.sh /tmp/attn-device-out  # PATH, $out, stage_python
+source scripts/device_env.sh /tmp/attn-device-out  # PATH, $out, build_kernels, stage_python, sanitize
 t0=$(date +%s)
 build_kernels attn_tests attn_cli _C || exit 1
 t1=$(date +%s)
@@ -19,19 +19,7 @@ grep -E "Compiling entry function '.*flash_(fwd|bwd)_kernel|spill stores|Used [0
 build-kernels/tests/attn_tests --gtest_filter='Sm80*:*BackendGrid*flash_sm80*:FlashSm80*' >"$out/gpu_tests.log" 2>&1
 tests_rc=$?
 small="--backend flash_sm80 --format thd --seqlens 5,0,33,170 --heads 4 --kv-heads 2 --head-dim 64 --mask padding_causal --window 40,0 --dropout 0.1 --seed 5 --backward"
-# memcheck and racecheck of one `attn check` case, logs memcheckNAME.log and racecheckNAME.log:
-# sanitize NAME "CHECK ARGS" [ENV=VALUE ...]
-memcheck_rc=0 racecheck_rc=0
-sanitize() {
-  local name=$1 args=$2 tool rc
-  shift 2
-  for tool in memcheck racecheck; do
-    env "$@" timeout 75 compute-sanitizer --tool $tool --error-exitcode 9 build-kernels/attn check $args \
-      >"$out/$tool$name.log" 2>&1
-    rc=$?
-    if [ $tool = memcheck ]; then memcheck_rc=$((memcheck_rc + rc)); else racecheck_rc=$((racecheck_rc + rc)); fi
-  done
-}
+memcheck_rc=0 racecheck_rc=0  # sanitize() (device_env.sh) adds to them
 sanitize "" "$small"
 # The same case on the compact backward build (64-row tiles: sm86's 99 KiB, and dropout on every GPU).
 sanitize -compact "$small" ATTN_SIMULATE_DEVICE=sm86

@@ -36,11 +36,9 @@ tests_rc=$?
 # under the next item's Q.K^T, items with no rows).
 small64="--backend flash_sm90 --format thd --seqlens 5,0,33,170 --heads 4 --kv-heads 2 --head-dim 64 --mask padding_causal --window 40,0 --dropout 0.1 --seed 5"
 small128="--backend flash_sm90 --format thd --seqlens 600,5,0,700 --heads 16 --kv-heads 4 --head-dim 128 --mask padding_causal --seed 6"
-memcheck_rc=0; racecheck_rc=0; : >"$out/memcheck.log"; : >"$out/racecheck.log"
-for small in "$small64" "$small128"; do
-  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 build-kernels/attn check $small >>"$out/memcheck.log" 2>&1 || memcheck_rc=$?
-  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 build-kernels/attn check $small >>"$out/racecheck.log" 2>&1 || racecheck_rc=$?
-done
+memcheck_rc=0 racecheck_rc=0  # sanitize() (device_env.sh) adds to them
+SANITIZE_TIMEOUT=150 sanitize -d64 "$small64"
+SANITIZE_TIMEOUT=150 sanitize -d128 "$small128"
 t2=$(date +%s)
 if [ "${ATTN_SM90_SKIP_BENCH:-0}" != 1 ]; then
   stage_python build-kernels
@@ -58,7 +56,7 @@ echo "== attn check ($checks_pass passed, $checks_fail failed)"
 cat "$out/checks.txt"
 grep -E "FAIL|mismatch|error" "$out/checks.log" | head -20
 echo "== memcheck (rc $memcheck_rc), racecheck (rc $racecheck_rc)"
-grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error|error" "$out/memcheck.log" "$out/racecheck.log" | head -10
+grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Error|error" "$out"/memcheck*.log "$out"/racecheck*.log | head -10
 echo "== compare"
 [ -f "$out/compare.log" ] && tail -40 "$out/compare.log"
 echo "build $((t1 - t0)) s, tests $((t2 - t1)) s, compare $((t3 - t2)) s"
