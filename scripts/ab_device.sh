@@ -35,6 +35,14 @@ copy_changed() {
 tree_files() { (cd "$1" && find . -type f); }
 saved=$(mktemp -d)
 cp -r src/. "$saved/"
+# build-ab outlives the call, and this call's tree may be older than its
+# objects: a file that differs from what build-ab last compiled (kept in
+# build-ab/ab-src) gets a new time stamp, so ninja rebuilds what depends on it
+# (without this, a variant left by the previous call was timed as "base");
+# with no record, every file.
+built=build-ab/ab-src
+mapfile -t files < <(tree_files src)
+for f in "${files[@]}"; do cmp -s "src/$f" "$built/$f" 2>/dev/null || touch "src/$f"; done
 for v in "$@"; do
   mapfile -t files < <(tree_files "$saved")
   copy_changed "$saved" src "${files[@]}"
@@ -52,6 +60,7 @@ for v in "$@"; do
   if ! cmake --build build-ab -j "$(nproc)" --target _C >"$out/build-$v.log" 2>&1; then
     echo "######## $v: build failed"; grep -E 'error' -A3 "$out/build-$v.log" | head -20; continue
   fi
+  rm -rf "$built" && cp -r src "$built"
   stage_python build-ab
   PYTHONPATH=/tmp/py timeout 300 python3 bench/compare.py --backend "$backend" --out "$out/$v" \
     ${COMPARE_ARGS:-} >"$out/compare-$v.log" 2>&1
