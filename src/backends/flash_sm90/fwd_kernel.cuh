@@ -17,7 +17,7 @@
 // see (fwd_schedule.cuh): a window costs its width. (Last to first put a
 // causal diagonal's masked softmax at the item's start, where no P.V of the
 // consumer's runs under it: d 128 1k causal 0.94 -> 0.98 of cuDNN, five
-// packed documents 1.45-1.51x -> 1.52-1.57x FlexAttention; PERF.md v15.)
+// packed documents 1.43-1.51x -> 1.50-1.57x FlexAttention; PERF.md v15.)
 // The producer takes the next work item and runs ahead into it while the
 // consumers finish the current one (its K/V stages, and its Q once Q's buffer
 // is free); it hands each item's index to the consumers through shared memory.
