@@ -65,7 +65,10 @@ __device__ __forceinline__ void apply_score_mods(float (&s)[MA][NA][4], const Fw
 // e % 2 known at compile time, so each row's range becomes bounds on c, and
 // an element costs two compares with constants and a select (the masked
 // tile of a d 64 flash_sm90 forward: 267 instructions, 480 key by key).
-template <int MA, int NA>
+// kCheckBegin = false: the caller knows no row's first key lies past n0 (a
+// causal diagonal, a sequence's last tile), so only the ends cut: one
+// compare per element fewer.
+template <bool kCheckBegin = true, int MA, int NA>
 __device__ __forceinline__ void apply_mask(float (&s)[MA][NA][4], const FwdParams& p, const SeqExtent& seq, int row0,
                                            int n0, int lane) {
   const int col0 = n0 + 2 * (lane & 3);
@@ -79,7 +82,7 @@ __device__ __forceinline__ void apply_mask(float (&s)[MA][NA][4], const FwdParam
       for (int na = 0; na < NA; ++na)
 #pragma unroll
         for (int e = 0; e < 2; ++e)
-          if (8 * na + e < begin || 8 * na + e >= end) s[ma][na][2 * h + e] = -INFINITY;
+          if ((kCheckBegin && 8 * na + e < begin) || 8 * na + e >= end) s[ma][na][2 * h + e] = -INFINITY;
     }
 }
 

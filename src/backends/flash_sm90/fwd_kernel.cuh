@@ -308,8 +308,22 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   // softmax), and O's rescale factor per row.
   auto probabilities = [&](const Item& c, float slope, int n0) {
     if (p.score_mods) flash_sm80::apply_score_mods(s, p, slope, c.m0 + row0, n0, c.seq.shift, lane);
-    if (!(n0 >= c.tiles.all_begin && n0 + kN <= c.tiles.all_end))
-      flash_sm80::apply_mask(s, p, c.seq, c.m0 + row0, n0, lane);
+    if (!(n0 >= c.tiles.all_begin && n0 + kN <= c.tiles.all_end)) {
+      // Where no row's first key lies past n0 (every causal tile), only
+      // the ends cut: the mask tests those alone, and only where this
+      // consumer's first row (so each of its rows: the ends grow with the
+      // row) does not see the whole tile. On a causal diagonal 192 rows
+      // wide (d 64), two of each item's three consumers skip one of its
+      // two masked tiles. (Not with two consumers: at d 128 an aligned
+      // diagonal cuts both, and the test moved d 256 from 48 to 92 B of spills.)
+      if (n0 >= c.tiles.all_begin) {
+        const int wg_row0 = c.m0 + __shfl_sync(0xffffffff, wg, 0) * 64;
+        if (Cfg::kConsumers == 2 || flash_sm80::row_keys(p, c.seq, wg_row0).end < n0 + kN)
+          flash_sm80::apply_mask<false>(s, p, c.seq, c.m0 + row0, n0, lane);
+      } else {
+        flash_sm80::apply_mask(s, p, c.seq, c.m0 + row0, n0, lane);
+      }
+    }
     softmax.update(s, unit, correction);
   };
   // P as wgmma's A fragments: two adjacent n8 accumulator blocks are one k16 step.
