@@ -312,10 +312,11 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       // Where no row's first key lies past n0 (every causal tile), only
       // the ends cut: the mask tests those alone, and only where this
       // consumer's first row (so each of its rows: the ends grow with the
-      // row) does not see the whole tile. On a causal diagonal 192 rows
-      // wide (d 64), two of each item's three consumers skip one of its
-      // two masked tiles. (Not with two consumers: at d 128 an aligned
-      // diagonal cuts both, and the test moved d 256 from 48 to 92 B of spills.)
+      // row) does not see the whole tile. With 192-row items (d 64) a
+      // consumer below a masked tile's diagonal skips it: at 1k causal, 8
+      // of the 33 consumer masks per sequence and head. (Not with two
+      // consumers: at d 128 an aligned diagonal cuts both, and the test
+      // moved d 256 from 48 to 92 B of spills.)
       if (n0 >= c.tiles.all_begin) {
         const int wg_row0 = c.m0 + __shfl_sync(0xffffffff, wg, 0) * 64;
         if (Cfg::kConsumers == 2 || flash_sm80::row_keys(p, c.seq, wg_row0).end < n0 + kN)
