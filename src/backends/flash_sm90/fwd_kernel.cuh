@@ -224,6 +224,10 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   constexpr int NA = kN / 8, NO = kDV / 8;
   const int wg = tid / 128 - 1, ctid = tid - 128, lane = tid & 31;
   const int row0 = wg * 64 + ((tid / 32) & 3) * 16;  // this warp's first row in the tile
+  // This warpgroup's first row in the tile, from lane 0's wg: ptxas then
+  // knows it is warp-uniform and keeps what is derived from it in uniform
+  // registers (Q's descriptors: not 4 vector instructions each).
+  auto wg_row0 = [&] { return __shfl_sync(0xffffffff, wg, 0) * 64; };
   // Ping-pong: the consumers take turns issuing their products, so one's
   // softmax runs while another's products occupy the tensor cores. The turn
   // passes round the consumers once per KV tile; the first holds it first.
@@ -286,9 +290,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   // One tile's products, issued asynchronously (committed as one group each).
   auto issue_qk = [&](int stage, int q_buf) {
     const uint32_t k_tile = k_s + stage * Cfg::kSmemK;
-    // wg from lane 0: ptxas then knows it is warp-uniform and builds Q's
-    // descriptors in uniform registers (not 4 vector instructions each).
-    const int q_row0 = __shfl_sync(0xffffffff, wg, 0) * 64;
+    const int q_row0 = wg_row0();
     sm90::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kDQK / 16; ++ks)
@@ -318,8 +320,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       // consumers: at d 128 an aligned diagonal cuts both, and the test
       // moved d 256 from 48 to 92 B of spills.)
       if (n0 >= c.tiles.all_begin) {
-        const int wg_row0 = c.m0 + __shfl_sync(0xffffffff, wg, 0) * 64;
-        if (Cfg::kConsumers == 2 || flash_sm80::row_keys(p, c.seq, wg_row0).end < n0 + kN)
+        if (Cfg::kConsumers == 2 || flash_sm80::row_keys(p, c.seq, c.m0 + wg_row0()).end < n0 + kN)
           flash_sm80::apply_mask<false>(s, p, c.seq, c.m0 + row0, n0, lane);
       } else {
         flash_sm80::apply_mask(s, p, c.seq, c.m0 + row0, n0, lane);
