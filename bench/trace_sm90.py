@@ -33,59 +33,56 @@ def read_trace():
     return recs.reshape(132, 4, R, 2), counts.reshape(132, 4)
 
 
+def events(recs, counts, cta, role):
+    """One role's records in a CTA: (globaltimer ns at start, at end), (clock at
+    start, at end), and the events between as (clock, event, item, its tiles)."""
+    r = recs[cta, role, :counts[cta, role]]
+    evs = [(int(v), int(d) & 15, int(d) >> 12, (int(d) >> 4) & 255) for v, d in r[2:-2]]
+    return (int(r[0, 0]), int(r[-2, 0])), (int(r[1, 0]), int(r[-1, 0])), evs
+
+
 def analyse(recs, counts, label):
     comp = defaultdict(list)
     loop_by_nt = defaultdict(list)
-    spans, ends, starts, items_per_cta, tiles_per_cta = [], [], [], [], []
+    spans, span_ns, ends, starts, items_per_cta, tiles_per_cta = [], [], [], [], [], []
     prod_lead = []
     for cta in range(132):
-        for role in (1,):
-            n = counts[cta, role]
-            r = recs[cta, role, :n]
-            g0, c0 = int(r[0, 0]), int(r[1, 0])
-            g1, c1 = int(r[-2, 0]), int(r[-1, 0])
-            spans.append(c1 - c0)
-            starts.append(g0)
-            ends.append(g1)
-            evs = [(int(v), int(d) & 15, int(d) >> 12, (int(d) >> 4) & 255) for v, d in r[2:-2]]
-            # per item
-            cur = {}
-            items = 0
-            tiles = 0
-            prev6 = None
-            for v, ev, t, nt in evs:
-                if ev == 1:
-                    if prev6 is not None:
-                        comp["take(6->1)"].append(v - prev6)
-                    cur = {1: v, "nt": nt, "t": t}
-                    items += 1
-                    tiles += nt
-                elif ev in (2, 7, 3, 4, 5, 6):
-                    cur[ev] = v
-                    if ev == 6:
-                        prev6 = v
-                        c = cur
-                        if all(k in c for k in (1, 2, 7, 3, 4, 5)):
-                            comp["data wait(1->2)"].append(c[2] - c[1])
-                            comp["turn(2->7)"].append(c[7] - c[2])
-                            comp["first QK(7->3)"].append(c[3] - c[7])
-                            comp["loop(3->4)"].append(c[4] - c[3])
-                            comp["last PV(4->5)"].append(c[5] - c[4])
-                            comp["epilogue(5->6)"].append(c[6] - c[5])
-                            loop_by_nt[c["nt"]].append(c[4] - c[3])
-            items_per_cta.append(items)
-            tiles_per_cta.append(tiles)
-        # producer: when it obtained each item vs when consumer 0 took it
-        n = counts[cta, 0]
-        r = recs[cta, 0, :n]
-        p1 = {int(d) >> 12: int(v) for v, d in r[2:-2] if int(d) & 15 == 1}
-        c1 = {int(d) >> 12: int(v) for v, d in recs[cta, 1, 2:counts[cta, 1] - 2] if int(d) & 15 == 1}
-        for t, v in c1.items():
-            if t in p1:
-                prod_lead.append(v - p1[t])
+        (g0, g1), (c0, c1), evs = events(recs, counts, cta, 1)  # consumer 0
+        spans.append(c1 - c0)
+        span_ns.append(g1 - g0)
+        starts.append(g0)
+        ends.append(g1)
+        cur, items, tiles, prev6 = {}, 0, 0, None
+        for v, ev, t, nt in evs:
+            if ev == 1:
+                if prev6 is not None:
+                    comp["take(6->1)"].append(v - prev6)
+                cur = {1: v, "nt": nt}
+                items += 1
+                tiles += nt
+                continue
+            cur[ev] = v
+            if ev == 6:
+                prev6 = v
+                if all(k in cur for k in (1, 2, 7, 3, 4, 5)):
+                    comp["data wait(1->2)"].append(cur[2] - cur[1])
+                    comp["turn(2->7)"].append(cur[7] - cur[2])
+                    comp["first QK(7->3)"].append(cur[3] - cur[7])
+                    comp["loop(3->4)"].append(cur[4] - cur[3])
+                    comp["last PV(4->5)"].append(cur[5] - cur[4])
+                    comp["epilogue(5->6)"].append(cur[6] - cur[5])
+                    loop_by_nt[cur["nt"]].append(cur[4] - cur[3])
+        items_per_cta.append(items)
+        tiles_per_cta.append(tiles)
+        # how long before consumer 0 takes an item the producer has it
+        taken = {t: v for v, ev, t, _ in evs if ev == 1}
+        for v, ev, t, _ in events(recs, counts, cta, 0)[2]:
+            if ev == 1 and t in taken:
+                prod_lead.append(taken[t] - v)
     spans = np.array(spans)
+    ghz = spans.sum() / np.sum(span_ns)  # clock cycles per ns, measured
     print(f"== {label}: CTAs 132, span cycles mean {spans.mean():.0f} min {spans.min()} max {spans.max()}"
-          f" ({spans.mean() / 1.98e3:.1f} us at 1.98 GHz)")
+          f" ({spans.mean() / ghz / 1e3:.1f} us at the measured {ghz:.2f} GHz)")
     ends = np.array(ends) - min(starts)
     starts = np.array(starts) - min(starts)
     print(f"   start spread {starts.max()} ns; end (ns) min {ends.min()} median {np.median(ends):.0f} max {ends.max()}"
