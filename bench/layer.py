@@ -4,7 +4,9 @@
    SwiGLU, RMSNorm, rotary, b 2, seq 4096, causal): attn.torch.TransformerLayer
    against the same layer in plain PyTorch with SDPA forced to cuDNN
    (torch.nn.attention.sdpa_kernel(SDPBackend.CUDNN_ATTENTION)), same weights
-   and inputs; plus the attention call alone, to show where the time goes;
+   and inputs; plus the attention call alone and the rotary embedding of q
+   and k alone (attn's fused kernel against PyTorch's ops), to show where the
+   time goes;
 2. a small Llama-style transformers model's training step (forward, loss,
    backward) with attn_implementation "attn" against "sdpa", without and with
    a right-padded attention mask.
@@ -168,6 +170,20 @@ def bench_layer(args, report):
 
     t = timed_interleaved({"attn": (None, attn_only), "sdpa": (None, sdpa_only)}, args.warmup, args.iters)
     t_a1, t_s1 = t["attn"], t["sdpa"]
+    # The rotary embedding alone on the layer's q and k (heads of one QKV buffer), fwd+bwd:
+    # PyTorch's elementwise ops (what the plain layer runs) against attn's fused kernel.
+    qkv = torch.randn(b, s, heads + 2 * groups, d, device="cuda", dtype=torch.bfloat16)
+    d_qk = torch.randn(b, s, heads + groups, d, device="cuda", dtype=torch.bfloat16)
+
+    def rope(fused):
+        def run():
+            qk = qkv[:, :, :heads + groups].detach().requires_grad_()
+            apply_rotary_pos_emb(qk, freqs, "bshd", fused=fused).backward(d_qk)
+        return run
+
+    t = timed_interleaved({"fused": (None, rope(True)), "unfused": (None, rope(False))}, args.warmup, args.iters)
+    t_rf, t_ru = t["fused"], t["unfused"]
+    del qkv, d_qk
     attn_flops = 3.5 * 4 * b * heads * s * s * d / 2  # fwd + bwd (2.5x), causal halves
     report["layer"] = {
         "shape": dict(batch=b, seq=s, hidden=hidden, heads=heads, kv_heads=groups, ffn=ffn, head_dim=d,
@@ -176,6 +192,7 @@ def bench_layer(args, report):
         "sdpa_gqa": gqa, "output_rel_frobenius_diff": rel,
         "attention_only": {"attn_ms": t_a1, "sdpa_cudnn_ms": t_s1, "speedup": t_s1 / t_a1,
                            "attn_tflops": attn_flops / t_a1 / 1e9, "sdpa_cudnn_tflops": attn_flops / t_s1 / 1e9},
+        "rotary_q_and_k": {"attn_fused_ms": t_rf, "pytorch_unfused_ms": t_ru, "speedup": t_ru / t_rf},
     }
     del layer, ref, x, dy, q, k, v, do
     torch.cuda.empty_cache()
@@ -268,6 +285,9 @@ def main():
     A = L["attention_only"]
     print(f"| attention only | {A['attn_ms']:.3f} ({A['attn_tflops']:.0f} TFLOP/s) | {A['sdpa_cudnn_ms']:.3f} "
           f"({A['sdpa_cudnn_tflops']:.0f} TFLOP/s) | {A['speedup']:.3f} |")
+    R = L["rotary_q_and_k"]
+    print(f"| rotary on q and k | {R['attn_fused_ms']:.3f} (fused) | {R['pytorch_unfused_ms']:.3f} (PyTorch ops) "
+          f"| {R['speedup']:.3f} |")
     print(f"layer outputs differ by {L['output_rel_frobenius_diff']:.2e} (relative Frobenius)")
     if "transformers" in report:
         T = report["transformers"]

@@ -4,6 +4,7 @@
 #include "attn/backend.h"
 #include "attn/error.h"
 #include "attn/problem.h"
+#include "attn/rotary.h"
 #include "attn/select.h"
 #include "attn/tensor.h"
 

@@ -1,19 +1,21 @@
 """attn.torch.TransformerLayer: TransformerEngine's TransformerLayer (argument
 names, defaults, shapes) with attention through attn's backend selection.
 
-The GEMMs, norms and activations are PyTorch's own: attention is the only part
-attn computes, so the layer speeds up whenever a faster attn backend registers.
+The GEMMs, norms and activations are PyTorch's own. attn computes attention
+(the layer speeds up whenever a faster attn backend registers) and the rotary
+embedding of q and k, fused into one kernel per pass (bench/layer.py times it
+against PyTorch's elementwise ops).
 Every input is checked against the layer's format before any kernel runs, with
 messages that say what / got / expected / fix (as the core's do).
 """
 
-import math
 from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 
 import attn as _attn
+from attn.rotary import RotaryPositionEmbedding, apply_rotary_pos_emb
 
 __all__ = ["TransformerLayer", "RotaryPositionEmbedding", "apply_rotary_pos_emb"]
 
@@ -26,65 +28,6 @@ def _error(what: str, got: str, expected: str, fix: str) -> ValueError:
     e = ValueError(f"{what}\n  got:      {got}\n  expected: {expected}\n  fix:      {fix}")
     e.what, e.got, e.expected, e.fix, e.kind = what, got, expected, fix, "value"
     return e
-
-
-# ---- rotary position embedding (TransformerEngine's conventions) ------------------
-
-
-class RotaryPositionEmbedding(torch.nn.Module):
-    """TE's RotaryPositionEmbedding: forward(max_seq_len) returns the angles
-    [max_seq_len, 1, 1, dim] (float32, the two halves repeated, "rotate half"
-    convention) that TransformerLayer.forward takes as rotary_pos_emb.
-    dim = kv_channels for full rotation; rotary_percent < 1 rotates a prefix.
-    device: as TE, the current CUDA device when there is one, else the CPU."""
-
-    def __init__(self, dim: int, rotary_percent: float = 1.0, seq_len_interpolation_factor: Optional[float] = None,
-                 rotary_base: float = 10000.0, device: Union[str, torch.device, None] = None) -> None:
-        super().__init__()
-        dim = int(dim * rotary_percent)
-        self.seq_len_interpolation_factor = seq_len_interpolation_factor
-        if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        inv_freq = 1.0 / (rotary_base ** (torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
-
-    def forward(self, max_seq_len: int, offset: int = 0) -> Tensor:
-        seq = torch.arange(max_seq_len, device=self.inv_freq.device, dtype=torch.float32) + offset
-        if self.seq_len_interpolation_factor is not None:
-            seq = seq / self.seq_len_interpolation_factor
-        freqs = torch.outer(seq, self.inv_freq)
-        return torch.cat((freqs, freqs), dim=-1).reshape(max_seq_len, 1, 1, -1)
-
-
-def _rotate_half(x: Tensor) -> Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def _thd_positions(cu_seqlens: Tensor, total: int) -> Tensor:
-    """Position of each packed token inside its own sequence ([t], int64)."""
-    lengths = cu_seqlens.diff().long()
-    starts = torch.repeat_interleave(cu_seqlens[:-1].long(), lengths, output_size=total)
-    return torch.arange(total, device=cu_seqlens.device) - starts
-
-
-def apply_rotary_pos_emb(t: Tensor, freqs: Tensor, tensor_format: str = "sbhd",
-                         cu_seqlens: Optional[Tensor] = None) -> Tensor:
-    """TE's apply_rotary_pos_emb (unfused, non-interleaved): rotates the first
-    freqs.shape[-1] channels of t ([s, b, h, d] sbhd, [b, s, h, d] bshd, or
-    [t, h, d] thd, where positions restart at each cu_seqlens boundary)."""
-    rot = freqs.shape[-1]
-    if tensor_format == "sbhd":
-        f = freqs[: t.shape[0]]
-    elif tensor_format == "bshd":
-        f = freqs[: t.shape[1]].transpose(0, 1)
-    else:
-        f = freqs[_thd_positions(cu_seqlens, t.shape[0])].squeeze(1)  # [t, 1, rot]
-    # As TE: the angles' cos/sin in float32, rounded to t's dtype.
-    cos, sin = f.cos().to(t.dtype), f.sin().to(t.dtype)
-    t_rot = t[..., :rot]
-    out = t_rot * cos + _rotate_half(t_rot) * sin
-    return out if rot == t.shape[-1] else torch.cat((out, t[..., rot:]), dim=-1)
 
 
 # ---- parts -------------------------------------------------------------------------
@@ -301,6 +244,14 @@ class _Checks:
             raise _error(f"{_WHO}: {name} is on another device than the layer", str(f.device),
                          str(self.layer.proj.weight.device), f"{name}.to(hidden_states.device)")
 
+    @staticmethod
+    def longest(c: _Checked, max_q: Optional[int]) -> int:
+        """thd: the longest sequence the angles must cover: max_seqlen_q when
+        it covers the keys too, else read from cu_seqlens (one host sync)."""
+        if max_q is not None and c.cu_kv is c.cu_q:
+            return max_q
+        return max(int(cu.diff().max()) if cu.numel() > 1 else 0 for cu in (c.cu_q, c.cu_kv))
+
     def all(self, x, attention_mask, mask_type, cu_q, cu_kv, max_q, rotary, fmt) -> _Checked:
         self.hidden_states(x, fmt)
         c = _Checked()
@@ -351,7 +302,7 @@ class _Checks:
                 c.cu_q, c.cu_kv = cu_q, (cu_q if cu_kv is None else cu_kv)
         if rotary is not None:
             pair = rotary if isinstance(rotary, (tuple, list)) else (rotary,)
-            seq = c.seq if fmt != "thd" else max_q  # thd: the longest sequence, when the caller knows it
+            seq = c.seq if fmt != "thd" else self.longest(c, max_q)
             for i, f in enumerate(pair):
                 self.rotary(f, fmt, seq, "rotary_pos_emb" if len(pair) == 1 else f"rotary_pos_emb[{i}]")
         return c
@@ -501,14 +452,32 @@ class TransformerLayer(torch.nn.Module):
                 f"format={self.attn_input_format}, mask={self.self_attn_mask_type}, window={self.window_size}, "
                 f"{self.normalization}, {self.activation}")
 
-    def _qkv(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        """q, k, v split into heads: views of one GEMM's output when fused (attn takes strided views)."""
+    def _qkv_rope(self, x: Tensor, rotary: Any, fmt: str, c: "_Checked") -> Tuple[Tensor, Tensor, Tensor]:
+        """q, k, v split into heads, q and k rotated (attn's fused rotary kernel).
+        With fused QKV they are views of one GEMM's output (attn takes strided
+        views) made by torch.split, whose backward joins the gradients in one
+        copy (three slices would each add a zero-filled copy of the whole
+        buffer); where q and k share the angles and positions, one rotary
+        kernel rotates both."""
         h, g, d = self.num_attention_heads, self.num_gqa_groups, self.kv_channels
         lead = x.shape[:-1]
+        f_q = f_k = None
+        if rotary is not None:
+            f_q, f_k = rotary if isinstance(rotary, (tuple, list)) else (rotary, rotary)
+        cu_q, cu_kv = (c.cu_q, c.cu_kv) if fmt == "thd" else (None, None)
         if self.fuse_qkv_params:
             qkv = self.qkv(x).view(*lead, h + 2 * g, d)
-            return qkv[..., :h, :], qkv[..., h:h + g, :], qkv[..., h + g:, :]
-        return (self.query(x).view(*lead, h, d), self.key(x).view(*lead, g, d), self.value(x).view(*lead, g, d))
+            if f_q is not None and f_q is f_k and cu_q is cu_kv:
+                qk, v = qkv.split([h + g, g], dim=-2)
+                q, k = apply_rotary_pos_emb(qk, f_q, fmt, cu_q, fused=True).split([h, g], dim=-2)
+                return q, k, v
+            q, k, v = qkv.split([h, g, g], dim=-2)
+        else:
+            q, k, v = self.query(x).view(*lead, h, d), self.key(x).view(*lead, g, d), self.value(x).view(*lead, g, d)
+        if f_q is not None:
+            q = apply_rotary_pos_emb(q, f_q, fmt, cu_q, fused=True)
+            k = apply_rotary_pos_emb(k, f_k, fmt, cu_kv, fused=True)
+        return q, k, v
 
     def forward(
         self,
@@ -529,11 +498,7 @@ class TransformerLayer(torch.nn.Module):
                              rotary_pos_emb, fmt)
 
         residual = hidden_states
-        q, k, v = self._qkv(self.input_layernorm(hidden_states))
-        if rotary_pos_emb is not None:
-            f_q, f_k = rotary_pos_emb if isinstance(rotary_pos_emb, (tuple, list)) else (rotary_pos_emb,) * 2
-            q = apply_rotary_pos_emb(q, f_q, fmt, c.cu_q)
-            k = apply_rotary_pos_emb(k, f_k, fmt, c.cu_kv)
+        q, k, v = self._qkv_rope(self.input_layernorm(hidden_states), rotary_pos_emb, fmt, c)
         out = self.core_attention(
             q, k, v, c.arbitrary, attn_mask_type=mask_type, window_size=window, cu_seqlens_q=c.cu_q,
             cu_seqlens_kv=c.cu_kv, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv)

@@ -309,6 +309,28 @@ NB_MODULE(_C, m) {
       "(and dbias). Returns (backend name, why it was chosen).");
 
   m.def(
+      "rotary",
+      [](const InArray& x, const InArray& freqs, const OutArray& out, const std::string& format,
+         const OptIn& cu_seqlens, bool backward, uintptr_t stream) {
+        RotaryArgs args;
+        args.x = to_view(x, "x");
+        args.freqs = to_view(freqs, "freqs");
+        args.cu_seqlens = to_view(cu_seqlens, "cu_seqlens");
+        args.out = to_view(out, "out");
+        const std::optional<QkvFormat> f = parse_format(format);
+        if (!f) fail(ErrorKind::value, "rotary: unknown format", format, "sbhd, bshd or thd", "name one of them");
+        args.format = *f;
+        args.backward = backward;
+        args.stream = reinterpret_cast<void*>(stream);
+        nb::gil_scoped_release release;
+        rotary(args);
+      },
+      "x"_a.noconvert(), "freqs"_a.noconvert(), "out"_a.noconvert(), "format"_a,
+      "cu_seqlens"_a.noconvert() = nb::none(), "backward"_a = false, "stream"_a = 0,
+      "Rotary position embedding (TransformerEngine's non-interleaved form) of x into out, in one pass; "
+      "backward=True applies the gradient's (transposed) rotation. See attn/rotary.h.");
+
+  m.def(
       "explain",
       [](const Options& opts, const std::string& pass, nb::handle q, nb::handle k, nb::handle v,
          const OptIn& cu_seqlens_q, const OptIn& cu_seqlens_kv, nb::handle bias, nb::handle alibi_slopes,

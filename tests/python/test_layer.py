@@ -388,6 +388,11 @@ def test_check_rotary_and_dtype():
     _raises(layer, x, ["covers 4 positions", "has 6"], rotary_pos_emb=rotary(8)(4))
     _raises(layer, x, ["at most kv_channels=8"], rotary_pos_emb=rotary(16)(6))
     _raises(layer, x, ["angle tensor"], rotary_pos_emb=torch.zeros(6, 8))
+    # thd: the longest sequence (5) read from cu_seqlens when max_seqlen_q is not given, or max_seqlen_q.
+    thd, cu = make("thd"), torch.tensor([0, 2, 7], dtype=torch.int32)
+    _raises(thd, torch.randn(7, 32), ["covers 4 positions", "has 5"], rotary_pos_emb=rotary(8)(4), cu_seqlens_q=cu)
+    _raises(thd, torch.randn(7, 32), ["covers 4 positions", "has 6"], rotary_pos_emb=rotary(8)(4), cu_seqlens_q=cu,
+            max_seqlen_q=6)
     _raises(layer, x.double(), ["dtype", "torch.float64", "params_dtype"])
 
 
