@@ -4,7 +4,7 @@
 # host overhead per call (bench/overhead.py) and the layer / transformers
 # benchmarks (bench/layer.py), writing JSON to $OUT. Prints a short table last.
 # From the session: run(command="bash scripts/python_bench_device.sh", carry=[".carry"]).
-# ATTN_BENCH=overhead|layer|all (default all).
+# ATTN_BENCH=overhead|layer|all (default all); ATTN_PYTEST="paths" runs those tests first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh  # PATH, CUDNN_ROOT / NCCL_ROOT (PyTorch's packages there), $out
@@ -17,6 +17,10 @@ python3 -m pip install -q --no-build-isolation --no-deps \
 t1=$(date +%s)
 which=${ATTN_BENCH:-all}
 rc=0
+if [ -n "${ATTN_PYTEST:-}" ]; then  # e.g. ATTN_PYTEST="tests/python/test_rotary.py": the GPU tests first
+  python3 -m pytest -q $ATTN_PYTEST >"$out/pytest.txt" 2>&1 || rc=1
+  tail -5 "$out/pytest.txt"
+fi
 if [ "$which" != layer ]; then
   python3 bench/overhead.py --json "$out/overhead.json" | tee "$out/overhead.txt" || rc=1
 fi
