@@ -78,9 +78,7 @@ def _unfused(t: Tensor, freqs: Tensor, tensor_format: str, cu_seqlens: Optional[
 # ---- fused: one attn kernel (the CPU runs the same op in float64 math) -------------------
 
 
-@torch.library.custom_op("attn::rotary", mutates_args=())
-def _rotary_op(t: Tensor, freqs: Tensor, cu_seqlens: Optional[Tensor], tensor_format: str,
-               backward: bool) -> Tensor:
+def _rotate(t: Tensor, freqs: Tensor, cu_seqlens: Optional[Tensor], tensor_format: str, backward: bool) -> Tensor:
     if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
         t = t.contiguous()
     out = t.new_empty(t.shape)
@@ -88,6 +86,15 @@ def _rotary_op(t: Tensor, freqs: Tensor, cu_seqlens: Optional[Tensor], tensor_fo
     _C.rotary(to_dlpack(t), to_dlpack(freqs), to_dlpack(out), tensor_format, _capsule(cu_seqlens), backward,
               torch_stream(index) if index >= 0 else 0)
     return out
+
+
+# torch.compile traces the custom op (opaque, with a fake implementation);
+# eager calls take _EagerRotary, since the custom op's Python dispatch costs a
+# few hundred microseconds of host time per call (as for attn::forward).
+@torch.library.custom_op("attn::rotary", mutates_args=())
+def _rotary_op(t: Tensor, freqs: Tensor, cu_seqlens: Optional[Tensor], tensor_format: str,
+               backward: bool) -> Tensor:
+    return _rotate(t, freqs, cu_seqlens, tensor_format, backward)
 
 
 @_rotary_op.register_fake
@@ -108,6 +115,17 @@ def _rotary_backward(ctx, grad):
 torch.library.register_autograd("attn::rotary", _rotary_backward, setup_context=_rotary_setup)
 
 
+class _EagerRotary(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t, freqs, cu_seqlens, tensor_format):
+        ctx.freqs, ctx.cu_seqlens, ctx.tensor_format = freqs, cu_seqlens, tensor_format
+        return _rotate(t, freqs, cu_seqlens, tensor_format, False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _rotate(grad, ctx.freqs, ctx.cu_seqlens, ctx.tensor_format, True), None, None, None
+
+
 def apply_rotary_pos_emb(t: Tensor, freqs: Tensor, tensor_format: str = "sbhd",
                          cu_seqlens: Optional[Tensor] = None, fused: bool = False) -> Tensor:
     """TE's apply_rotary_pos_emb (non-interleaved): rotates the first
@@ -124,4 +142,6 @@ def apply_rotary_pos_emb(t: Tensor, freqs: Tensor, tensor_format: str = "sbhd",
         return _unfused(t, freqs, tensor_format, cu_seqlens)
     if freqs.dtype != torch.float32 or freqs.stride(-1) != 1:
         freqs = freqs.float().contiguous()
-    return _rotary_op(t, freqs, cu_seqlens, tensor_format, False)
+    if torch.compiler.is_compiling():
+        return _rotary_op(t, freqs, cu_seqlens, tensor_format, False)
+    return _EagerRotary.apply(t, freqs, cu_seqlens, tensor_format)

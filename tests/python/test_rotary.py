@@ -111,6 +111,20 @@ def test_opcheck(gen):
     torch.library.opcheck(torch.ops.attn.rotary.default, (x, freqs, None, "bshd", False))
 
 
+def test_compiled_matches_eager(gen):
+    # torch.compile traces the custom op attn::rotary (eager calls take a plain autograd.Function).
+    x = make(gen, "sbhd", 8, s=5, dtype=torch.float32).detach().requires_grad_()
+    freqs = RotaryPositionEmbedding(8, device="cpu")(5)
+    f = lambda t: apply_rotary_pos_emb(t, freqs, "sbhd", fused=True)  # noqa: E731
+    g = torch.randn(x.shape, generator=gen)
+    want, (dwant,) = f(x), torch.autograd.grad(f(x), x, g)
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+    got = compiled(x)
+    (dgot,) = torch.autograd.grad(got, x, g)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    torch.testing.assert_close(dgot, dwant, rtol=0, atol=0)
+
+
 def test_errors(gen):
     x = make(gen, "bshd", 8, s=6)
     with pytest.raises(ValueError, match="freqs cover 4 positions, the sequence has 6"):
