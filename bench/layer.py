@@ -75,7 +75,17 @@ def top_kernels(fn, steps=3, top=8):
             if e.device_time_total > 0]
     rows.sort(key=lambda r: -r[1])
     total = sum(r[1] for r in rows)
-    return total, rows[:top]
+    return total, rows if top is None else rows[:top]
+
+
+def kernel_diff(a, b, top=12):
+    """The kernels whose GPU time per step differs most between two
+    top_kernels(top=None) lists: [(name, ms in a, ms in b, calls in a, calls in b)]."""
+    ka, kb = {n: (ms, c) for n, ms, c in a}, {n: (ms, c) for n, ms, c in b}
+    rows = [(n, ka.get(n, (0.0, 0))[0], kb.get(n, (0.0, 0))[0], ka.get(n, (0.0, 0))[1], kb.get(n, (0.0, 0))[1])
+            for n in set(ka) | set(kb)]
+    rows.sort(key=lambda r: -abs(r[1] - r[2]))
+    return rows[:top]
 
 
 # ---- 1. the layer -------------------------------------------------------------------
@@ -229,11 +239,14 @@ def bench_transformers(args, report):
         res["attn_ms"], res["sdpa_ms"] = t["attn"], t["sdpa"]
         res["speedup"] = res["sdpa_ms"] / res["attn_ms"]
         if args.profile:  # where the GPU time of one step goes, per implementation
+            every = {}
             for impl in ("attn", "sdpa"):
                 use(impl)()
-                total, top = top_kernels(run)
+                total, every[impl] = top_kernels(run, top=None)
                 res[f"{impl}_gpu_ms"] = total
-                res[f"{impl}_top_kernels"] = [dict(name=n[:90], ms=ms, calls=c) for n, ms, c in top]
+                res[f"{impl}_top_kernels"] = [dict(name=n[:90], ms=ms, calls=c) for n, ms, c in every[impl][:8]]
+            res["kernel_diff"] = [dict(name=n[:120], attn_ms=x, sdpa_ms=y, attn_calls=cx, sdpa_calls=cy)
+                                  for n, x, y, cx, cy in kernel_diff(every["attn"], every["sdpa"])]
         rows.append(res)
     report["transformers"] = {
         "model": dict(hidden=2048, layers=8, heads=16, kv_heads=4, ffn=5632, vocab=32000, batch=b, seq=s,
@@ -296,6 +309,12 @@ def main():
         print("| case | attn | sdpa | speedup |\n| --- | --- | --- | --- |")
         for r in T["rows"]:
             print(f"| {r['case']} | {r['attn_ms']:.2f} | {r['sdpa_ms']:.2f} | {r['speedup']:.3f} |")
+        for r in T["rows"]:
+            if "kernel_diff" in r:
+                print(f"\n{r['case']}: kernels whose GPU time per step differs most (attn ms / sdpa ms, calls)")
+                for kd in r["kernel_diff"]:
+                    print(f"  {kd['attn_ms']:7.3f} {kd['sdpa_ms']:7.3f} {kd['attn_calls']:4d} {kd['sdpa_calls']:4d}  "
+                          f"{kd['name']}")
         for r in T["rows"]:
             for impl in ("attn", "sdpa"):
                 if f"{impl}_top_kernels" in r:
