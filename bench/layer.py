@@ -78,6 +78,32 @@ def top_kernels(fn, steps=3, top=8):
     return total, rows if top is None else rows[:top]
 
 
+def idle_gaps(fn, top=6):
+    """One call of fn on the GPU's timeline: (span ms from its first kernel to
+    its last, idle ms inside that span, [(gap us, at ms, next kernel)] for the
+    largest gaps). Idle time there is the GPU waiting for the host or for
+    launches; the same kernels with more idle mean host time on the path."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    ev = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                if e.device_type == DeviceType.CUDA)
+    if not ev:
+        return 0.0, 0.0, []
+    t0, end, idle, gaps = ev[0][0], ev[0][1], 0.0, []
+    for start, stop, name in ev[1:]:
+        if start > end:
+            idle += start - end
+            gaps.append((start - end, (start - t0) / 1e3, name[:80]))
+        end = max(end, stop)
+    gaps.sort(key=lambda g: -g[0])
+    return (end - t0) / 1e3, idle / 1e3, gaps[:top]
+
+
 def kernel_diff(a, b, top=12):
     """The kernels whose GPU time per step differs most between two
     top_kernels(top=None) lists: [(name, ms in a, ms in b, calls in a, calls in b)]."""
@@ -245,6 +271,11 @@ def bench_transformers(args, report):
                 total, every[impl] = top_kernels(run, top=None)
                 res[f"{impl}_gpu_ms"] = total
                 res[f"{impl}_top_kernels"] = [dict(name=n[:90], ms=ms, calls=c) for n, ms, c in every[impl][:8]]
+            for impl in ("attn", "sdpa"):
+                use(impl)()
+                span, idle, gaps = idle_gaps(run)
+                res[f"{impl}_timeline"] = dict(span_ms=span, idle_ms=idle,
+                                               largest_gaps=[dict(us=g, at_ms=a, next=n) for g, a, n in gaps])
             res["kernel_diff"] = [dict(name=n[:120], attn_ms=x, sdpa_ms=y, attn_calls=cx, sdpa_calls=cy)
                                   for n, x, y, cx, cy in kernel_diff(every["attn"], every["sdpa"])]
         rows.append(res)
@@ -310,6 +341,13 @@ def main():
         for r in T["rows"]:
             print(f"| {r['case']} | {r['attn_ms']:.2f} | {r['sdpa_ms']:.2f} | {r['speedup']:.3f} |")
         for r in T["rows"]:
+            for impl in ("attn", "sdpa"):
+                if f"{impl}_timeline" in r:
+                    tl = r[f"{impl}_timeline"]
+                    print(f"\n{r['case']}, {impl}: GPU timeline {tl['span_ms']:.2f} ms, idle {tl['idle_ms']:.2f} ms; "
+                          "largest gaps (us, at ms, next kernel):")
+                    for g in tl["largest_gaps"]:
+                        print(f"  {g['us']:8.1f} {g['at_ms']:7.2f}  {g['next']}")
             if "kernel_diff" in r:
                 print(f"\n{r['case']}: kernels whose GPU time per step differs most (attn ms / sdpa ms, calls)")
                 for kd in r["kernel_diff"]:
