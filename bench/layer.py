@@ -219,6 +219,15 @@ def bench_layer(args, report):
 
     t = timed_interleaved({"fused": (None, rope(True)), "unfused": (None, rope(False))}, args.warmup, args.iters)
     t_rf, t_ru = t["fused"], t["unfused"]
+    # Their error against the rotation in float64 (relative Frobenius): the fused kernel rounds once.
+    with torch.no_grad():
+        qk = qkv[:, :, :heads + groups]
+        f64 = freqs[:s].transpose(0, 1).double()
+        x64 = qk.double()
+        x1, x2 = x64.chunk(2, dim=-1)
+        want = x64 * f64.cos() + torch.cat((-x2, x1), dim=-1) * f64.sin()
+        rope_err = {name: float((apply_rotary_pos_emb(qk, freqs, "bshd", fused=fused).double() - want).norm()
+                                / want.norm()) for name, fused in (("fused", True), ("unfused", False))}
     del qkv, d_qk
     attn_flops = 3.5 * 4 * b * heads * s * s * d / 2  # fwd + bwd (2.5x), causal halves
     report["layer"] = {
@@ -228,7 +237,8 @@ def bench_layer(args, report):
         "sdpa_gqa": gqa, "output_rel_frobenius_diff": rel,
         "attention_only": {"attn_ms": t_a1, "sdpa_cudnn_ms": t_s1, "speedup": t_s1 / t_a1,
                            "attn_tflops": attn_flops / t_a1 / 1e9, "sdpa_cudnn_tflops": attn_flops / t_s1 / 1e9},
-        "rotary_q_and_k": {"attn_fused_ms": t_rf, "pytorch_unfused_ms": t_ru, "speedup": t_ru / t_rf},
+        "rotary_q_and_k": {"attn_fused_ms": t_rf, "pytorch_unfused_ms": t_ru, "speedup": t_ru / t_rf,
+                           "rel_frobenius_error_vs_float64": rope_err},
     }
     del layer, ref, x, dy, q, k, v, do
     torch.cuda.empty_cache()
@@ -332,6 +342,8 @@ def main():
     R = L["rotary_q_and_k"]
     print(f"| rotary on q and k | {R['attn_fused_ms']:.3f} (fused) | {R['pytorch_unfused_ms']:.3f} (PyTorch ops) "
           f"| {R['speedup']:.3f} |")
+    print(f"rotary error against float64 (relative Frobenius): fused {R['rel_frobenius_error_vs_float64']['fused']:.2e}, "
+          f"PyTorch ops {R['rel_frobenius_error_vs_float64']['unfused']:.2e}")
     print(f"layer outputs differ by {L['output_rel_frobenius_diff']:.2e} (relative Frobenius)")
     if "transformers" in report:
         T = report["transformers"]
