@@ -97,6 +97,13 @@ def torch_stream(device_index: int) -> int:
     return _torch_stream_query()(device_index)
 
 
+def torch_tensor_stream(t: Any) -> int:
+    """The current CUDA stream of a PyTorch tensor's device as an integer
+    handle, 0 on the CPU (get_device() is the cheapest device query)."""
+    index = t.get_device()  # -1 on the CPU
+    return torch_stream(index) if index >= 0 else 0
+
+
 def stream_of(x: Any) -> int:
     """The CUDA stream (as an integer handle) x's framework is working on; 0 on the CPU."""
     fw = framework(x)

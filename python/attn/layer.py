@@ -245,14 +245,17 @@ class _Checks:
                          str(self.layer.proj.weight.device), f"{name}.to(hidden_states.device)")
 
     @staticmethod
-    def longest(c: _Checked, max_q: Optional[int]) -> int:
-        """thd: the longest sequence the angles must cover: max_seqlen_q when
-        it covers the keys too, else read from cu_seqlens (one host sync)."""
+    def longest(c: _Checked, max_q: Optional[int], max_kv: Optional[int]) -> int:
+        """thd: the longest sequence the angles must cover: from max_seqlen_q
+        (and max_seqlen_kv where the keys have their own cu_seqlens) when the
+        caller gives them, else read from cu_seqlens (one host sync)."""
         if max_q is not None and c.cu_kv is c.cu_q:
             return max_q
+        if max_q is not None and max_kv is not None:
+            return max(max_q, max_kv)
         return max(int(cu.diff().max()) if cu.numel() > 1 else 0 for cu in (c.cu_q, c.cu_kv))
 
-    def all(self, x, attention_mask, mask_type, cu_q, cu_kv, max_q, rotary, fmt) -> _Checked:
+    def all(self, x, attention_mask, mask_type, cu_q, cu_kv, max_q, max_kv, rotary, fmt) -> _Checked:
         self.hidden_states(x, fmt)
         c = _Checked()
         if fmt == "thd":
@@ -302,7 +305,7 @@ class _Checks:
                 c.cu_q, c.cu_kv = cu_q, (cu_q if cu_kv is None else cu_kv)
         if rotary is not None:
             pair = rotary if isinstance(rotary, (tuple, list)) else (rotary,)
-            seq = c.seq if fmt != "thd" else self.longest(c, max_q)
+            seq = c.seq if fmt != "thd" else self.longest(c, max_q, max_kv)
             for i, f in enumerate(pair):
                 self.rotary(f, fmt, seq, "rotary_pos_emb" if len(pair) == 1 else f"rotary_pos_emb[{i}]")
         return c
@@ -495,7 +498,7 @@ class TransformerLayer(torch.nn.Module):
         mask_type = self.self_attn_mask_type if self_attn_mask_type is None else _attn._mask_name(self_attn_mask_type)
         window = self.window_size if window_size is None else window_size
         c = self._checks.all(hidden_states, attention_mask, mask_type, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q,
-                             rotary_pos_emb, fmt)
+                             max_seqlen_kv, rotary_pos_emb, fmt)
 
         residual = hidden_states
         q, k, v = self._qkv_rope(self.input_layernorm(hidden_states), rotary_pos_emb, fmt, c)

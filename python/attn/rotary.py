@@ -13,7 +13,7 @@ from torch.utils.dlpack import to_dlpack
 
 from attn import _C
 from attn._arrays import torch_capsule as _capsule
-from attn._arrays import torch_stream
+from attn._arrays import torch_tensor_stream
 
 __all__ = ["RotaryPositionEmbedding", "apply_rotary_pos_emb"]
 
@@ -82,9 +82,8 @@ def _rotate(t: Tensor, freqs: Tensor, cu_seqlens: Optional[Tensor], tensor_forma
     if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
         t = t.contiguous()
     out = t.new_empty(t.shape)
-    index = t.get_device()
     _C.rotary(to_dlpack(t), to_dlpack(freqs), to_dlpack(out), tensor_format, _capsule(cu_seqlens), backward,
-              torch_stream(index) if index >= 0 else 0)
+              torch_tensor_stream(t))
     return out
 
 

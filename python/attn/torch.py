@@ -23,7 +23,7 @@ import torch
 import attn as _attn
 from attn import _C
 from attn._arrays import torch_capsule as _capsule
-from attn._arrays import torch_stream
+from attn._arrays import torch_tensor_stream as _stream
 from torch.utils.dlpack import to_dlpack
 
 __all__ = ["attention", "DotProductAttention", "alibi_slopes"]
@@ -51,12 +51,6 @@ def _seed_offset(rng_state: Optional[Tensor]) -> Tuple[int, int]:
 
 _NO_EXTRAS = (None, None, None, None, None)  # cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask
 _NO_DISABLE: List[str] = []
-
-
-def _stream(q: Tensor) -> int:
-    """q's device's current CUDA stream as an integer handle (0 on the CPU)."""
-    index = q.get_device()  # -1 on the CPU
-    return torch_stream(index) if index >= 0 else 0
 
 
 class _Call:

@@ -11,9 +11,14 @@
 #include "attn/error.h"
 #include "attn/problem.h"
 #include "core/sequences.h"
+#include "core/view_checks.h"
 
 namespace attn {
 namespace {
+
+using detail::layout_of;
+using detail::require_last_dim_contiguous;
+using detail::require_rank;
 
 std::string str(int64_t v) { return std::to_string(v); }
 
@@ -23,19 +28,6 @@ std::string str(int64_t v) { return std::to_string(v); }
 [[noreturn]] void bad_type(std::string what, std::string got, std::string expected, std::string fix) {
   fail(ErrorKind::type, std::move(what), std::move(got), std::move(expected), std::move(fix));
 }
-
-// The dimension names of a q/k/v/out-like tensor in format f.
-std::string layout_of(QkvFormat f, const char* seq, const char* heads, const char* dim) {
-  const std::string s = seq, h = heads, d = dim;
-  switch (f) {
-    case QkvFormat::bshd: return "[batch, " + s + ", " + h + ", " + d + "]";
-    case QkvFormat::sbhd: return "[" + s + ", batch, " + h + ", " + d + "]";
-    case QkvFormat::thd: return "[tokens, " + h + ", " + d + "]";
-  }
-  return "";
-}
-
-int rank_of(QkvFormat f) { return f == QkvFormat::thd ? 3 : 4; }
 
 void require_defined(const TensorView& t, const char* name, const char* why) {
   if (!t.defined())
@@ -48,31 +40,6 @@ void require_device(const TensorView& t, const char* name, const Device& expecte
     bad_value(std::string(name) + " is on another device than q", device_name(t.device),
               device_name(expected) + " (q's device)",
               std::string("move ") + name + " to " + device_name(expected));
-}
-
-void require_last_dim_contiguous(const TensorView& t, const char* name) {
-  if (t.numel() > 0 && t.size(-1) > 1 && t.stride(-1) != 1)  // empty views (DLPack may give stride 0) are fine
-    bad_value(std::string(name) + "'s last dimension is not contiguous",
-              "stride " + str(t.stride(-1)) + " in shape " + t.shape_str(), "stride 1 along head_dim",
-              std::string("make it contiguous (e.g. ") + name + ".contiguous()); other strides may be anything");
-}
-
-// Rank of a q/k/v/out-like tensor, with the fix for the common mistakes.
-void require_rank(const TensorView& t, const char* name, QkvFormat f, const std::string& layout) {
-  const int want = rank_of(f);
-  if (t.rank == want) return;
-  std::string fix;
-  if (t.rank == want - 1)
-    fix = std::string("split the hidden dimension into heads first: ") + name +
-          ".view(..., heads, head_dim) so the last two dimensions are heads and head_dim";
-  else if (f == QkvFormat::thd && t.rank == 4)
-    fix = "a padded [batch, seq, heads, head_dim] batch is qkv_format=\"bshd\"; to pack it, flatten "
-          "to [tokens, heads, head_dim] and pass cu_seqlens_q / cu_seqlens_kv";
-  else
-    fix = std::string("reshape ") + name + " to " + layout + " or pass the qkv_format it is in";
-  bad_value(std::string(name) + " has rank " + str(t.rank) + " but qkv_format=" + format_name(f) +
-                " needs rank " + str(want),
-            t.shape_str(), layout, fix);
 }
 
 void require_floating(const TensorView& t, const char* name) {

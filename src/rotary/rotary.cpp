@@ -2,6 +2,7 @@
 // the CUDA kernel or the CPU loop (float64 math, the tests' reference).
 #include "attn/rotary.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -9,6 +10,7 @@
 #include "attn/error.h"
 #include "core/cuda_check.h"
 #include "core/numeric.h"
+#include "core/view_checks.h"
 #include "rotary/rotary_params.h"
 
 namespace attn {
@@ -27,13 +29,7 @@ constexpr const char* kFix = "pass TE's angles, RotaryPositionEmbedding(dim)(max
 
 RotaryParams resolve(const RotaryArgs& a) {
   const TensorView& x = a.x;
-  const int want_rank = a.format == QkvFormat::thd ? 3 : 4;
-  const char* layout = a.format == QkvFormat::thd    ? "[t, h, d]"
-                       : a.format == QkvFormat::sbhd ? "[s, b, h, d]"
-                                                     : "[b, s, h, d]";
-  if (x.rank != want_rank)
-    bad(ErrorKind::value, std::string("x has rank ") + std::to_string(x.rank), x.shape_str(),
-        std::string("rank ") + std::to_string(want_rank) + " " + layout + " for format " + format_name(a.format));
+  detail::require_rank(x, "x", a.format, detail::layout_of(a.format, "seq", "heads", "head_dim"));
   const bool gpu = x.device.is_cuda();
   const bool dtype_ok = x.dtype == DType::f32 || x.dtype == DType::f16 || x.dtype == DType::bf16 ||
                         (!gpu && x.dtype == DType::f64);
@@ -41,15 +37,14 @@ RotaryParams resolve(const RotaryArgs& a) {
     bad(ErrorKind::type, "x has an unsupported dtype", dtype_name(x.dtype),
         gpu ? "float32, float16 or bfloat16" : "float32, float16, bfloat16 or float64", "convert x first");
   const TensorView& o = a.out;
-  if (o.rank != x.rank || o.shape_str() != x.shape_str() || o.dtype != x.dtype || !(o.device == x.device))
+  if (o.rank != x.rank || !std::equal(x.shape.begin(), x.shape.begin() + x.rank, o.shape.begin()) ||
+      o.dtype != x.dtype || !(o.device == x.device))
     bad(ErrorKind::value, "out does not match x",
         o.shape_str() + " " + dtype_name(o.dtype) + " on " + device_name(o.device),
         x.shape_str() + " " + dtype_name(x.dtype) + " on " + device_name(x.device), "allocate out like x");
   const int64_t d = x.size(-1);
-  if (d > 1 && (x.stride(-1) != 1 || o.stride(-1) != 1))
-    bad(ErrorKind::value, "the last dimension of x and out must be contiguous",
-        "strides x " + std::to_string(x.stride(-1)) + ", out " + std::to_string(o.stride(-1)), "stride 1",
-        "call .contiguous() on x");
+  detail::require_last_dim_contiguous(x, "x");
+  detail::require_last_dim_contiguous(o, "out");
 
   const TensorView& f = a.freqs;
   const bool te_shape = f.rank == 4 && f.shape[1] == 1 && f.shape[2] == 1;

@@ -393,6 +393,9 @@ def test_check_rotary_and_dtype():
     _raises(thd, torch.randn(7, 32), ["covers 4 positions", "has 5"], rotary_pos_emb=rotary(8)(4), cu_seqlens_q=cu)
     _raises(thd, torch.randn(7, 32), ["covers 4 positions", "has 6"], rotary_pos_emb=rotary(8)(4), cu_seqlens_q=cu,
             max_seqlen_q=6)
+    # keys with their own cu_seqlens: the longer of max_seqlen_q and max_seqlen_kv
+    _raises(thd, torch.randn(7, 32), ["covers 4 positions", "has 6"], rotary_pos_emb=rotary(8)(4), cu_seqlens_q=cu,
+            cu_seqlens_kv=cu.clone(), max_seqlen_q=3, max_seqlen_kv=6)
     _raises(layer, x.double(), ["dtype", "torch.float64", "params_dtype"])
 
 
