@@ -53,7 +53,11 @@ void run(const Problem& p, const ForwardArgs& a, cudaStream_t stream) {
   // The work-item counter: the stream's workspace, zeroed on the stream.
   args.item_counter = static_cast<int*>(detail::workspace(p.device.index, stream, sizeof(int)));
   ATTN_CUDA(cudaMemsetAsync(args.item_counter, 0, sizeof(int), stream));
-  launch_fwd<T, kDQK, kDV>(args, query_device(p.device).sm_count, stream);  // SM count cached per device
+  const int sm_count = query_device(p.device).sm_count;  // cached per device
+  if (args.p.dropout_threshold != 0)
+    launch_fwd<T, kDQK, kDV, true>(args, sm_count, stream);
+  else
+    launch_fwd<T, kDQK, kDV, false>(args, sm_count, stream);
 }
 
 template <typename T>

@@ -1,5 +1,5 @@
-// Compiles one row of fwd_table.h (both dtypes) for sm_90a: CMake builds this
-// file once per row with ATTN_FWD_DQK / ATTN_FWD_DV set.
+// Compiles one row of fwd_table.h (both dtypes, with and without dropout's
+// path) for sm_90a: CMake builds this file once per row with ATTN_FWD_DQK / ATTN_FWD_DV set.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -16,7 +16,13 @@ namespace attn::flash_sm90 {
 static_assert(false ATTN_FLASH_SM90_FWD_TABLE(ATTN_IS_ROW), "ATTN_FWD_DQK/DV is not a row of fwd_table.h");
 #undef ATTN_IS_ROW
 
-template void launch_fwd<__nv_bfloat16, ATTN_FWD_DQK, ATTN_FWD_DV>(const Sm90FwdParams&, int, cudaStream_t);
-template void launch_fwd<__half, ATTN_FWD_DQK, ATTN_FWD_DV>(const Sm90FwdParams&, int, cudaStream_t);
+// Each dtype with and without dropout's path (fwd_kernel.cuh).
+#define ATTN_INSTANTIATE(dropout)                                                                              \
+  template void launch_fwd<__nv_bfloat16, ATTN_FWD_DQK, ATTN_FWD_DV, dropout>(const Sm90FwdParams&, int,     \
+                                                                             cudaStream_t);                  \
+  template void launch_fwd<__half, ATTN_FWD_DQK, ATTN_FWD_DV, dropout>(const Sm90FwdParams&, int, cudaStream_t);
+ATTN_INSTANTIATE(false)
+ATTN_INSTANTIATE(true)
+#undef ATTN_INSTANTIATE
 
 }  // namespace attn::flash_sm90

@@ -72,7 +72,12 @@ __device__ __forceinline__ WorkItem work_item(const FwdParams& p, int t) {
   return {bh / p.h_q, bh % p.h_q, t % m_blocks};
 }
 
-template <typename T, int kDQK, int kDV>
+// kDropout: the build with dropout's path (Philox bits per tile), run for
+// calls with dropout. Compiled into every call, its bits and code cost d 64
+// 240 B of spills (the softmax's running max and sum reloaded on every tile)
+// and d 128 / d 256 4 / 48 B; the build without has 0 / 4 / 4 B
+// (FlashAttention compiles its dropout kernels apart too).
+template <typename T, int kDQK, int kDV, bool kDropout>
 __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ Sm90FwdParams args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -274,7 +279,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       const Item c = load_item(t);
       if (c.rows_out <= c.row_begin) continue;
       if (c.has_work()) {
-        if (p.dropout_threshold) keep.compute(p, head_index(c), c.m0 + row0, c.tiles.first * kN, lane);
+        if (kDropout && p.dropout_threshold) keep.compute(p, head_index(c), c.m0 + row0, c.tiles.first * kN, lane);
         ++taken;
         return c;
       }
@@ -387,7 +392,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       sm90::mbar_arrive(k_empty(stage));
       if (n_tiles == 1) release_q(q_cur);
       probabilities(cur, slope, n0);  // O is 0: nothing to rescale
-      if (p.dropout_threshold) keep.apply(s);
+      if (kDropout && p.dropout_threshold) keep.apply(s);
       pack_p();
     }
     // Steady state: S[i] = Q.K[i] and O += P[i-1].V[i-1] in flight together;
@@ -396,7 +401,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       const int stage = (it + i) % kS, prev = (it + i - 1) % kS;
       const uint32_t parity = ((it + i) / kS) & 1, prev_parity = ((it + i - 1) / kS) & 1;
       const int n0 = (cur.tiles.first + i) * kN;
-      if (p.dropout_threshold) keep.compute(p, head_index(cur), cur.m0 + row0, n0, lane);
+      if (kDropout && p.dropout_threshold) keep.compute(p, head_index(cur), cur.m0 + row0, n0, lane);
       sm90::mbar_wait(k_full(stage), parity);
       sm90::mbar_wait(v_full(prev), prev_parity);
       turn_begin();
@@ -419,7 +424,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       sm90::fence_registers(o_flat);
       sm90::mbar_arrive(v_empty(prev));
       OnlineSoftmax<1>::rescale(o, correction);
-      if (p.dropout_threshold) keep.apply(s);
+      if (kDropout && p.dropout_threshold) keep.apply(s);
       pack_p();
     }
     const int last = (it + n_tiles - 1) % kS;
@@ -561,10 +566,10 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
 // Launches the kernel for one instantiation on the caller's stream: one
 // persistent CTA per SM (fewer for fewer items). `item_counter` is a zeroed
 // int in device memory; the CTAs take their second and later items from it.
-template <typename T, int kDQK, int kDV>
+template <typename T, int kDQK, int kDV, bool kDropout>
 void launch_fwd(const Sm90FwdParams& args, int sm_count, cudaStream_t stream) {
   using Cfg = FwdConfig<kDQK, kDV>;
-  auto* kernel = flash_fwd_sm90_kernel<T, kDQK, kDV>;
+  auto* kernel = flash_fwd_sm90_kernel<T, kDQK, kDV, kDropout>;
   ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const int64_t items =
       static_cast<int64_t>((args.p.s_q + Cfg::kBlockM - 1) / Cfg::kBlockM) * args.p.h_q * args.p.batch;

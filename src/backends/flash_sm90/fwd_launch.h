@@ -8,7 +8,8 @@
 
 namespace attn::flash_sm90 {
 
-template <typename T, int kDQK, int kDV>
+// kDropout: the build with dropout's path (fwd_kernel.cuh), for calls with dropout.
+template <typename T, int kDQK, int kDV, bool kDropout>
 void launch_fwd(const Sm90FwdParams& p, int sm_count, cudaStream_t stream);
 
 }  // namespace attn::flash_sm90
