@@ -10,7 +10,7 @@
 # rebuild the Python extension (only the changed objects) and time
 # bench/compare.py --backend BACKEND $COMPARE_ARGS (e.g. "--quick --no-flex
 # --dims 64,128", "--fwd-only"), so every variant is timed against the
-# same-run peers. No correctness checks: the winner goes through the
+# same-run peers (AB_TIMEOUT: seconds per variant's bench, default 300). No correctness checks: the winner goes through the
 # backend's scripts/<backend>_device.sh.
 # Usage there: COMPARE_ARGS="--quick --no-flex" bash scripts/ab_device.sh flash_sm80 orig base m128
 set -uo pipefail
@@ -62,7 +62,7 @@ for v in "$@"; do
   fi
   rm -rf "$built" && cp -r src "$built"
   stage_python build-ab
-  PYTHONPATH=/tmp/py timeout 300 python3 bench/compare.py --backend "$backend" --out "$out/$v" \
+  PYTHONPATH=/tmp/py timeout "${AB_TIMEOUT:-300}" python3 bench/compare.py --backend "$backend" --out "$out/$v" \
     ${COMPARE_ARGS:-} >"$out/compare-$v.log" 2>&1
   echo "######## $v ($(( $(date +%s) - t0 )) s, build and bench)"
   grep -E "^ *(64|96|128|192|256) |geomean|ratio" "$out/compare-$v.log" | cut -c1-110

@@ -368,6 +368,16 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   auto release_q = [&](int q_buf) {
     if (Cfg::kSeparateO) sm90::mbar_arrive(q_empty(q_buf));
   };
+  // How many of an item's KV tiles this consumer's rows see: up to the one
+  // holding its last valid row's last key (the ends grow with the row), at
+  // least the first (its scores are in flight before this is asked).
+  auto consumer_tiles = [&](const Item& c) {
+    const int r0 = wg_row0(), r_end = min(c.rows, r0 + 64);
+    if (max(c.row_begin, r0) >= r_end) return 1;
+    const int key_end = flash_sm80::row_keys(p, c.seq, c.m0 + r_end - 1).end;
+    const int own_last = max(c.tiles.first, min(c.tiles.last, (key_end - 1) / kN));
+    return own_last - c.tiles.first + 1;
+  };
 
   // Each pass of the loop starts with the item's first scores in S. No
   // product is in flight across a branch that ptxas cannot see through
@@ -379,6 +389,11 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   int q_cur = cur.t >= 0 ? first_scores() : 0;  // the current item's Q buffer
   while (cur.t >= 0) {
     const int n_tiles = cur.tiles.last - cur.tiles.first + 1;
+    // This consumer's tiles: the item's first ones, up to the last its own
+    // rows see. With 192-row items (d 64) a consumer's rows can end before
+    // the item's last tile on a causal diagonal (at 1k causal 9 of 81
+    // consumer tiles); it passes those tiles' turns without products.
+    const int own_tiles = Cfg::kConsumers == 3 ? consumer_tiles(cur) : n_tiles;
     const float slope = p.alibi ? p.alibi[cur.b * p.alibi_batch_stride + cur.h * p.alibi_head_stride] : 0.f;
     softmax = OnlineSoftmax<1>();
 #pragma unroll
@@ -390,14 +405,14 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     {
       const int n0 = cur.tiles.first * kN, stage = it % kS;
       sm90::mbar_arrive(k_empty(stage));
-      if (n_tiles == 1) release_q(q_cur);
+      if (own_tiles == 1) release_q(q_cur);
       probabilities(cur, slope, n0);  // O is 0: nothing to rescale
       if (kDropout && p.dropout_threshold) keep.apply(s);
       pack_p();
     }
     // Steady state: S[i] = Q.K[i] and O += P[i-1].V[i-1] in flight together;
     // the softmax of S[i] runs while P.V finishes, and O is rescaled after it.
-    for (int i = 1; i < n_tiles; ++i) {
+    for (int i = 1; i < own_tiles; ++i) {
       const int stage = (it + i) % kS, prev = (it + i - 1) % kS;
       const uint32_t parity = ((it + i) / kS) & 1, prev_parity = ((it + i - 1) / kS) & 1;
       const int n0 = (cur.tiles.first + i) * kN;
@@ -411,7 +426,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       sm90::wgmma_wait<1>();
       sm90::fence_registers(s_flat);
       sm90::mbar_arrive(k_empty(stage));
-      if (i == n_tiles - 1) release_q(q_cur);
+      if (i == own_tiles - 1) release_q(q_cur);
       probabilities(cur, slope, n0);
       // The softmax runs here, under this tile's P.V, only if ptxas keeps
       // the wait below it: ptxas moves a wgmma wait above arithmetic it does
@@ -427,8 +442,31 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       if (kDropout && p.dropout_threshold) keep.apply(s);
       pack_p();
     }
-    const int last = (it + n_tiles - 1) % kS;
-    const uint32_t last_parity = ((it + n_tiles - 1) / kS) & 1;
+    const int last = (it + own_tiles - 1) % kS;  // this consumer's last P.V
+    const uint32_t last_parity = ((it + own_tiles - 1) / kS) & 1;
+    if (own_tiles < n_tiles) {
+      // Its last P.V now, so its V stage is free before the producer refills
+      // it (kS tiles on); then the tiles past its rows: their turns passed,
+      // their stages released once full (an arrival before then would count
+      // toward the stage's previous use). No product is issued for them.
+      sm90::mbar_wait(v_full(last), last_parity);
+      issue_pv(last);
+      sm90::wgmma_wait<0>();
+      sm90::fence_registers(o_flat);
+      sm90::mbar_arrive(v_empty(last));
+      for (int i = own_tiles; i < n_tiles; ++i) {
+        const int stage = (it + i) % kS;
+        const uint32_t parity = ((it + i) / kS) & 1;
+        sm90::mbar_wait(k_full(stage), parity);
+        turn_begin();
+        turn_end();
+        sm90::mbar_arrive(k_empty(stage));
+        sm90::mbar_wait(v_full(stage), parity);
+        sm90::mbar_arrive(v_empty(stage));
+      }
+    }
+    const int item_last = (it + n_tiles - 1) % kS;  // the item's last KV tile
+    const uint32_t item_last_parity = ((it + n_tiles - 1) / kS) & 1;
     it += n_tiles;
     // The last KV tile's V with the rows past the sequence cleared: keys
     // there have probability 0, but their V rows (padding, or the next
@@ -437,9 +475,9 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     // only a padded batch or thd needs this. Every consumer passes here (the
     // condition is the item's), holding no turn.
     if ((cur.tiles.last + 1) * kN > cur.seq.len_kv && (p.packed || cur.seq.len_kv < p.s_kv)) {
-      sm90::mbar_wait(v_full(last), last_parity);
+      sm90::mbar_wait(v_full(item_last), item_last_parity);
       const int valid = max(0, cur.seq.len_kv - cur.tiles.last * kN);
-      char* v_gen = smem + (v_s - q_s) + last * Cfg::kSmemV;
+      char* v_gen = smem + (v_s - q_s) + item_last * Cfg::kSmemV;
       for (int idx = ctid; idx < (kN - valid) * (kDV / 8); idx += kConsumerThreads) {
         const int r = valid + idx / (kDV / 8), c = idx % (kDV / 8);
         *reinterpret_cast<uint4*>(v_gen + swizzled_offset(kN, r, c)) = make_uint4(0, 0, 0, 0);
@@ -461,13 +499,15 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       issue_qk(it % kS, q_next);
       turn_end();
       sm90::wgmma_wait<1>();
-    } else {
+    } else if (own_tiles == n_tiles) {  // otherwise done above
       sm90::mbar_wait(v_full(last), last_parity);
       issue_pv(last);
       sm90::wgmma_wait<0>();
     }
-    sm90::fence_registers(o_flat);
-    sm90::mbar_arrive(v_empty(last));
+    if (own_tiles == n_tiles) {
+      sm90::fence_registers(o_flat);
+      sm90::mbar_arrive(v_empty(last));
+    }
 
     float inv[1][2], row_lse[1][2];
     softmax.finish(inv, row_lse, unit, p.dropout_scale);
