@@ -325,8 +325,26 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       // consumers: at d 128 an aligned diagonal cuts both, and the test
       // moved d 256 from 48 to 92 B of spills.)
       if (n0 >= c.tiles.all_begin) {
-        if (Cfg::kConsumers == 2 || flash_sm80::row_keys(p, c.seq, c.m0 + wg_row0()).end < n0 + kN)
+        if (Cfg::kConsumers == 2) {
           flash_sm80::apply_mask<false>(s, p, c.seq, c.m0 + row0, n0, lane);
+        } else if (flash_sm80::row_keys(p, c.seq, c.m0 + wg_row0()).end < n0 + kN) {
+          // Where this consumer's last row sees nothing of the tile's right
+          // half (a diagonal in its left half: at 1k causal, half of the
+          // masked consumer tiles), the softmax runs on the left half alone
+          // and the right half's probabilities are 0.
+          const int r_last = min(c.rows, wg_row0() + 64) - 1;
+          if (flash_sm80::row_keys(p, c.seq, c.m0 + r_last).end <= n0 + kN / 2) {
+            auto& s_left = *reinterpret_cast<float(*)[1][NA / 2][4]>(&s);
+            flash_sm80::apply_mask<false>(s_left, p, c.seq, c.m0 + row0, n0, lane);
+            softmax.update(s_left, unit, correction);
+#pragma unroll
+            for (int na = NA / 2; na < NA; ++na)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) s[0][na][e] = 0.f;
+            return;
+          }
+          flash_sm80::apply_mask<false>(s, p, c.seq, c.m0 + row0, n0, lane);
+        }
       } else {
         flash_sm80::apply_mask(s, p, c.seq, c.m0 + row0, n0, lane);
       }
