@@ -43,8 +43,8 @@ std::vector<std::string> preference_order(const DeviceInfo& dev) {
   std::vector<std::string> order;
   if (!dev.device.is_cuda())
     order = {"reference"};
-  else if (dev.sm >= 90)  // flash_sm90 moves ahead of cudnn once it wins everywhere (docs/PERF.md, v16: 1.013x
-                          // geomean, but 0.85x at d 64 1k causal; forward only)
+  else if (dev.sm >= 90)  // flash_sm90 moves ahead of cudnn once it wins everywhere (docs/PERF.md, v17: 1.041x
+                          // geomean, but 0.90x at d 64 1k causal, 0.93x at d 128 1k; forward only)
     order = {"cudnn", "flash_sm90", "flash_sm80", "unfused"};
   else if (dev.sm >= 80)
     order = {"flash_sm80", "cudnn", "unfused"};
