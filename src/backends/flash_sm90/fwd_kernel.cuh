@@ -76,7 +76,9 @@ __device__ __forceinline__ WorkItem work_item(const FwdParams& p, int t) {
 // calls with dropout. Compiled into every call, its bits and code cost d 64
 // 240 B of spills (the softmax's running max and sum reloaded on every tile)
 // and d 128 / d 256 4 / 48 B; the build without has 0 / 4 / 4 B
-// (FlashAttention compiles its dropout kernels apart too).
+// (FlashAttention compiles its dropout kernels apart too). Its tests keep
+// p.dropout_threshold beside kDropout: with kDropout alone ptxas spilled
+// 480 B at d 64, not 240.
 template <typename T, int kDQK, int kDV, bool kDropout>
 __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ Sm90FwdParams args) {
@@ -462,7 +464,8 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     }
     const int last = (it + own_tiles - 1) % kS;  // this consumer's last P.V
     const uint32_t last_parity = ((it + own_tiles - 1) / kS) & 1;
-    if (own_tiles < n_tiles) {
+    const bool early = own_tiles < n_tiles;  // this consumer's rows end before the item's last tile
+    if (early) {
       // Its last P.V now, so its V stage is free before the producer refills
       // it (kS tiles on); then the tiles past its rows: their turns passed,
       // their stages released once full (an arrival before then would count
@@ -517,12 +520,12 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       issue_qk(it % kS, q_next);
       turn_end();
       sm90::wgmma_wait<1>();
-    } else if (own_tiles == n_tiles) {  // otherwise done above
+    } else if (!early) {  // otherwise done above
       sm90::mbar_wait(v_full(last), last_parity);
       issue_pv(last);
       sm90::wgmma_wait<0>();
     }
-    if (own_tiles == n_tiles) {
+    if (!early) {
       sm90::fence_registers(o_flat);
       sm90::mbar_arrive(v_empty(last));
     }
