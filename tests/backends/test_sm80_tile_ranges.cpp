@@ -99,5 +99,52 @@ TEST(Sm80TileRanges, MatchTheMaskRuleOnRandomProblems) {
   }
 }
 
+// row_key_end() (the end-only masks' 32-bit end) decides every key at or
+// past the row's first key as the rule does, for every row of the sequence.
+void check_row_key_end(const Case& c) {
+  SCOPED_TRACE(c.name());
+  FwdParams p;
+  p.window_left = c.left;
+  p.window_right = c.right;
+  SeqExtent s;
+  s.len_q = c.len_q;
+  s.len_kv = c.len_kv;
+  s.shift = alignment_shift<int>(c.bottom_right, c.len_q, c.len_kv);
+  for (int i = 0; i < c.len_q; ++i) {
+    const KeyRange<int> keys = row_keys(p, s, i);
+    const int end = row_key_end(p, s, i);
+    for (int j = keys.begin; j <= c.len_kv + 2; ++j)
+      ASSERT_EQ(j < end, keys.contains(j)) << "row " << i << ", key " << j << ", end " << end;
+  }
+}
+
+TEST(Sm80TileRanges, RowKeyEndMatchesTheRule) {
+  for (int len_q : {1, 63, 200})
+    for (int len_kv : {1, 64, 300})
+      for (bool br : {false, true})
+        for (int64_t left : {-1, 0, 64})
+          for (int64_t right : {int64_t{-1}, int64_t{0}, int64_t{1}, int64_t{70}, int64_t{1} << 40})
+            check_row_key_end({len_q, len_kv, br, left, right});
+  std::mt19937 rng(12);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int len_q = 1 + static_cast<int>(rng() % 500), len_kv = 1 + static_cast<int>(rng() % 500);
+    const int64_t right = rng() % 3 == 0 ? -1 : static_cast<int64_t>(rng() % 1200);
+    check_row_key_end({len_q, len_kv, rng() % 2 == 1, -1, right});
+  }
+}
+
+// Element k of a thread's accumulator row is column 8 (k / 2) + k % 2 past
+// the thread's first one (mma.cuh): accumulator_prefix(end) counts those
+// before `end`, and they are the first ones.
+TEST(Sm80TileRanges, AccumulatorPrefixCountsTheVisibleElements) {
+  for (int end = -40; end <= 200; ++end) {
+    const int count = accumulator_prefix(end);
+    for (int k = 0; k < 48; ++k) {
+      const int column = 8 * (k / 2) + k % 2;
+      ASSERT_EQ(column < end, k < count) << "end " << end << ", element " << k;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attn::flash_sm80

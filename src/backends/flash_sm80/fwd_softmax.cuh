@@ -86,6 +86,32 @@ __device__ __forceinline__ void apply_mask(float (&s)[MA][NA][4], const FwdParam
     }
 }
 
+// apply_mask<false> as bits (only the rows' ends cut): per row one word
+// whose low accumulator_prefix(end) bits are set, tested bit by bit. Tests of
+// consecutive bits of one word compile to R2P, seven predicates per
+// instruction, instead of one ISETP per element (FlashAttention 4's mask
+// does the same), and row_key_end() is 32-bit. flash_sm90's d 64 forward:
+// 1k causal +3%, the other points level or better (PERF.md, v18).
+template <int MA, int NA>
+__device__ __forceinline__ void apply_mask_ends(float (&s)[MA][NA][4], const FwdParams& p, const SeqExtent& seq,
+                                                int row0, int n0, int lane) {
+  static_assert(2 * NA <= 32, "one word of bits per row");
+  const int col0 = n0 + 2 * (lane & 3);
+#pragma unroll
+  for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int end = row_key_end(p, seq, row0 + 16 * ma + 8 * h + (lane >> 2)) - col0;
+      // PTX's shl gives 0 for shifts of 32 or more: a count >= 32 keeps every bit.
+      uint32_t bits;
+      asm("shl.b32 %0, 1, %1;" : "=r"(bits) : "r"(max(accumulator_prefix(end), 0)));
+      bits -= 1u;
+#pragma unroll
+      for (int k = 0; k < 2 * NA; ++k)
+        if (!(bits & (1u << k))) s[ma][k / 2][2 * h + k % 2] = -INFINITY;
+    }
+}
+
 // The same mask tested key by key: the backward's form. (The bounds form
 // above, in the backward, moved ptxas to 24-28 B of spills in the sm_80 d 128
 // loop, which has none with this one.)

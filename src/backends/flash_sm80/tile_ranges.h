@@ -29,6 +29,28 @@ ATTN_HOST_DEVICE KeyRange<int> row_keys(const FwdParams& p, const SeqExtent& s, 
   return {static_cast<int>(r.begin), static_cast<int>(r.end)};
 }
 
+// Row i's end of keys, for a tile at or past every row's first key (where
+// only the ends cut): for any key j >= row_keys(p, s, i).begin, j < this end
+// exactly when j < row_keys(p, s, i).end. In 32 bits and without the clamp of
+// an empty row's end up to its begin (at or before such a tile anyway), so a
+// fraction of row_keys()'s 64-bit cost on the masked tiles' critical path.
+// Rows outside [0, len_q) are not valid rows: their end is not 0 here.
+// i + shift >= -len_q, so a window wider than len_q + len_kv reaches the
+// last key and is clamped to that (no overflow below 2^29 tokens per sequence).
+ATTN_HOST_DEVICE int row_key_end(const FwdParams& p, const SeqExtent& s, int i) {
+  if (p.window_right < 0) return s.len_kv;
+  const int right = static_cast<int>(lesser(p.window_right, static_cast<int64_t>(s.len_q) + s.len_kv));
+  return lesser(i + s.shift + right + 1, s.len_kv);
+}
+
+// How many of a row's accumulator elements lie before key column `end`
+// (relative to the thread's first column): element k = 2 na + e is column
+// 8 na + e (mma.cuh's layout), so elements [0, count) are the visible ones.
+// Non-positive when end is.
+ATTN_HOST_DEVICE int accumulator_prefix(int end) {
+  return (end >> 3) * 2 + lesser(end & 7, 2);
+}
+
 // The KV tiles of query rows [m0, m0 + kBlockM): tiles first..last (none when
 // last < first), and the keys [all_begin, all_end) that every valid row sees,
 // so a tile inside them needs no per-element mask. Both ends of a row's range
