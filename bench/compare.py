@@ -10,7 +10,10 @@ FLOPs: 4*b*h*s*s*d forward (halved for causal), backward 2.5x (DESIGN.md).
 Timing: CUDA events, warm-up, median of repeats (~200 ms per point), two input
 sets alternated (each set is hundreds of MB, far beyond L2).
 
-    python bench/compare.py [--quick] [--out DIR]
+    python bench/compare.py [--quick] [--dropout P] [--out DIR]
+
+--dropout P times every implementation with dropout probability P (the
+forward of a training step; the backward replays the same dropout).
 """
 import argparse
 import itertools
@@ -74,30 +77,32 @@ def make_sets(b, s, h, d, n=2):
     return sets
 
 
-def attn_fns(causal, backend=None):
+def attn_fns(causal, backend=None, dropout=0.0):
     mask = "causal" if causal else "no_mask"
 
     def fwd(t):
         q, k, v, _ = t
-        attn.forward(q, k, v, mask=mask, backend=backend)
+        attn.forward(q, k, v, mask=mask, backend=backend, dropout_p=dropout)
 
     def bwd_prep(sets):
-        return [(q, k, v, dout) + attn.forward(q, k, v, mask=mask, return_lse=True, backend=backend)
+        return [(q, k, v, dout) + attn.forward(q, k, v, mask=mask, return_lse=True, backend=backend,
+                                               dropout_p=dropout)
                 for q, k, v, dout in sets]
 
     def bwd(t):
         q, k, v, dout, out, lse = t
-        attn.backward(q, k, v, out, dout, lse, mask=mask, backend=backend)
+        attn.backward(q, k, v, out, dout, lse, mask=mask, backend=backend, dropout_p=dropout)
 
     return fwd, bwd_prep, bwd
 
 
-def sdpa_fns(backend, causal):
+def sdpa_fns(backend, causal, dropout=0.0):
     # SDPA takes [b, h, s, d]: transposed views of the same bshd tensors.
     def fwd(t):
         q, k, v, _ = t
         with sdpa_kernel(backend):
-            F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal)
+            F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal,
+                                           dropout_p=dropout)
 
     # Backward alone: the forward runs once per input set here, and each timed
     # call replays its saved graph (retain_graph), as attn.backward reads a saved out/lse.
@@ -106,7 +111,7 @@ def sdpa_fns(backend, causal):
         for q, k, v, dout in sets:
             qg, kg, vg = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
             with sdpa_kernel(backend):
-                out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+                out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal, dropout_p=dropout)
             prepared.append((qg, kg, vg, dout.transpose(1, 2), out))
         return prepared
 
@@ -212,13 +217,14 @@ def main():
     ap.add_argument("--backend", default=None, help="force this attn backend (default: attn's choice)")
     ap.add_argument("--fwd-only", action="store_true", help="time the forward only")
     ap.add_argument("--dims", default="64,128,256", help="head dims of the grid, comma-separated")
+    ap.add_argument("--dropout", type=float, default=0.0, help="dropout probability for every implementation")
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for compare.json and compare.png")
     args = ap.parse_args()
     dev = torch.cuda.get_device_name()
     impls = {
-        "attn": lambda c: attn_fns(c, args.backend),
-        "sdpa_cudnn": lambda c: sdpa_fns(SDPBackend.CUDNN_ATTENTION, c),
-        "sdpa_flash": lambda c: sdpa_fns(SDPBackend.FLASH_ATTENTION, c),
+        "attn": lambda c: attn_fns(c, args.backend, args.dropout),
+        "sdpa_cudnn": lambda c: sdpa_fns(SDPBackend.CUDNN_ATTENTION, c, args.dropout),
+        "sdpa_flash": lambda c: sdpa_fns(SDPBackend.FLASH_ATTENTION, c, args.dropout),
     }
     rows = []
     for d, s, causal in grid(args.quick, [int(x) for x in args.dims.split(",")]):
@@ -240,7 +246,7 @@ def main():
         print(f"done d={d} s={s} causal={causal}", file=sys.stderr, flush=True)
 
     flex_rows = [] if args.no_flex else flex_cases(dev, args.backend)
-    record = {"device": dev, "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
+    record = {"device": dev, "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "dropout": args.dropout,
               "attn_backends": attn.backends(), "rows": rows, "flex_rows": flex_rows}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "compare.json"), "w") as f:
@@ -253,7 +259,7 @@ def main():
     def ratio(a, b, p):
         return f"{a[p + '_tflops'] / b[p + '_tflops']:5.2f}" if p + "_tflops" in a and p + "_tflops" in b else "    -"
 
-    print(f"device: {dev}; TFLOP/s (bf16); /cud = attn / sdpa_cudnn, /fl = attn / sdpa_flash")
+    print(f"device: {dev}; TFLOP/s (bf16{f', dropout {args.dropout}' if args.dropout else ''}); /cud = attn / sdpa_cudnn, /fl = attn / sdpa_flash")
     print(" d  seqlen causal backend    |  fwd attn  cudnn  flash  /cud   /fl |  bwd attn  cudnn  flash  /cud   /fl")
     for r in rows:
         line = f"{r['d']:3d} {r['seqlen']:6d} {str(r['causal'])[0]:>6} {r.get('attn_backend', '-'):10s} |"

@@ -242,6 +242,15 @@ struct KeepBits {
 
   __device__ __forceinline__ static constexpr int bit(int ma, int na, int e) { return (ma * NA + na) * 4 + e; }
 
+  // The keep bits of row i's two columns j, j + 1 (j even) as bits 0 and 1.
+  __device__ __forceinline__ static uint32_t pair(const FwdParams& p, uint32_t bh, uint32_t i, uint32_t j) {
+    const PhiloxBlock r = philox4x32_10(PhiloxBlock{{j >> 2, i, bh, p.offset}}, static_cast<uint32_t>(p.seed),
+                                        static_cast<uint32_t>(p.seed >> 32));
+    const bool lo = (j & 3u) == 0;
+    const uint32_t r0 = lo ? r.x[0] : r.x[2], r1 = lo ? r.x[1] : r.x[3];
+    return (r0 >= p.dropout_threshold ? 1u : 0u) | (r1 >= p.dropout_threshold ? 2u : 0u);
+  }
+
   __device__ __forceinline__ void compute(const FwdParams& p, uint32_t bh, int row0, int n0, int lane) {
 #pragma unroll
     for (int w = 0; w < (kBits + 31) / 32; ++w) word[w] = 0u;
@@ -253,13 +262,32 @@ struct KeepBits {
 #pragma unroll
         for (int na = 0; na < NA; ++na) {
           const uint32_t j = static_cast<uint32_t>(n0 + 8 * na + 2 * (lane & 3));
-          const PhiloxBlock r = philox4x32_10(PhiloxBlock{{j >> 2, i, bh, p.offset}},
-                                              static_cast<uint32_t>(p.seed), static_cast<uint32_t>(p.seed >> 32));
-          const bool lo = (j & 3u) == 0;
-          const uint32_t r0 = lo ? r.x[0] : r.x[2], r1 = lo ? r.x[1] : r.x[3];
-          const int b0 = bit(ma, na, 2 * h), b1 = bit(ma, na, 2 * h + 1);
-          word[b0 / 32] |= (r0 >= p.dropout_threshold ? 1u : 0u) << (b0 % 32);
-          word[b1 / 32] |= (r1 >= p.dropout_threshold ? 1u : 0u) << (b1 % 32);
+          const int b = bit(ma, na, 2 * h);
+          word[b / 32] |= pair(p, bh, i, j) << (b % 32);
+        }
+      }
+  }
+
+  // The same bits, one Philox block at a time (a rolled loop over the eight
+  // column blocks of each word): few registers in flight, where compute()'s
+  // unrolled blocks beside live S, P and O spill (flash_sm90's d 64 consumers,
+  // 160 registers: 260 B of spills with compute(), none with this).
+  __device__ __forceinline__ void compute_rolled(const FwdParams& p, uint32_t bh, int row0, int n0, int lane) {
+    static_assert(MA == 1 || NA % 8 == 0, "each word holds eight column blocks of one row group");
+#pragma unroll
+    for (int w = 0; w < (kBits + 31) / 32; ++w) word[w] = 0u;
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t i = static_cast<uint32_t>(row0 + 16 * ma + 8 * h + (lane >> 2));
+#pragma unroll
+        for (int na0 = 0; na0 < NA; na0 += 8) {
+          uint32_t bits = 0u;
+#pragma unroll 1
+          for (int k = 0; k < 8 && na0 + k < NA; ++k)
+            bits |= pair(p, bh, i, static_cast<uint32_t>(n0 + 8 * (na0 + k) + 2 * (lane & 3))) << (4 * k + 2 * h);
+          word[bit(ma, na0, 0) / 32] |= bits;  // bit(ma, na0, 0) % 32 == 0
         }
       }
   }
