@@ -251,6 +251,16 @@ struct KeepBits {
     return (r0 >= p.dropout_threshold ? 1u : 0u) | (r1 >= p.dropout_threshold ? 2u : 0u);
   }
 
+  // The keep bits of row i's keys 4 (j / 4) .. + 3 (one Philox block) as bits 0-3.
+  __device__ __forceinline__ static uint32_t quad(const FwdParams& p, uint32_t bh, uint32_t i, uint32_t j) {
+    const PhiloxBlock r = philox4x32_10(PhiloxBlock{{j >> 2, i, bh, p.offset}}, static_cast<uint32_t>(p.seed),
+                                        static_cast<uint32_t>(p.seed >> 32));
+    uint32_t bits = 0u;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) bits |= (r.x[e] >= p.dropout_threshold ? 1u : 0u) << e;
+    return bits;
+  }
+
   __device__ __forceinline__ void compute(const FwdParams& p, uint32_t bh, int row0, int n0, int lane) {
 #pragma unroll
     for (int w = 0; w < (kBits + 31) / 32; ++w) word[w] = 0u;
@@ -268,28 +278,36 @@ struct KeepBits {
       }
   }
 
-  // The same bits, one Philox block at a time (a rolled loop over the eight
-  // column blocks of each word): few registers in flight, where compute()'s
-  // unrolled blocks beside live S, P and O spill (flash_sm90's d 64 consumers,
-  // 160 registers: 260 B of spills with compute(), none with this).
-  __device__ __forceinline__ void compute_rolled(const FwdParams& p, uint32_t bh, int row0, int n0, int lane) {
-    static_assert(MA == 1 || NA % 8 == 0, "each word holds eight column blocks of one row group");
+  // compute()'s bits from half its Philox blocks: lanes l and l ^ 1 hold
+  // the two column pairs of one block (keys 4 (j / 4) .. + 3), so each lane
+  // computes the blocks of every other na for both and hands its partner two
+  // bits per block, one shuffle per word. Every lane of the warp takes part.
+  __device__ __forceinline__ void compute_paired(const FwdParams& p, uint32_t bh, int row0, int n0, int lane) {
+    static_assert(NA % 2 == 0 && (MA == 1 || NA % 8 == 0), "pairs of na, each word one row group's");
+    constexpr int kWords = (kBits + 31) / 32;
+    uint32_t theirs[kWords];
 #pragma unroll
-    for (int w = 0; w < (kBits + 31) / 32; ++w) word[w] = 0u;
+    for (int w = 0; w < kWords; ++w) word[w] = theirs[w] = 0u;
+    const uint32_t odd = lane & 1;
 #pragma unroll
     for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const uint32_t i = static_cast<uint32_t>(row0 + 16 * ma + 8 * h + (lane >> 2));
 #pragma unroll
-        for (int na0 = 0; na0 < NA; na0 += 8) {
-          uint32_t bits = 0u;
-#pragma unroll 1
-          for (int k = 0; k < 8 && na0 + k < NA; ++k)
-            bits |= pair(p, bh, i, static_cast<uint32_t>(n0 + 8 * (na0 + k) + 2 * (lane & 3))) << (4 * k + 2 * h);
-          word[bit(ma, na0, 0) / 32] |= bits;  // bit(ma, na0, 0) % 32 == 0
+        for (int k = 0; k < NA; k += 2) {
+          // na = k + odd: the block of this lane's columns there, bits 0-1
+          // the even lane's, 2-3 the odd lane's.
+          const uint32_t j = static_cast<uint32_t>(n0 + 8 * k + 2 * (lane & 2)) + 8 * odd;
+          const uint32_t both = quad(p, bh, i, j);
+          const int b = bit(ma, k, 2 * h);  // na = k; na = k + 1 is 4 bits on, in the same word
+          const uint32_t shift = b % 32 + 4 * odd;
+          word[b / 32] |= (both >> (2 * odd) & 3u) << shift;
+          theirs[b / 32] |= (both >> (2 - 2 * odd) & 3u) << shift;
         }
       }
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) word[w] |= __shfl_xor_sync(0xffffffffu, theirs[w], 1);
   }
 
   // Zeroes the dropped probabilities (the sum, hence lse, already has them).

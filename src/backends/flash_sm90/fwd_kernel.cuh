@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       const Item c = load_item(t);
       if (c.rows_out <= c.row_begin) continue;
       if (c.has_work()) {
-        if (kDropout && p.dropout_threshold) keep.compute_rolled(p, head_index(c), c.m0 + row0, c.tiles.first * kN, lane);
+        if (kDropout && p.dropout_threshold) keep.compute_paired(p, head_index(c), c.m0 + row0, c.tiles.first * kN, lane);
         ++taken;
         return c;
       }
@@ -436,7 +436,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       const int stage = (it + i) % kS, prev = (it + i - 1) % kS;
       const uint32_t parity = ((it + i) / kS) & 1, prev_parity = ((it + i - 1) / kS) & 1;
       const int n0 = (cur.tiles.first + i) * kN;
-      if (kDropout && p.dropout_threshold) keep.compute_rolled(p, head_index(cur), cur.m0 + row0, n0, lane);
+      if (kDropout && p.dropout_threshold) keep.compute_paired(p, head_index(cur), cur.m0 + row0, n0, lane);
       sm90::mbar_wait(k_full(stage), parity);
       sm90::mbar_wait(v_full(prev), prev_parity);
       turn_begin();
