@@ -43,9 +43,10 @@ std::vector<std::string> preference_order(const DeviceInfo& dev) {
   std::vector<std::string> order;
   if (!dev.device.is_cuda())
     order = {"reference"};
-  else if (dev.sm >= 90)  // flash_sm90 moves ahead of cudnn once it wins everywhere (docs/PERF.md, v17: 1.041x
-                          // geomean, but 0.90x at d 64 1k causal, 0.93x at d 128 1k; forward only)
-    order = {"cudnn", "flash_sm90", "flash_sm80", "unfused"};
+  else if (dev.sm >= 90)  // flash_sm90 first: its forward is 1.04x cuDNN's over ANCHORS.md's grid (no point
+                          // below 0.93x) and 1.5-1.7x FlexAttention on windows and packed documents (docs/PERF.md,
+                          // v18). It has no backward: cudnn (or flash_sm80) runs that.
+    order = {"flash_sm90", "cudnn", "flash_sm80", "unfused"};
   else if (dev.sm >= 80)
     order = {"flash_sm80", "cudnn", "unfused"};
   else

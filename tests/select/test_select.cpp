@@ -64,10 +64,10 @@ TEST(Select, PreferenceOrderPerArchitecture) {
   const auto sm90 = preference_order(simulated_device("sm90"));
   const auto sm80 = preference_order(simulated_device("sm80"));
   const auto cpu = preference_order(DeviceInfo{});
-  // cudnn leads on Hopper until flash_sm90 wins (docs/PERF.md); flash_sm90 is next, ahead of flash_sm80.
+  // flash_sm90 leads on Hopper since it beats cuDNN's forward (docs/PERF.md, v18); cudnn runs the backward.
   ASSERT_GE(sm90.size(), 3u);
-  EXPECT_EQ(sm90[0], "cudnn");
-  EXPECT_EQ(sm90[1], "flash_sm90");
+  EXPECT_EQ(sm90[0], "flash_sm90");
+  EXPECT_EQ(sm90[1], "cudnn");
   EXPECT_EQ(sm90[2], "flash_sm80");
   EXPECT_EQ(sm80.front(), "flash_sm80");
   EXPECT_EQ(cpu.front(), "reference");
