@@ -185,7 +185,15 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     // The next item is taken once this one's loads are issued (a few KV
     // tiles before the consumers need it), not earlier: an item reserved
     // while another runs is one an idle SM cannot take.
-    for (int t = blockIdx.x;; t = atomicAdd(args.item_counter, 1) + static_cast<int>(gridDim.x), ++taken) {
+    // The grid's size read where it is used (a volatile read of %nctaid.x):
+    // ptxas otherwise keeps gridDim.x across the loop in the producer's 24
+    // registers and spills it (the 4 B of d >= 128).
+    auto grid_ctas = [] {
+      int n;
+      asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(n));
+      return n;
+    };
+    for (int t = blockIdx.x;; t = atomicAdd(args.item_counter, 1) + grid_ctas(), ++taken) {
       sm90::mbar_wait(item_empty(taken & 1), ((taken >> 1) & 1) ^ 1);
       asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(item_slots + 4 * (taken & 1)), "r"(t) : "memory");
       sm90::mbar_arrive(item_full(taken & 1));  // release: the consumers see the index
