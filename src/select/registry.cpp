@@ -44,7 +44,7 @@ std::vector<std::string> preference_order(const DeviceInfo& dev) {
   if (!dev.device.is_cuda())
     order = {"reference"};
   else if (dev.sm >= 90)  // flash_sm90 first: its forward is 1.04x cuDNN's over ANCHORS.md's grid (no point
-                          // below 0.93x) and 1.5-1.7x FlexAttention on windows and packed documents (docs/PERF.md,
+                          // below 0.929x) and 1.5-1.7x FlexAttention on windows and packed documents (docs/PERF.md,
                           // v18). It has no backward: cudnn (or flash_sm80) runs that.
     order = {"flash_sm90", "cudnn", "flash_sm80", "unfused"};
   else if (dev.sm >= 80)
