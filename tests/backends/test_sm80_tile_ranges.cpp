@@ -24,19 +24,27 @@ struct Case {
     return "len_q " + std::to_string(len_q) + " len_kv " + std::to_string(len_kv) + (bottom_right ? " br" : " tl") +
            " window " + std::to_string(left) + "," + std::to_string(right);
   }
+  FwdParams params() const {
+    FwdParams p;
+    p.window_left = left;
+    p.window_right = right;
+    p.bottom_right = bottom_right;
+    return p;
+  }
+  SeqExtent extent() const {
+    SeqExtent s;
+    s.len_q = len_q;
+    s.len_kv = len_kv;
+    s.shift = alignment_shift<int>(bottom_right, len_q, len_kv);
+    return s;
+  }
 };
 
 template <int kM, int kN>
 void check(const Case& c) {
   SCOPED_TRACE(c.name() + " kM " + std::to_string(kM) + " kN " + std::to_string(kN));
-  FwdParams p;
-  p.window_left = c.left;
-  p.window_right = c.right;
-  p.bottom_right = c.bottom_right;
-  SeqExtent s;
-  s.len_q = c.len_q;
-  s.len_kv = c.len_kv;
-  s.shift = alignment_shift<int>(c.bottom_right, c.len_q, c.len_kv);
+  const FwdParams p = c.params();
+  const SeqExtent s = c.extent();
   auto keys = [&](int i) { return visible_keys<int64_t>(i, s.len_q, s.len_kv, s.shift, c.left, c.right); };
   const int m_tiles = (c.len_q + kM - 1) / kM, n_tiles = (c.len_kv + kN - 1) / kN;
   for (int n = 0; n < n_tiles; ++n) {
@@ -103,13 +111,8 @@ TEST(Sm80TileRanges, MatchTheMaskRuleOnRandomProblems) {
 // past the row's first key as the rule does, for every row of the sequence.
 void check_row_key_end(const Case& c) {
   SCOPED_TRACE(c.name());
-  FwdParams p;
-  p.window_left = c.left;
-  p.window_right = c.right;
-  SeqExtent s;
-  s.len_q = c.len_q;
-  s.len_kv = c.len_kv;
-  s.shift = alignment_shift<int>(c.bottom_right, c.len_q, c.len_kv);
+  const FwdParams p = c.params();
+  const SeqExtent s = c.extent();
   for (int i = 0; i < c.len_q; ++i) {
     const KeyRange<int> keys = row_keys(p, s, i);
     const int end = row_key_end(p, s, i);
