@@ -242,10 +242,15 @@ struct KeepBits {
 
   __device__ __forceinline__ static constexpr int bit(int ma, int na, int e) { return (ma * NA + na) * 4 + e; }
 
+  // The Philox block of row i's keys 4 (j / 4) .. + 3 (include/attn/philox.h's counter).
+  __device__ __forceinline__ static PhiloxBlock block(const FwdParams& p, uint32_t bh, uint32_t i, uint32_t j) {
+    return philox4x32_10(PhiloxBlock{{j >> 2, i, bh, p.offset}}, static_cast<uint32_t>(p.seed),
+                         static_cast<uint32_t>(p.seed >> 32));
+  }
+
   // The keep bits of row i's two columns j, j + 1 (j even) as bits 0 and 1.
   __device__ __forceinline__ static uint32_t pair(const FwdParams& p, uint32_t bh, uint32_t i, uint32_t j) {
-    const PhiloxBlock r = philox4x32_10(PhiloxBlock{{j >> 2, i, bh, p.offset}}, static_cast<uint32_t>(p.seed),
-                                        static_cast<uint32_t>(p.seed >> 32));
+    const PhiloxBlock r = block(p, bh, i, j);
     const bool lo = (j & 3u) == 0;
     const uint32_t r0 = lo ? r.x[0] : r.x[2], r1 = lo ? r.x[1] : r.x[3];
     return (r0 >= p.dropout_threshold ? 1u : 0u) | (r1 >= p.dropout_threshold ? 2u : 0u);
@@ -253,8 +258,7 @@ struct KeepBits {
 
   // The keep bits of row i's keys 4 (j / 4) .. + 3 (one Philox block) as bits 0-3.
   __device__ __forceinline__ static uint32_t quad(const FwdParams& p, uint32_t bh, uint32_t i, uint32_t j) {
-    const PhiloxBlock r = philox4x32_10(PhiloxBlock{{j >> 2, i, bh, p.offset}}, static_cast<uint32_t>(p.seed),
-                                        static_cast<uint32_t>(p.seed >> 32));
+    const PhiloxBlock r = block(p, bh, i, j);
     uint32_t bits = 0u;
 #pragma unroll
     for (int e = 0; e < 4; ++e) bits |= (r.x[e] >= p.dropout_threshold ? 1u : 0u) << e;

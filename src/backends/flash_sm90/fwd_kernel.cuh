@@ -74,11 +74,11 @@ __device__ __forceinline__ WorkItem work_item(const FwdParams& p, int t) {
 
 // kDropout: the build with dropout's path (Philox bits per tile), run for
 // calls with dropout. Compiled into every call, its bits and code cost d 64
-// 240 B of spills (the softmax's running max and sum reloaded on every tile)
-// and d 128 / d 256 4 / 48 B; the build without has 0 / 4 / 4 B
-// (FlashAttention compiles its dropout kernels apart too). Its tests keep
-// p.dropout_threshold beside kDropout: with kDropout alone ptxas spilled
-// 480 B at d 64, not 240.
+// 240 B of spills (the softmax's running max and sum reloaded on every tile;
+// PERF.md v17), so it is a build apart, as FlashAttention's dropout kernels
+// are; with KeepBits::compute_paired every build has 0 B (v18). Its tests
+// keep p.dropout_threshold beside kDropout: with kDropout alone ptxas spilled
+// 480 B at d 64 (v17), not 240.
 template <typename T, int kDQK, int kDV, bool kDropout>
 __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ Sm90FwdParams args) {
