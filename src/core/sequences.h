@@ -14,6 +14,15 @@ namespace attn::detail {
 // Copies an int32 tensor (host or device memory) into a host vector.
 std::vector<int32_t> read_int32(const TensorView& t);
 
+// Copies two int32 tensors (cu_seqlens_q and cu_seqlens_kv) into host vectors
+// with one wait for the device, and one copy when both are the same view (as
+// in self-attention). The GPU idles from that wait until the call's kernel is
+// launched, so each copy it saves counts in the call's time.
+struct Int32Pair {
+  std::vector<int32_t> first, second;
+};
+Int32Pair read_int32_pair(const TensorView& a, const TensorView& b);
+
 struct Sequences {
   std::vector<int64_t> len_q, len_kv;      // true lengths per sequence
   std::vector<int64_t> start_q, start_kv;  // thd: first token; bshd/sbhd: 0

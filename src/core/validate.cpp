@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attn/error.h"
@@ -109,11 +110,8 @@ bool is_causal_mask(MaskType m) {
 }
 bool is_top_left(MaskType m) { return m == MaskType::causal || m == MaskType::padding_causal; }
 
-// Checks one cu_seqlens tensor and returns the longest sequence in it (-1 when
-// the values were not read).
-int64_t check_cu_seqlens(const TensorView& cu, const char* name, const Device& device,
-                         int64_t batch_expected, int64_t tokens, int64_t padded_len, QkvFormat f,
-                         bool read_values) {
+// Checks one cu_seqlens tensor's dtype, rank, length and device.
+void check_cu_seqlens_shape(const TensorView& cu, const char* name, const Device& device, int64_t batch_expected) {
   if (cu.dtype != DType::i32)
     bad_type(std::string(name) + " has the wrong dtype", dtype_name(cu.dtype), "int32",
              std::string("convert it: ") + name + ".to(torch.int32)");
@@ -128,8 +126,12 @@ int64_t check_cu_seqlens(const TensorView& cu, const char* name, const Device& d
     bad_value(std::string(name) + " has the wrong length", str(cu.size(0)),
               str(batch_expected + 1) + " (batch + 1 = " + str(batch_expected) + " + 1)",
               "pass one offset per sequence plus the leading 0");
-  if (!read_values) return -1;
-  const std::vector<int32_t> v = detail::read_int32(cu);
+}
+
+// Checks the values of one cu_seqlens tensor (read by read_cu_seqlens) and
+// returns the longest sequence in it.
+int64_t check_cu_seqlens_values(const std::vector<int32_t>& v, const char* name, int64_t tokens,
+                                int64_t padded_len, QkvFormat f) {
   if (v[0] != 0)
     bad_value(std::string(name) + "[0] must be 0", str(v[0]), "0",
               "cumulative lengths start at 0: [0, len_0, len_0 + len_1, ...]");
@@ -150,6 +152,20 @@ int64_t check_cu_seqlens(const TensorView& cu, const char* name, const Device& d
               "at most " + str(padded_len) + " (the tensor's sequence dimension)",
               "cu_seqlens of a padded batch give the true lengths, each at most the padded length");
   return longest;
+}
+
+// Shapes of both cu_seqlens, then (with check_seqlens) their values, read
+// together: the read waits for the device, and the GPU idles from then until
+// the call's kernel starts. Returns the longest sequences, -1 when not read.
+std::pair<int64_t, int64_t> check_cu_seqlens(const Inputs& in, const Options& o, const Device& device,
+                                             int64_t batch_q, int64_t batch_kv, int64_t tokens_q,
+                                             int64_t tokens_kv, int64_t padded_q, int64_t padded_kv) {
+  check_cu_seqlens_shape(in.cu_seqlens_q, "cu_seqlens_q", device, batch_q);
+  check_cu_seqlens_shape(in.cu_seqlens_kv, "cu_seqlens_kv", device, batch_kv);
+  if (!o.check_seqlens) return {-1, -1};
+  const detail::Int32Pair v = detail::read_int32_pair(in.cu_seqlens_q, in.cu_seqlens_kv);
+  return {check_cu_seqlens_values(v.first, "cu_seqlens_q", tokens_q, padded_q, o.qkv_format),
+          check_cu_seqlens_values(v.second, "cu_seqlens_kv", tokens_kv, padded_kv, o.qkv_format)};
 }
 
 // The part of validation both passes share: inputs, sequences, masks, bias.
@@ -213,8 +229,7 @@ Problem derive(const Options& o, const Inputs& in, Pass pass) {
   p.has_seqlens = has_cu_q;
   if (f == QkvFormat::thd) {
     p.batch = in.cu_seqlens_q.rank == 1 ? in.cu_seqlens_q.size(0) - 1 : 0;
-    const int64_t longest_q = check_cu_seqlens(in.cu_seqlens_q, "cu_seqlens_q", p.device, -1, p.total_q, 0, f, o.check_seqlens);
-    const int64_t longest_kv = check_cu_seqlens(in.cu_seqlens_kv, "cu_seqlens_kv", p.device, p.batch, p.total_kv, 0, f, o.check_seqlens);
+    const auto [longest_q, longest_kv] = check_cu_seqlens(in, o, p.device, -1, p.batch, p.total_q, p.total_kv, 0, 0);
     auto resolve_max = [&](int64_t given, int64_t longest, const char* name) -> int64_t {
       if (given < 0) bad_value(std::string(name) + " is negative", str(given), ">= 0 (0: derive from cu_seqlens)", "pass the longest sequence length");
       if (given == 0) {
@@ -235,8 +250,7 @@ Problem derive(const Options& o, const Inputs& in, Pass pass) {
     p.s_q = q.s;
     p.s_kv = k.s;
     if (has_cu_q) {
-      check_cu_seqlens(in.cu_seqlens_q, "cu_seqlens_q", p.device, p.batch, 0, p.s_q, f, o.check_seqlens);
-      check_cu_seqlens(in.cu_seqlens_kv, "cu_seqlens_kv", p.device, p.batch, 0, p.s_kv, f, o.check_seqlens);
+      check_cu_seqlens(in, o, p.device, p.batch, p.batch, 0, 0, p.s_q, p.s_kv);
     }
   }
 
