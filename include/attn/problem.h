@@ -55,8 +55,11 @@ struct Options {
   uint64_t seed = 0;
   uint64_t offset = 0;  // must be < 2^32 (one word of the Philox counter)
   bool deterministic = false;
-  // Read the values of cu_seqlens to validate them (a small device-to-host copy
-  // when they live on the GPU). Turn off only under CUDA graph capture.
+  // Read the values of cu_seqlens to validate them (one wait for the device and
+  // a small device-to-host copy when they live on the GPU; the GPU idles until
+  // the call's kernel is launched). Turn off, with max_seqlen given, under CUDA
+  // graph capture or where the caller built cu_seqlens itself: attn then trusts
+  // their values (wrong ones can make kernels read or write past the tensors).
   bool check_seqlens = true;
 };
 
