@@ -46,7 +46,7 @@ t4=$(date +%s)
 echo "== failures / skips"
 grep -E '\*\*\*|\(Skipped\)|Not Run' "$out/ctest.log" | head -40
 echo "== figures the GPU tests print"
-grep -hE "grid cases compared|cudnn dropout|cudnn plan cache|window boundaries" "$out/ctest.log" | sort -u
+grep -hE "grid cases compared|forward > backward|cudnn dropout|cudnn plan cache|window boundaries" "$out/ctest.log" | sort -u
 echo "== attn check cases"
 cat "$out/checks.txt"
 echo "== summary"

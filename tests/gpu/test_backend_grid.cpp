@@ -6,16 +6,15 @@
 #include <vector>
 
 #include "attn/attn.h"
+#include "gpu/backend_grid.h"
 #include "gpu/gpu_test_util.h"
 #include "testing/case.h"
 #include "testing/compare.h"
 
 namespace attn {
-namespace {
+namespace testing {
 
-using testing::CaseSpec;
-
-std::vector<CaseSpec> grid() {
+std::vector<CaseSpec> backend_grid() {
   std::vector<CaseSpec> cases;
   auto add = [&](CaseSpec s) { cases.push_back(s); };
   const MaskType masks[] = {MaskType::no_mask, MaskType::causal, MaskType::causal_bottom_right,
@@ -235,6 +234,11 @@ std::vector<CaseSpec> grid() {
   return cases;
 }
 
+}  // namespace testing
+namespace {
+
+using testing::CaseSpec;
+
 class BackendGrid : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BackendGrid, MatchesTheReference) {
@@ -243,7 +247,7 @@ TEST_P(BackendGrid, MatchesTheReference) {
   const DeviceInfo dev = query_device(Device::cuda(0));
   const Backend* be = find_backend(backend);
   int ran = 0, forward_only = 0, index = 0;
-  for (const CaseSpec& grid_spec : grid()) {
+  for (const CaseSpec& grid_spec : testing::backend_grid()) {
     SCOPED_TRACE("grid case " + std::to_string(index++));
     CaseSpec spec = grid_spec;
     Problem p = testing::problem_of(spec, spec.backward ? Pass::backward : Pass::forward, Device::cuda(0));
