@@ -45,8 +45,8 @@ std::vector<std::string> preference_order(const DeviceInfo& dev) {
     order = {"reference"};
   else if (dev.sm >= 90)  // flash_sm90 first: its forward is 1.04x cuDNN's over ANCHORS.md's grid (no point
                           // below 0.929x) and 1.5-1.7x FlexAttention on windows and packed documents (docs/PERF.md,
-                          // v18). It has no backward, so a call selected for both passes (attn.torch's
-                          // autograd) still gets cudnn.
+                          // v18). It has no backward: each pass is selected on its own, so a training
+                          // step runs its forward and cudnn's backward (tests/gpu/test_cross_pass.cpp).
     order = {"flash_sm90", "cudnn", "flash_sm80", "unfused"};
   else if (dev.sm >= 80)
     order = {"flash_sm80", "cudnn", "unfused"};
