@@ -65,9 +65,10 @@ class _Call:
     __slots__ = ("opts", "qkv_format", "cu_q", "cu_kv", "alibi", "attn_mask", "backend", "plain")
 
     def __init__(self, qkv_format, mask, window, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv, dropout_p,
-                 seed, offset, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, alibi_slopes, attn_mask):
+                 seed, offset, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, alibi_slopes, attn_mask,
+                 check_seqlens=True):
         self.opts = _attn._options(qkv_format, mask, window, softmax_scale, softcap, max_seqlen_q or None,
-                                   max_seqlen_kv or None, dropout_p, seed, offset, deterministic, True)
+                                   max_seqlen_kv or None, dropout_p, seed, offset, deterministic, check_seqlens)
         self.qkv_format = qkv_format
         self.cu_q, self.cu_kv, self.alibi, self.attn_mask = cu_seqlens_q, cu_seqlens_kv, alibi_slopes, attn_mask
         self.plain = cu_seqlens_q is None and cu_seqlens_kv is None and alibi_slopes is None and attn_mask is None
@@ -105,29 +106,29 @@ class _Call:
 
 
 def _op_call(rng_state, qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q,
-             max_seqlen_kv, dropout_p, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, alibi_slopes,
-             attn_mask) -> _Call:
+             max_seqlen_kv, dropout_p, deterministic, backend, check_seqlens, cu_seqlens_q, cu_seqlens_kv,
+             alibi_slopes, attn_mask) -> _Call:
     seed, offset = _seed_offset(rng_state)
     return _Call(qkv_format, mask, (window_left, window_right), softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
                  dropout_p, seed, offset, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, alibi_slopes,
-                 attn_mask)
+                 attn_mask, check_seqlens)
 
 
 def _forward_impl(q, k, v, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state, qkv_format, mask,
                   window_left, window_right, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv, dropout_p,
-                  deterministic, backend):
+                  deterministic, backend, check_seqlens):
     call = _op_call(rng_state, qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q,
-                    max_seqlen_kv, dropout_p, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, alibi_slopes,
-                    attn_mask)
+                    max_seqlen_kv, dropout_p, deterministic, backend, check_seqlens, cu_seqlens_q, cu_seqlens_kv,
+                    alibi_slopes, attn_mask)
     return call.forward(q, k, v, bias)
 
 
 def _backward_impl(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state,
                    qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
-                   dropout_p, deterministic, backend, bias_grad):
+                   dropout_p, deterministic, backend, check_seqlens, bias_grad):
     call = _op_call(rng_state, qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q,
-                    max_seqlen_kv, dropout_p, deterministic, backend, cu_seqlens_q, cu_seqlens_kv, alibi_slopes,
-                    attn_mask)
+                    max_seqlen_kv, dropout_p, deterministic, backend, check_seqlens, cu_seqlens_q, cu_seqlens_kv,
+                    alibi_slopes, attn_mask)
     dq, dk, dv, dbias = call.backward(dout, q, k, v, out, lse, bias, bias_grad)
     return dq, dk, dv, dbias if bias_grad else q.new_empty([0])
 
@@ -154,16 +155,17 @@ def _forward_op(
     dropout_p: float,
     deterministic: bool,
     backend: Optional[str],
+    check_seqlens: bool,
 ) -> Tuple[Tensor, Tensor]:
     return _forward_impl(q, k, v, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state, qkv_format,
                          mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
-                         dropout_p, deterministic, backend)
+                         dropout_p, deterministic, backend, check_seqlens)
 
 
 @_forward_op.register_fake
 def _forward_fake(q, k, v, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state, qkv_format,
                   mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv, dropout_p,
-                  deterministic, backend):
+                  deterministic, backend, check_seqlens):
     out = q.new_empty(list(q.shape[:-1]) + [v.shape[-1]])
     return out, q.new_empty(_lse_shape(q, qkv_format), dtype=torch.float32)
 
@@ -193,17 +195,18 @@ def _backward_op(
     dropout_p: float,
     deterministic: bool,
     backend: Optional[str],
+    check_seqlens: bool,
     bias_grad: bool,
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     return _backward_impl(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask,
                           rng_state, qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q,
-                          max_seqlen_kv, dropout_p, deterministic, backend, bias_grad)
+                          max_seqlen_kv, dropout_p, deterministic, backend, check_seqlens, bias_grad)
 
 
 @_backward_op.register_fake
 def _backward_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state,
                    qkv_format, mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
-                   dropout_p, deterministic, backend, bias_grad):
+                   dropout_p, deterministic, backend, check_seqlens, bias_grad):
     dbias = torch.empty_like(bias, memory_format=torch.contiguous_format) if bias_grad else q.new_empty([0])
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             torch.empty_like(k, memory_format=torch.contiguous_format),
@@ -300,6 +303,7 @@ def attention(
     backend: Optional[str] = None,
     return_lse: bool = False,
     deterministic: bool = False,
+    check_seqlens: bool = True,
     cp: Any = None,
     cp_fallback: bool = False,
 ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
@@ -310,7 +314,9 @@ def attention(
     or (out, lse) with return_lse=True (lse carries no gradient). cp=: an
     attn.cp.Communicator; q, k, v are this rank's shards (attn.cp.shard).
     cp_fallback=True: a batch breaking the 2*cp rule runs unsplit (K/V gathered
-    to every rank); shard/unshard with the same cp_fallback."""
+    to every rank); shard/unshard with the same cp_fallback. check_seqlens=False
+    (with max_seqlen_q/kv given) skips reading cu_seqlens back in both passes,
+    a wait for the GPU each: for cu_seqlens your own code built."""
     for t, name in ((q, "q"), (k, "k"), (v, "v")):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"attn.torch.attention: {name} must be a torch.Tensor, got {type(t).__name__}; "
@@ -334,10 +340,12 @@ def attention(
                      if dropout_p > 0 else None)
         out, lse = torch.ops.attn.forward(q, k, v, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask,
                                           rng_state, qkv_format, mask, left, right, scale, float(softcap), max_q,
-                                          max_kv, float(dropout_p), bool(deterministic), backend)
+                                          max_kv, float(dropout_p), bool(deterministic), backend,
+                                          bool(check_seqlens))
     else:
         call = _Call(qkv_format, mask, (left, right), scale, float(softcap), max_q, max_kv, float(dropout_p), seed,
-                     offset, bool(deterministic), backend, cu_seqlens_q, cu_seqlens_kv, alibi_slopes, attn_mask)
+                     offset, bool(deterministic), backend, cu_seqlens_q, cu_seqlens_kv, alibi_slopes, attn_mask,
+                     bool(check_seqlens))
         out, lse = _EagerAttention.apply(q, k, v, bias, call)
     return (out, lse) if return_lse else out
 

@@ -96,6 +96,32 @@ def test_gradcheck_thd_with_empty_sequence(gen):
     assert torch.autograd.gradcheck(f, inputs, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "custom_op"])
+def test_check_seqlens_off_reaches_both_passes(gen, compiled):
+    cu_q = torch.tensor([0, 2, 2, 5], dtype=torch.int32)
+    cu_kv = torch.tensor([0, 3, 4, 7], dtype=torch.int32)
+    q, k, v = randn(gen, 5, 2, 4), randn(gen, 7, 1, 4), randn(gen, 7, 1, 4)
+
+    def run(**kw):
+        args = [t.clone().requires_grad_() for t in (q, k, v)]
+        f = lambda q, k, v: at.attention(q, k, v, qkv_format="thd", mask="padding_causal",  # noqa: E731
+                                         cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv, **kw)
+        if compiled:
+            torch._dynamo.reset()
+            f = torch.compile(f, backend="aot_eager", fullgraph=True)
+        out = f(*args)
+        out.sum().backward()
+        return [out] + [a.grad for a in args]
+
+    checked = run()
+    unchecked = run(check_seqlens=False, max_seqlen_q=3, max_seqlen_kv=3)
+    for a, b in zip(checked, unchecked):
+        torch.testing.assert_close(a, b)
+    # Off, attn cannot derive the longest sequence: the flag really arrived.
+    with pytest.raises(ValueError, match="max_seqlen_q is needed when check_seqlens is off"):
+        run(check_seqlens=False)
+
+
 def test_gradcheck_bias(gen):
     q, k, v = (randn(gen, 1, 3, 2, 4, requires_grad=True) for _ in range(3))
     bias = randn(gen, 1, 2, 3, 3, requires_grad=True)

@@ -203,21 +203,26 @@ def attention_forward(module: torch.nn.Module, query: Tensor, key: Tensor, value
         return out, None
 
     if attention_mask is None:
-        packed = _varlen_kwargs(kwargs, b) or _packed_cu_seqlens(kwargs.get("position_ids"), b, s_q, s_kv)
+        varlen = _varlen_kwargs(kwargs, b)  # the caller's cu_seqlens: checked
+        packed = varlen or _packed_cu_seqlens(kwargs.get("position_ids"), b, s_q, s_kv)
         if packed is not None:  # several sequences in one row: thd over the same memory
             (cu_q, cu_kv), (max_q, max_kv) = packed
             out = attention(q.reshape(-1, h, q.shape[-1]), k.reshape(-1, k.shape[2], k.shape[3]),
                             v.reshape(-1, v.shape[2], d_v), qkv_format="thd",
                             mask="padding_causal_bottom_right" if causal else "padding", cu_seqlens_q=cu_q,
-                            cu_seqlens_kv=cu_kv, max_seqlen_q=max_q, max_seqlen_kv=max_kv, **kw)
+                            cu_seqlens_kv=cu_kv, max_seqlen_q=max_q, max_seqlen_kv=max_kv,
+                            check_seqlens=varlen is not None, **kw)
             return out.view(b, s_q, h, d_v), None
         out = attention(q, k, v, mask="causal_bottom_right" if causal else "no_mask", **kw)
         return out, None
 
+    # From here on cu_seqlens are _Padding's, valid by construction: attn need not
+    # read them back (a wait for the GPU in each pass of each layer).
     pad = _cached(attention_mask, (s_q, s_kv), lambda: _Padding(attention_mask, s_q, s_kv))
     if pad.right_padded:  # cu_seqlens over the padded tensors, no copy
         out = attention(q, k, v, mask="padding_causal_bottom_right" if causal else "padding",
-                        cu_seqlens_q=pad.cu_q, cu_seqlens_kv=pad.cu_kv, max_seqlen_q=s_q, max_seqlen_kv=s_kv, **kw)
+                        cu_seqlens_q=pad.cu_q, cu_seqlens_kv=pad.cu_kv, max_seqlen_q=s_q, max_seqlen_kv=s_kv,
+                        check_seqlens=False, **kw)
         return out, None
     # Left padding or holes: gather the real tokens into a packed batch. Bottom-right
     # alignment on the packed sequences is exact: the real queries are the last
@@ -225,7 +230,8 @@ def attention_forward(module: torch.nn.Module, query: Tensor, key: Tensor, value
     L = pad.L
     out_t = attention(q[pad.q_m], k[:, :L][pad.m], v[:, :L][pad.m], qkv_format="thd",
                       mask="padding_causal_bottom_right" if causal else "padding", cu_seqlens_q=pad.cu_q,
-                      cu_seqlens_kv=pad.cu_kv, max_seqlen_q=pad.max_q, max_seqlen_kv=pad.max_kv, **kw)
+                      cu_seqlens_kv=pad.cu_kv, max_seqlen_q=max(pad.max_q, 1), max_seqlen_kv=max(pad.max_kv, 1),
+                      check_seqlens=False, **kw)  # (0 would ask attn to read the maxima)
     out = out_t.new_zeros(b, s_q, h, d_v).index_put((pad.q_m,), out_t)  # padding rows: 0
     return out, None
 
