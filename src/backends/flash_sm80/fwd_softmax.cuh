@@ -287,7 +287,9 @@ struct KeepBits {
   // computes the blocks of every other na for both and hands its partner two
   // bits per block, one shuffle per word. Every lane of the warp takes part.
   __device__ __forceinline__ void compute_paired(const FwdParams& p, uint32_t bh, int row0, int n0, int lane) {
-    static_assert(NA % 2 == 0 && (MA == 1 || NA % 8 == 0), "pairs of na, each word one row group's");
+    // bit(ma, k, .) for even k starts an even 4-bit group ((ma NA + k) is even),
+    // so na = k and k + 1 share a word: a lane's partner fills the same words.
+    static_assert(NA % 2 == 0, "na in pairs");
     constexpr int kWords = (kBits + 31) / 32;
     uint32_t theirs[kWords];
 #pragma unroll
