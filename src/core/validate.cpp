@@ -128,7 +128,7 @@ void check_cu_seqlens_shape(const TensorView& cu, const char* name, const Device
               "pass one offset per sequence plus the leading 0");
 }
 
-// Checks the values of one cu_seqlens tensor (read by read_cu_seqlens) and
+// Checks the values of one cu_seqlens tensor (read by check_cu_seqlens below) and
 // returns the longest sequence in it.
 int64_t check_cu_seqlens_values(const std::vector<int32_t>& v, const char* name, int64_t tokens,
                                 int64_t padded_len, QkvFormat f) {

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "attn/error.h"
 #include "core/sequences.h"
 #include "gpu/gpu_test_util.h"
 
