@@ -248,14 +248,6 @@ struct KeepBits {
                          static_cast<uint32_t>(p.seed >> 32));
   }
 
-  // The keep bits of row i's two columns j, j + 1 (j even) as bits 0 and 1.
-  __device__ __forceinline__ static uint32_t pair(const FwdParams& p, uint32_t bh, uint32_t i, uint32_t j) {
-    const PhiloxBlock r = block(p, bh, i, j);
-    const bool lo = (j & 3u) == 0;
-    const uint32_t r0 = lo ? r.x[0] : r.x[2], r1 = lo ? r.x[1] : r.x[3];
-    return (r0 >= p.dropout_threshold ? 1u : 0u) | (r1 >= p.dropout_threshold ? 2u : 0u);
-  }
-
   // The keep bits of row i's keys 4 (j / 4) .. + 3 (one Philox block) as bits 0-3.
   __device__ __forceinline__ static uint32_t quad(const FwdParams& p, uint32_t bh, uint32_t i, uint32_t j) {
     const PhiloxBlock r = block(p, bh, i, j);
@@ -265,27 +257,12 @@ struct KeepBits {
     return bits;
   }
 
-  __device__ __forceinline__ void compute(const FwdParams& p, uint32_t bh, int row0, int n0, int lane) {
-#pragma unroll
-    for (int w = 0; w < (kBits + 31) / 32; ++w) word[w] = 0u;
-#pragma unroll
-    for (int ma = 0; ma < MA; ++ma)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t i = static_cast<uint32_t>(row0 + 16 * ma + 8 * h + (lane >> 2));
-#pragma unroll
-        for (int na = 0; na < NA; ++na) {
-          const uint32_t j = static_cast<uint32_t>(n0 + 8 * na + 2 * (lane & 3));
-          const int b = bit(ma, na, 2 * h);
-          word[b / 32] |= pair(p, bh, i, j) << (b % 32);
-        }
-      }
-  }
-
-  // compute()'s bits from half its Philox blocks: lanes l and l ^ 1 hold
-  // the two column pairs of one block (keys 4 (j / 4) .. + 3), so each lane
-  // computes the blocks of every other na for both and hands its partner two
-  // bits per block, one shuffle per word. Every lane of the warp takes part.
+  // The bits of this thread's columns, lane % 4 giving columns 2 (lane % 4)
+  // and + 1 of each 8-column block na. Lanes l and l ^ 1 hold the two column
+  // pairs of one Philox block (keys 4 (j / 4) .. + 3), so each lane computes
+  // the blocks of every other na for both and hands its partner two bits per
+  // block, one shuffle per word: half the Philox blocks of computing each
+  // lane's own. Every lane of the warp takes part.
   __device__ __forceinline__ void compute_paired(const FwdParams& p, uint32_t bh, int row0, int n0, int lane) {
     // bit(ma, k, .) for even k starts an even 4-bit group ((ma NA + k) is even),
     // so na = k and k + 1 share a word: a lane's partner fills the same words.
