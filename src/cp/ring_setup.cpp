@@ -3,14 +3,12 @@
 // than a hang.
 #include "cp/ring_setup.h"
 
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstring>
 
-#include "core/cuda_check.h"
+#include "core/sequences.h"
 
 namespace attn::cp::internal {
 namespace {
@@ -109,11 +107,7 @@ void Ring::read_lengths(const Inputs& in) {
     fail(ErrorKind::value, "context parallelism in thd needs cu_seqlens_q", cu.defined() ? cu.shape_str() : "none",
          "int32 [batch + 1]: the cumulative lengths of the whole (unsplit) sequences",
          "pass the global cu_seqlens; attn.cp.shard returns them");
-  std::vector<int32_t> host(static_cast<size_t>(cu.shape[0]));
-  if (cu.device.is_cuda())
-    ATTN_CUDA(cudaMemcpy(host.data(), cu.data, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
-  else
-    for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<const int32_t*>(cu.data)[i * cu.strides_elems[0]];
+  const std::vector<int32_t> host = detail::read_int32(cu);
   for (size_t b = 0; b + 1 < host.size(); ++b) lengths_.push_back(int64_t{host[b + 1]} - host[b]);
   check_lengths(lengths_, cp_);
   std::vector<int32_t> cum{0};
