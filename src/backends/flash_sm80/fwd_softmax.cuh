@@ -242,15 +242,11 @@ struct KeepBits {
 
   __device__ __forceinline__ static constexpr int bit(int ma, int na, int e) { return (ma * NA + na) * 4 + e; }
 
-  // The Philox block of row i's keys 4 (j / 4) .. + 3 (include/attn/philox.h's counter).
-  __device__ __forceinline__ static PhiloxBlock block(const FwdParams& p, uint32_t bh, uint32_t i, uint32_t j) {
-    return philox4x32_10(PhiloxBlock{{j >> 2, i, bh, p.offset}}, static_cast<uint32_t>(p.seed),
-                         static_cast<uint32_t>(p.seed >> 32));
-  }
-
-  // The keep bits of row i's keys 4 (j / 4) .. + 3 (one Philox block) as bits 0-3.
+  // The keep bits of row i's keys 4 (j / 4) .. + 3 as bits 0-3: one Philox
+  // block, include/attn/philox.h's counter.
   __device__ __forceinline__ static uint32_t quad(const FwdParams& p, uint32_t bh, uint32_t i, uint32_t j) {
-    const PhiloxBlock r = block(p, bh, i, j);
+    const PhiloxBlock r = philox4x32_10(PhiloxBlock{{j >> 2, i, bh, p.offset}}, static_cast<uint32_t>(p.seed),
+                                        static_cast<uint32_t>(p.seed >> 32));
     uint32_t bits = 0u;
 #pragma unroll
     for (int e = 0; e < 4; ++e) bits |= (r.x[e] >= p.dropout_threshold ? 1u : 0u) << e;
