@@ -32,6 +32,12 @@ struct Sequences {
 // Lengths from cu_seqlens where given (thd, padded bshd/sbhd), else s_q / s_kv.
 Sequences sequences_of(const Problem& p, const Inputs& in);
 
+// sequences_of, checked against the tensors' extents: validation reads
+// cu_seqlens only when check_seqlens is on, and the host-driven backends (the
+// reference, unfused) must not touch memory outside the caller's tensors when
+// it was off. Throws attn::Error.
+Sequences checked_sequences(const Problem& p, const Inputs& in);
+
 // Element offset of row (b, pos, head) of a [.., heads, dim] tensor in format f;
 // add the index along the last (contiguous) dimension to reach one element.
 inline int64_t row_offset(const TensorView& t, QkvFormat f, int64_t start, int64_t b, int64_t pos,

@@ -170,10 +170,15 @@ void prepare_sequences(const Problem& p, const Inputs& in, const Scratch& s, con
   if (p.has_seqlens) {
     a.cu_q = static_cast<const int32_t*>(in.cu_seqlens_q.data);
     a.cu_kv = static_cast<const int32_t*>(in.cu_seqlens_kv.data);
+    a.cu_q_stride = in.cu_seqlens_q.strides_elems[0];
+    a.cu_kv_stride = in.cu_seqlens_kv.strides_elems[0];
   }
+  a.packed = thd(p);
   a.batch = p.batch;
   a.s_q = p.s_q;
   a.s_kv = p.s_kv;
+  a.tokens_q = p.total_q;
+  a.tokens_kv = p.total_kv;
   a.len_q = s.len_q;
   a.len_kv = s.len_kv;
   for (int r = 0; r < kRoles; ++r)
@@ -238,6 +243,8 @@ void forward_pass(const Problem& p, const ForwardArgs& a, const RunContext& ctx)
   if (!fix && !ws_stats) return;
   ForwardRows f;
   f.cu_q = thd(p) ? static_cast<const int32_t*>(a.in.cu_seqlens_q.data) : nullptr;
+  f.cu_q_stride = a.in.cu_seqlens_q.defined() ? a.in.cu_seqlens_q.strides_elems[0] : 1;
+  f.tokens_q = p.total_q;
   f.len_q = s.len_q, f.len_kv = s.len_kv;
   f.batch = p.batch, f.heads = p.h_q, f.rows = p.s_q, f.s_q = p.s_q, f.s_kv = no_keys ? 0 : p.s_kv;
   if (no_keys) f.len_kv = nullptr;
@@ -310,6 +317,8 @@ void backward_pass(const Problem& p, const BackwardArgs& a, const RunContext& ct
   if (!direct) {
     BackwardStats b;
     b.cu_q = thd(p) ? static_cast<const int32_t*>(a.in.cu_seqlens_q.data) : nullptr;
+    b.cu_q_stride = a.in.cu_seqlens_q.defined() ? a.in.cu_seqlens_q.strides_elems[0] : 1;
+    b.tokens_q = p.total_q;
     b.len_q = s.len_q, b.batch = p.batch, b.heads = p.h_q, b.rows = rows, b.s_q = p.s_q;
     b.lse = static_cast<const float*>(a.lse.data);
     lse_strides(p, a.lse, b.lse_b, b.lse_h, b.lse_i);

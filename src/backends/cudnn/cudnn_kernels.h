@@ -13,10 +13,15 @@ namespace attn::cudnn {
 enum Role : int { kQ, kK, kV, kO, kdO, kdQ, kdK, kdV, kRoles };
 
 // Where the lengths come from and where the prepared arrays go.
+// Lengths and starts are bounded by the tensors (core/sequence_bounds.h), so
+// unchecked cu_seqlens never send cuDNN or these kernels past them.
 struct SequenceArgs {
   const int32_t* cu_q = nullptr;  // nullptr: every sequence is s_q long
   const int32_t* cu_kv = nullptr;
+  int64_t cu_q_stride = 1, cu_kv_stride = 1;  // elements between entries (strided views)
+  bool packed = false;                        // thd: sequences start at cu_seqlens offsets
   int64_t batch = 0, s_q = 0, s_kv = 0;
+  int64_t tokens_q = 0, tokens_kv = 0;  // thd's t_q, t_kv
   int32_t* len_q = nullptr;   // [batch]
   int32_t* len_kv = nullptr;  // [batch]
   int32_t* ragged[kRoles] = {};         // [batch + 1] element offsets, nullptr: not needed
@@ -33,7 +38,8 @@ struct RowLayout {
 
 // One pass over every (b, h, i) row of the forward's output.
 struct ForwardRows {
-  const int32_t* cu_q = nullptr;  // thd: sequence starts (nullptr otherwise)
+  const int32_t* cu_q = nullptr;  // thd: sequence starts (nullptr otherwise), bounded by tokens_q
+  int64_t cu_q_stride = 1, tokens_q = 0;
   const int32_t* len_q = nullptr;   // nullptr: s_q
   const int32_t* len_kv = nullptr;  // nullptr: s_kv
   int64_t batch = 0, heads = 0, rows = 0, s_q = 0, s_kv = 0;  // rows: s_q, or thd's max_seqlen
@@ -53,7 +59,8 @@ void launch_finish_forward_rows(const ForwardRows& a, void* stream);
 // attn's lse -> cuDNN's packed [b, h, rows] stats, with -inf (rows that see no
 // key) as 0 so cuDNN's exp(s - stats) of their masked scores stays 0, not NaN.
 struct BackwardStats {
-  const int32_t* cu_q = nullptr;
+  const int32_t* cu_q = nullptr;  // as in ForwardRows
+  int64_t cu_q_stride = 1, tokens_q = 0;
   const int32_t* len_q = nullptr;
   int64_t batch = 0, heads = 0, rows = 0, s_q = 0;
   const float* lse = nullptr;

@@ -24,11 +24,13 @@ struct FwdParams {
 
   // Per-sequence lengths from cu_seqlens (int32 [batch + 1], on the device)
   // when given; otherwise every sequence is s_q / s_kv long. packed (thd):
-  // sequence b also starts at token cu_seqlens[b].
+  // sequence b also starts at token cu_seqlens[b]. The kernels bound both by
+  // the tensors (core/sequence_bounds.h): tokens_q / tokens_kv in thd.
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_kv = nullptr;
   int64_t cu_q_stride = 1, cu_kv_stride = 1;
   bool packed = false;
+  int64_t tokens_q = 0, tokens_kv = 0;
 
   int batch = 0, h_q = 0, h_per_kv = 1;  // h_per_kv = h_q / h_kv (GQA group)
   int s_q = 0, s_kv = 0;                 // longest sequence (grid size), or the uniform length

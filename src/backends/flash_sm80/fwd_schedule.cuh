@@ -9,6 +9,7 @@
 #include "attn/mask_rule.h"
 #include "backends/flash_sm80/fwd_params.h"
 #include "backends/flash_sm80/tile_ranges.h"
+#include "core/sequence_bounds.h"
 
 namespace attn::flash_sm80 {
 
@@ -16,15 +17,16 @@ __device__ __forceinline__ SeqExtent sequence_extent(const FwdParams& p, int b) 
   SeqExtent s;
   s.len_q = p.s_q;
   s.len_kv = p.s_kv;
-  if (p.cu_seqlens_q) {
-    const int q0 = p.cu_seqlens_q[b * p.cu_q_stride], q1 = p.cu_seqlens_q[(b + 1) * p.cu_q_stride];
-    const int k0 = p.cu_seqlens_kv[b * p.cu_kv_stride], k1 = p.cu_seqlens_kv[(b + 1) * p.cu_kv_stride];
-    s.len_q = q1 - q0;
-    s.len_kv = k1 - k0;
-    if (p.packed) {
-      s.start_q = q0;
-      s.start_kv = k0;
-    }
+  if (p.cu_seqlens_q) {  // bounded: unchecked values never move a tile past the tensors
+    const SequenceBounds q = bounded_sequence(p.cu_seqlens_q[b * p.cu_q_stride],
+                                              p.cu_seqlens_q[(b + 1) * p.cu_q_stride], p.packed, p.tokens_q, p.s_q);
+    const SequenceBounds k = bounded_sequence(p.cu_seqlens_kv[b * p.cu_kv_stride],
+                                              p.cu_seqlens_kv[(b + 1) * p.cu_kv_stride], p.packed, p.tokens_kv,
+                                              p.s_kv);
+    s.start_q = q.start;
+    s.start_kv = k.start;
+    s.len_q = static_cast<int>(q.len);
+    s.len_kv = static_cast<int>(k.len);
   }
   s.shift = alignment_shift<int>(p.bottom_right, s.len_q, s.len_kv);
   return s;

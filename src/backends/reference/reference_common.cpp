@@ -54,28 +54,6 @@ double log_sum_exp(const std::vector<double>& s, KeyRange<int64_t> keys) {
 
 }  // namespace
 
-Sequences checked_sequences(const Problem& p, const Inputs& in) {
-  Sequences seqs = detail::sequences_of(p, in);
-  const bool thd = p.qkv_format == QkvFormat::thd;
-  for (int64_t b = 0; b < seqs.batch(); ++b) {
-    for (bool q : {true, false}) {
-      const int64_t len = q ? seqs.len_q[b] : seqs.len_kv[b], start = q ? seqs.start_q[b] : seqs.start_kv[b];
-      const int64_t max_len = q ? p.s_q : p.s_kv, tokens = q ? p.total_q : p.total_kv;
-      if (len >= 0 && len <= max_len && (!thd || (start >= 0 && start + len <= tokens))) continue;
-      const std::string name = q ? "cu_seqlens_q" : "cu_seqlens_kv";
-      const std::string got = "sequence " + std::to_string(b) + " of length " + std::to_string(len) +
-                              " at token " + std::to_string(start);
-      const std::string limit = thd ? " (max_seqlen) within " + std::to_string(tokens) + " tokens"
-                                    : std::string(" (the padded length)");
-      fail(ErrorKind::value, name + " does not fit the tensors", got,
-           "lengths from 0 to " + std::to_string(max_len) + limit,
-           "pass non-decreasing cumulative lengths that match the tensors "
-           "(with check_seqlens on, validation says which)");
-    }
-  }
-  return seqs;
-}
-
 int64_t stored_rows_q(const Problem& p, const Sequences& seqs, int64_t b) {
   return p.qkv_format == QkvFormat::thd ? seqs.len_q[b] : p.s_q;
 }

@@ -14,10 +14,7 @@ namespace attn::reference::internal {
 
 using detail::Sequences;
 
-// detail::sequences_of, checked against the tensors' extents: validation reads
-// cu_seqlens only when check_seqlens is on, and the reference must not touch
-// memory outside the caller's tensors when it was off. Throws attn::Error.
-Sequences checked_sequences(const Problem& p, const Inputs& in);
+using detail::checked_sequences;  // core/sequences.h
 
 // Positions a q-like (kv-like) tensor holds for sequence b: the padded length
 // in bshd/sbhd, where positions past the true length must still be written

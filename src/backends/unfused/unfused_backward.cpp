@@ -16,7 +16,7 @@ void backward(const Problem& p, const BackwardArgs& a, const RunContext& ctx) {
   const int device = p.device.index;
   ATTN_CUDA(cudaSetDevice(device));
   void* stream = ctx.stream;
-  const detail::Sequences seqs = detail::sequences_of(p, a.in);
+  const detail::Sequences seqs = detail::checked_sequences(p, a.in);  // in bounds, checked or not
   const int64_t g = p.h_q / p.h_kv, elem = static_cast<int64_t>(dtype_size_bytes(p.dtype));
   const int64_t score_elems = p.h_q * p.s_q * p.s_kv;
 

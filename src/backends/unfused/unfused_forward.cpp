@@ -13,7 +13,7 @@ namespace attn::unfused {
 void forward(const Problem& p, const ForwardArgs& a, const RunContext& ctx) {
   const int device = p.device.index;
   ATTN_CUDA(cudaSetDevice(device));
-  const detail::Sequences seqs = detail::sequences_of(p, a.in);
+  const detail::Sequences seqs = detail::checked_sequences(p, a.in);  // in bounds, checked or not
   const int64_t group = p.h_q / p.h_kv, elem = static_cast<int64_t>(dtype_size_bytes(p.dtype));
   const int64_t score_elems = p.h_q * p.s_q * p.s_kv;
 

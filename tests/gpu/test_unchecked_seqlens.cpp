@@ -1,0 +1,161 @@
+// With check_seqlens off nobody reads cu_seqlens on the host, so the GPU
+// backends receive whatever values the caller passed. Wrong values may give
+// wrong answers but must never make a kernel write outside the caller's
+// tensors (the kernels bound every sequence: core/sequence_bounds.h), and the
+// host-driven unfused backend reports them. Outputs sit between guard bytes
+// that must survive; inputs are exact allocations, so compute-sanitizer's
+// memcheck (scripts/device.sh) also sees any read past them.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attn/attn.h"
+#include "gpu/gpu_test_util.h"
+#include "testing/case.h"
+
+namespace attn {
+namespace {
+
+using testing::Case;
+using testing::CaseSpec;
+
+// `bytes` of device memory between two guard regions filled with a pattern.
+class Guarded {
+ public:
+  static constexpr size_t kGuard = 256 * 1024;
+  static constexpr unsigned char kPattern = 0xA5;
+
+  explicit Guarded(size_t bytes) : bytes_(bytes) {
+    EXPECT_EQ(cudaMalloc(&base_, bytes + 2 * kGuard), cudaSuccess);
+    EXPECT_EQ(cudaMemset(base_, kPattern, bytes + 2 * kGuard), cudaSuccess);
+  }
+  ~Guarded() { cudaFree(base_); }
+  Guarded(const Guarded&) = delete;
+  Guarded& operator=(const Guarded&) = delete;
+
+  void* data() const { return base_ + kGuard; }
+  // Whether both guard regions still hold only the pattern.
+  bool intact() const {
+    std::vector<unsigned char> host(kGuard);
+    for (const unsigned char* region : {base_, base_ + kGuard + bytes_}) {
+      if (cudaMemcpy(host.data(), region, kGuard, cudaMemcpyDeviceToHost) != cudaSuccess) return false;
+      for (unsigned char c : host)
+        if (c != kPattern) return false;
+    }
+    return true;
+  }
+
+ private:
+  unsigned char* base_ = nullptr;
+  size_t bytes_;
+};
+
+// Three packed sequences (5, 70 and 130 tokens: off every tile height), GQA
+// 4:2, causal, forward and backward.
+CaseSpec packed_spec() {
+  CaseSpec s;
+  s.format = QkvFormat::thd;
+  s.batch = 3;
+  s.seqlens_q = {5, 70, 130};
+  s.h_q = 4;
+  s.h_kv = 2;
+  s.d_qk = s.d_v = 64;
+  s.mask = MaskType::padding_causal;
+  s.backward = true;
+  return s;
+}
+
+struct BadSeqlens {
+  const char* what;
+  std::vector<int32_t> cu;  // for both q and kv (205 tokens, max_seqlen 130)
+};
+
+std::vector<BadSeqlens> bad_seqlens() {
+  const int32_t big = std::numeric_limits<int32_t>::max(), small = std::numeric_limits<int32_t>::min();
+  return {{"past the last token", {0, 5, 75, 400}},
+          {"decreasing", {0, 70, 5, 205}},
+          {"negative", {-50, 5, 75, 205}},
+          {"longer than max_seqlen", {0, 200, 203, 205}},
+          {"extreme", {0, big, small, 205}},
+          {"start past the end", {300, 310, 320, 330}}};
+}
+
+Policy forcing(const std::string& backend) {
+  Policy p;
+  p.forced = backend;
+  return p;
+}
+
+bool supports(const std::string& backend, const CaseSpec& spec, Pass pass) {
+  const DeviceInfo dev = query_device(Device::cuda(0));
+  return find_backend(backend)->supports(testing::problem_of(spec, pass, Device::cuda(0)), dev).empty();
+}
+
+TEST(UncheckedSeqlens, WrongValuesStayInsideTheTensors) {
+  ATTN_REQUIRE_GPU();
+  const CaseSpec spec = packed_spec();
+  int backends = 0;
+  for (const std::string& backend : testing::gpu_backends()) {
+    const bool fwd = supports(backend, spec, Pass::forward), bwd = supports(backend, spec, Pass::backward);
+    if (!fwd && !bwd) continue;
+    ++backends;
+    for (const BadSeqlens& bad : bad_seqlens()) {
+      SCOPED_TRACE(backend + ", cu_seqlens " + bad.what);
+      Case c = testing::make_case(spec, Device::cuda(0), 4242);
+      c.cu_seqlens_q.copy_from_bytes(bad.cu.data(), bad.cu.size() * sizeof(int32_t));
+      c.cu_seqlens_kv.copy_from_bytes(bad.cu.data(), bad.cu.size() * sizeof(int32_t));
+      c.opts.check_seqlens = false;  // max_seqlen is given (130)
+      Guarded out(c.out.bytes()), lse(c.lse.bytes()), dq(c.dq.bytes()), dk(c.dk.bytes()), dv(c.dv.bytes());
+      c.fwd.out.data = c.bwd.out.data = out.data();
+      c.fwd.lse.data = c.bwd.lse.data = lse.data();
+      c.bwd.dq.data = dq.data();
+      c.bwd.dk.data = dk.data();
+      c.bwd.dv.data = dv.data();
+      bool reported = false;
+      try {
+        if (fwd) forward(c.opts, c.fwd, {}, forcing(backend));
+        if (bwd) backward(c.opts, c.bwd, {}, forcing(backend));
+      } catch (const Error& e) {
+        reported = true;
+        EXPECT_EQ(e.kind(), ErrorKind::value) << e.what();
+        EXPECT_NE(std::string(e.what()).find("cu_seqlens"), std::string::npos) << e.what();
+      }
+      ATTN_CUDA_OK(cudaDeviceSynchronize());
+      // unfused reads the lengths on the host anyway and refuses them; the
+      // kernels that read them on the device run within bounds.
+      EXPECT_EQ(reported, backend == "unfused");
+      EXPECT_TRUE(out.intact()) << "out written outside its tensor";
+      EXPECT_TRUE(lse.intact()) << "lse written outside its tensor";
+      EXPECT_TRUE(dq.intact()) << "dq written outside its tensor";
+      EXPECT_TRUE(dk.intact()) << "dk written outside its tensor";
+      EXPECT_TRUE(dv.intact()) << "dv written outside its tensor";
+    }
+  }
+  EXPECT_GT(backends, 0) << "no GPU backend runs the packed case";
+}
+
+// The bounds change nothing for valid values: unchecked, each backend still
+// matches the fp64 reference.
+TEST(UncheckedSeqlens, ValidValuesGiveTheReferenceAnswer) {
+  ATTN_REQUIRE_GPU();
+  const CaseSpec spec = packed_spec();
+  for (const std::string& backend : testing::gpu_backends()) {
+    if (!supports(backend, spec, Pass::forward)) continue;  // flash_sm90: forward only
+    SCOPED_TRACE(backend);
+    CaseSpec s = spec;
+    s.backward = supports(backend, spec, Pass::backward);
+    Case c = testing::make_case(s, Device::cuda(0), 4343);
+    c.opts.check_seqlens = false;
+    testing::run_forced(c, backend);
+    ATTN_CUDA_OK(cudaDeviceSynchronize());
+    testing::expect_matches_reference(c);
+  }
+}
+
+}  // namespace
+}  // namespace attn
