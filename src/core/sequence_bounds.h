@@ -12,25 +12,24 @@
 namespace attn {
 
 struct SequenceBounds {
-  int64_t start = 0;  // first token (packed); 0 for a padded batch
-  int64_t len = 0;
+  int start = 0;  // first token (packed); 0 for a padded batch
+  int len = 0;
 };
+
+ATTN_HOST_DEVICE int64_t clamped(int64_t x, int64_t low, int64_t high) { return x < low ? low : (x > high ? high : x); }
 
 // Sequence [lo, hi) of cu_seqlens, bounded:
 // - packed (thd): start in [0, tokens], length in [0, min(max_len, tokens - start)];
 //   max_len is max_seqlen, which sizes grids and per-sequence workspaces.
 // - padded (bshd/sbhd with cu_seqlens): start 0, length hi - lo in [0, max_len],
 //   max_len being the padded sequence dimension (tokens is not used).
-ATTN_HOST_DEVICE SequenceBounds bounded_sequence(int64_t lo, int64_t hi, bool packed, int64_t tokens,
-                                                 int64_t max_len) {
-  auto clamp = [](int64_t x, int64_t low, int64_t high) { return x < low ? low : (x > high ? high : x); };
+// Token counts fit int (the backends' supports() say so); the differences are
+// taken in 64 bits, so no int32 values overflow.
+ATTN_HOST_DEVICE SequenceBounds bounded_sequence(int lo, int hi, bool packed, int tokens, int max_len) {
   SequenceBounds s;
-  if (packed) {
-    s.start = clamp(lo, 0, tokens);
-    s.len = clamp(hi - s.start, 0, clamp(max_len, 0, tokens - s.start));
-  } else {
-    s.len = clamp(hi - lo, 0, max_len);
-  }
+  s.start = packed ? static_cast<int>(clamped(lo, 0, tokens)) : 0;
+  const int64_t room = packed ? clamped(max_len, 0, int64_t{tokens} - s.start) : clamped(max_len, 0, max_len);
+  s.len = static_cast<int>(clamped(int64_t{hi} - (packed ? s.start : lo), 0, room));
   return s;
 }
 

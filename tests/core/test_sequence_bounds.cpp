@@ -3,8 +3,10 @@
 // stays inside the tensors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "core/sequence_bounds.h"
 
@@ -32,11 +34,11 @@ TEST(SequenceBounds, ValidPaddedValuesPassUnchanged) {
 }
 
 TEST(SequenceBounds, PackedValuesStayInsideTheTokens) {
-  const int64_t tokens = 100, max_len = 40;
-  const int64_t big = std::numeric_limits<int32_t>::max(), small = std::numeric_limits<int32_t>::min();
-  const int64_t values[] = {small, -5, 0, 1, 39, 40, 41, 99, 100, 101, 500, big};
-  for (int64_t lo : values)
-    for (int64_t hi : values) {
+  const int tokens = 100, max_len = 40;
+  const int big = std::numeric_limits<int32_t>::max(), small = std::numeric_limits<int32_t>::min();
+  const int values[] = {small, -5, 0, 1, 39, 40, 41, 99, 100, 101, 500, big};
+  for (int lo : values)
+    for (int hi : values) {
       const SequenceBounds s = bounded_sequence(lo, hi, true, tokens, max_len);
       SCOPED_TRACE(std::to_string(lo) + " .. " + std::to_string(hi));
       EXPECT_GE(s.start, 0);
@@ -48,18 +50,21 @@ TEST(SequenceBounds, PackedValuesStayInsideTheTokens) {
       // hi - lo wherever that fits.
       if (lo >= 0 && lo <= tokens) EXPECT_EQ(s.start, lo);
       if (lo >= 0 && hi >= lo && hi <= tokens && hi - lo <= max_len) EXPECT_EQ(s.len, hi - lo);
+      // Past the room, the length is what fits.
+      if (lo >= 0 && lo <= tokens && hi >= lo) EXPECT_EQ(s.len, std::min<int64_t>(int64_t{hi} - lo, std::min(max_len, tokens - lo)));
     }
 }
 
 TEST(SequenceBounds, PaddedLengthsStayInsideThePaddedDimension) {
-  const int64_t values[] = {-9, 0, 3, 8, 9, 1000};
-  for (int64_t lo : values)
-    for (int64_t hi : values) {
+  const int values[] = {std::numeric_limits<int32_t>::min(), -9, 0, 3, 8, 9, 1000, std::numeric_limits<int32_t>::max()};
+  for (int lo : values)
+    for (int hi : values) {
       const SequenceBounds s = bounded_sequence(lo, hi, false, 0, 8);
       EXPECT_EQ(s.start, 0);
       EXPECT_GE(s.len, 0);
       EXPECT_LE(s.len, 8);
-      if (hi - lo >= 0 && hi - lo <= 8) EXPECT_EQ(s.len, hi - lo);
+      const int64_t diff = int64_t{hi} - lo;
+      if (diff >= 0 && diff <= 8) EXPECT_EQ(s.len, diff);
     }
 }
 

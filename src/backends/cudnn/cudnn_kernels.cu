@@ -19,30 +19,33 @@ constexpr int kThreads = 256;
 int blocks_for(int64_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
 
 // Sequence b of cu (b < batch), or where the tokens end (b == batch: at or
-// past the last sequence's end), bounded by the tensors.
+// past the last sequence's end), bounded by the tensors (token counts fit
+// int32: cudnn_rules.cpp refuses larger ragged problems).
 __device__ SequenceBounds sequence_of(const int32_t* cu, int64_t stride, int64_t b, int64_t batch, bool packed,
                                       int64_t tokens, int64_t max_len) {
+  const int t = static_cast<int>(tokens), m = static_cast<int>(max_len);
   const int32_t lo = cu[b * stride];
-  if (b < batch) return bounded_sequence(lo, cu[(b + 1) * stride], packed, tokens, max_len);
-  if (b == 0) return bounded_sequence(lo, lo, packed, tokens, max_len);
-  const SequenceBounds last = bounded_sequence(cu[(b - 1) * stride], lo, packed, tokens, max_len);
-  SequenceBounds end = bounded_sequence(lo, lo, packed, tokens, max_len);
-  end.start = end.start < last.start + last.len ? last.start + last.len : end.start;
+  if (b < batch) return bounded_sequence(lo, cu[(b + 1) * stride], packed, t, m);
+  SequenceBounds end = bounded_sequence(lo, lo, packed, t, m);
+  if (b > 0) {
+    const SequenceBounds last = bounded_sequence(cu[(b - 1) * stride], lo, packed, t, m);
+    if (end.start < last.start + last.len) end.start = last.start + last.len;
+  }
   return end;
 }
 
 __global__ void prepare_sequences(SequenceArgs a) {
   const int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (b > a.batch) return;
-  SequenceBounds q{b * a.s_q, a.s_q}, kv{b * a.s_kv, a.s_kv};
+  int64_t start_q = b * a.s_q, start_kv = b * a.s_kv, len_q = a.s_q, len_kv = a.s_kv;
   if (a.cu_q) {
-    q = sequence_of(a.cu_q, a.cu_q_stride, b, a.batch, a.packed, a.tokens_q, a.s_q);
-    kv = sequence_of(a.cu_kv, a.cu_kv_stride, b, a.batch, a.packed, a.tokens_kv, a.s_kv);
+    const SequenceBounds q = sequence_of(a.cu_q, a.cu_q_stride, b, a.batch, a.packed, a.tokens_q, a.s_q);
+    const SequenceBounds kv = sequence_of(a.cu_kv, a.cu_kv_stride, b, a.batch, a.packed, a.tokens_kv, a.s_kv);
+    start_q = q.start, len_q = q.len, start_kv = kv.start, len_kv = kv.len;
   }
-  const int64_t start_q = q.start, start_kv = kv.start;
   if (b < a.batch) {
-    a.len_q[b] = static_cast<int32_t>(q.len);
-    a.len_kv[b] = static_cast<int32_t>(kv.len);
+    a.len_q[b] = static_cast<int32_t>(len_q);
+    a.len_kv[b] = static_cast<int32_t>(len_kv);
   }
   for (int r = 0; r < kRoles; ++r) {
     if (!a.ragged[r]) continue;
@@ -76,7 +79,7 @@ __global__ void finish_forward_rows(ForwardRows a) {
   const bool ragged = a.cu_q != nullptr;
   const int64_t len_q = a.len_q ? a.len_q[b] : a.s_q, len_kv = a.len_kv ? a.len_kv[b] : a.s_kv;
   if (ragged && i >= len_q) return;  // no such token in a packed batch
-  const int64_t start = ragged ? bounded_sequence(a.cu_q[b * a.cu_q_stride], 0, true, a.tokens_q, 0).start : 0;
+  const int64_t start = ragged ? bounded_sequence(a.cu_q[b * a.cu_q_stride], 0, true, static_cast<int>(a.tokens_q), 0).start : 0;
   const int64_t shift = alignment_shift<int64_t>(a.bottom_right, len_q, len_kv);
   const bool empty = visible_keys<int64_t>(i, len_q, len_kv, shift, a.left, a.right).empty();
   float* lse = a.lse ? a.lse + b * a.lse_b + h * a.lse_h + (start + i) * a.lse_i : nullptr;
@@ -96,7 +99,7 @@ __global__ void backward_stats(BackwardStats a) {
   const int64_t len_q = a.len_q ? a.len_q[b] : a.s_q;
   float v = 0.0f;
   if (i < len_q || !ragged) {
-    const int64_t start = ragged ? bounded_sequence(a.cu_q[b * a.cu_q_stride], 0, true, a.tokens_q, 0).start : 0;
+    const int64_t start = ragged ? bounded_sequence(a.cu_q[b * a.cu_q_stride], 0, true, static_cast<int>(a.tokens_q), 0).start : 0;
     v = a.lse[b * a.lse_b + h * a.lse_h + (start + i) * a.lse_i];
     if (!isfinite(v)) v = 0.0f;
   }

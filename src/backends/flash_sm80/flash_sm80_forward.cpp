@@ -85,8 +85,8 @@ FwdParams forward_params(const Problem& p, const ForwardArgs& a) {
     k.cu_q_stride = a.in.cu_seqlens_q.stride(0);
     k.cu_kv_stride = a.in.cu_seqlens_kv.stride(0);
     k.packed = f == QkvFormat::thd;
-    k.tokens_q = p.total_q;
-    k.tokens_kv = p.total_kv;
+    k.tokens_q = static_cast<int>(p.total_q);  // < 2^31: detail::flash_kernel_reasons
+    k.tokens_kv = static_cast<int>(p.total_kv);
   }
   k.batch = static_cast<int>(p.batch);
   k.h_q = static_cast<int>(p.h_q);

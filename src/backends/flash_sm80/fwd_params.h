@@ -30,7 +30,7 @@ struct FwdParams {
   const int32_t* cu_seqlens_kv = nullptr;
   int64_t cu_q_stride = 1, cu_kv_stride = 1;
   bool packed = false;
-  int64_t tokens_q = 0, tokens_kv = 0;
+  int tokens_q = 0, tokens_kv = 0;
 
   int batch = 0, h_q = 0, h_per_kv = 1;  // h_per_kv = h_q / h_kv (GQA group)
   int s_q = 0, s_kv = 0;                 // longest sequence (grid size), or the uniform length

@@ -25,8 +25,8 @@ __device__ __forceinline__ SeqExtent sequence_extent(const FwdParams& p, int b) 
                                               p.s_kv);
     s.start_q = q.start;
     s.start_kv = k.start;
-    s.len_q = static_cast<int>(q.len);
-    s.len_kv = static_cast<int>(k.len);
+    s.len_q = q.len;
+    s.len_kv = k.len;
   }
   s.shift = alignment_shift<int>(p.bottom_right, s.len_q, s.len_kv);
   return s;
