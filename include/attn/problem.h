@@ -58,8 +58,10 @@ struct Options {
   // Read the values of cu_seqlens to validate them (one wait for the device and
   // a small device-to-host copy when they live on the GPU; the GPU idles until
   // the call's kernel is launched). Turn off, with max_seqlen given, under CUDA
-  // graph capture or where the caller built cu_seqlens itself: attn then trusts
-  // their values (wrong ones can make kernels read or write past the tensors).
+  // graph capture or where the caller built cu_seqlens itself. Their values are
+  // then not checked: wrong ones give wrong answers without an error, but every
+  // backend stays inside the tensors (the GPU kernels bound each sequence by
+  // them, src/core/sequence_bounds.h; the host-driven backends report them).
   bool check_seqlens = true;
 };
 
