@@ -55,34 +55,27 @@ class Guarded {
   size_t bytes_;
 };
 
-// Three packed sequences (5, 70 and 130 tokens: off every tile height), GQA
-// 4:2, causal, forward and backward.
+// Packed sequences of 1, 0, 77 and 300 tokens (378 in all, max_seqlen 300),
+// GQA 8:2, causal, forward and backward.
 CaseSpec packed_spec() {
-  CaseSpec s;
-  s.format = QkvFormat::thd;
-  s.batch = 3;
-  s.seqlens_q = {5, 70, 130};
-  s.h_q = 4;
-  s.h_kv = 2;
-  s.d_qk = s.d_v = 64;
-  s.mask = MaskType::padding_causal;
+  CaseSpec s = testing::thd_edge_lengths(64, -1);
   s.backward = true;
   return s;
 }
 
 struct BadSeqlens {
   const char* what;
-  std::vector<int32_t> cu;  // for both q and kv (205 tokens, max_seqlen 130)
+  std::vector<int32_t> cu;  // for both q and kv
 };
 
 std::vector<BadSeqlens> bad_seqlens() {
   const int32_t big = std::numeric_limits<int32_t>::max(), small = std::numeric_limits<int32_t>::min();
-  return {{"past the last token", {0, 5, 75, 400}},
-          {"decreasing", {0, 70, 5, 205}},
-          {"negative", {-50, 5, 75, 205}},
-          {"longer than max_seqlen", {0, 200, 203, 205}},
-          {"extreme", {0, big, small, 205}},
-          {"start past the end", {300, 310, 320, 330}}};
+  return {{"past the last token", {0, 1, 1, 78, 600}},
+          {"decreasing", {0, 77, 1, 1, 378}},
+          {"negative", {-50, 1, 1, 78, 378}},
+          {"longer than max_seqlen", {0, 350, 360, 370, 378}},
+          {"extreme", {0, big, small, 78, 378}},
+          {"start past the end", {500, 510, 520, 530, 540}}};
 }
 
 Policy forcing(const std::string& backend) {
@@ -109,7 +102,7 @@ TEST(UncheckedSeqlens, WrongValuesStayInsideTheTensors) {
       Case c = testing::make_case(spec, Device::cuda(0), 4242);
       c.cu_seqlens_q.copy_from_bytes(bad.cu.data(), bad.cu.size() * sizeof(int32_t));
       c.cu_seqlens_kv.copy_from_bytes(bad.cu.data(), bad.cu.size() * sizeof(int32_t));
-      c.opts.check_seqlens = false;  // max_seqlen is given (130)
+      c.opts.check_seqlens = false;  // max_seqlen is given (300)
       Guarded out(c.out.bytes()), lse(c.lse.bytes()), dq(c.dq.bytes()), dk(c.dk.bytes()), dv(c.dv.bytes());
       c.fwd.out.data = c.bwd.out.data = out.data();
       c.fwd.lse.data = c.bwd.lse.data = lse.data();
