@@ -151,5 +151,37 @@ TEST(UncheckedSeqlens, ValidValuesGiveTheReferenceAnswer) {
   }
 }
 
+// cu_seqlens may be strided views (a column of a [batch + 1, 2] table): every
+// backend reads entry b at b * stride, checked or not.
+TEST(UncheckedSeqlens, StridedViewsGiveTheReferenceAnswer) {
+  ATTN_REQUIRE_GPU();
+  const CaseSpec spec = packed_spec();
+  for (const std::string& backend : testing::gpu_backends()) {
+    if (!supports(backend, spec, Pass::forward)) continue;
+    for (bool check : {true, false}) {
+      SCOPED_TRACE(backend + (check ? ", checked" : ", unchecked"));
+      CaseSpec s = spec;
+      s.backward = supports(backend, spec, Pass::backward);
+      s.return_lse = true;
+      Case c = testing::make_case(s, Device::cuda(0), 4444);
+      // Interleave the offsets with junk that a unit-stride read would take.
+      const std::vector<double> cu = c.cu_seqlens_q.to(Device::cpu()).to_doubles();
+      std::vector<int32_t> table;
+      for (double x : cu) table.insert(table.end(), {static_cast<int32_t>(x), -777});
+      testing::TensorBuffer strided(DType::i32, {static_cast<int64_t>(table.size())}, Device::cuda(0));
+      strided.copy_from_bytes(table.data(), table.size() * sizeof(int32_t));
+      TensorView view = strided.view();
+      view.shape[0] = static_cast<int64_t>(cu.size());
+      view.strides_elems[0] = 2;
+      c.fwd.in.cu_seqlens_q = c.fwd.in.cu_seqlens_kv = view;
+      c.bwd.in.cu_seqlens_q = c.bwd.in.cu_seqlens_kv = view;
+      c.opts.check_seqlens = check;
+      testing::run_forced(c, backend);
+      ATTN_CUDA_OK(cudaDeviceSynchronize());
+      testing::expect_matches_reference(c);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attn
