@@ -51,7 +51,8 @@ TEST(SequenceBounds, PackedValuesStayInsideTheTokens) {
       if (lo >= 0 && lo <= tokens) EXPECT_EQ(s.start, lo);
       if (lo >= 0 && hi >= lo && hi <= tokens && hi - lo <= max_len) EXPECT_EQ(s.len, hi - lo);
       // Past the room, the length is what fits.
-      if (lo >= 0 && lo <= tokens && hi >= lo) EXPECT_EQ(s.len, std::min<int64_t>(int64_t{hi} - lo, std::min(max_len, tokens - lo)));
+      if (lo >= 0 && lo <= tokens && hi >= lo)
+        EXPECT_EQ(s.len, std::min<int64_t>(int64_t{hi} - lo, std::min(max_len, tokens - lo)));
     }
 }
 

@@ -8,8 +8,8 @@
 
 #include "attn/mask_rule.h"
 #include "backends/cudnn/cudnn_kernels.h"
-#include "core/sequence_bounds.h"
 #include "core/cuda_check.h"
+#include "core/sequence_bounds.h"
 
 namespace attn::cudnn {
 namespace {
@@ -32,6 +32,11 @@ __device__ SequenceBounds sequence_of(const int32_t* cu, int64_t stride, int64_t
     if (end.start < last.start + last.len) end.start = last.start + last.len;
   }
   return end;
+}
+
+// First token of packed sequence b, bounded by the tensor's tokens.
+__device__ int64_t sequence_start(const int32_t* cu, int64_t stride, int64_t b, int64_t tokens) {
+  return bounded_sequence(cu[b * stride], 0, true, static_cast<int>(tokens), 0).start;
 }
 
 __global__ void prepare_sequences(SequenceArgs a) {
@@ -79,7 +84,7 @@ __global__ void finish_forward_rows(ForwardRows a) {
   const bool ragged = a.cu_q != nullptr;
   const int64_t len_q = a.len_q ? a.len_q[b] : a.s_q, len_kv = a.len_kv ? a.len_kv[b] : a.s_kv;
   if (ragged && i >= len_q) return;  // no such token in a packed batch
-  const int64_t start = ragged ? bounded_sequence(a.cu_q[b * a.cu_q_stride], 0, true, static_cast<int>(a.tokens_q), 0).start : 0;
+  const int64_t start = ragged ? sequence_start(a.cu_q, a.cu_q_stride, b, a.tokens_q) : 0;
   const int64_t shift = alignment_shift<int64_t>(a.bottom_right, len_q, len_kv);
   const bool empty = visible_keys<int64_t>(i, len_q, len_kv, shift, a.left, a.right).empty();
   float* lse = a.lse ? a.lse + b * a.lse_b + h * a.lse_h + (start + i) * a.lse_i : nullptr;
@@ -99,7 +104,7 @@ __global__ void backward_stats(BackwardStats a) {
   const int64_t len_q = a.len_q ? a.len_q[b] : a.s_q;
   float v = 0.0f;
   if (i < len_q || !ragged) {
-    const int64_t start = ragged ? bounded_sequence(a.cu_q[b * a.cu_q_stride], 0, true, static_cast<int>(a.tokens_q), 0).start : 0;
+    const int64_t start = ragged ? sequence_start(a.cu_q, a.cu_q_stride, b, a.tokens_q) : 0;
     v = a.lse[b * a.lse_b + h * a.lse_h + (start + i) * a.lse_i];
     if (!isfinite(v)) v = 0.0f;
   }
