@@ -19,9 +19,19 @@ std::vector<std::string> gpu_backends() {
   return names;
 }
 
+Policy forcing(const std::string& backend) {
+  Policy p;
+  p.forced = backend;
+  return p;
+}
+
+bool claims(const std::string& backend, const CaseSpec& spec, Pass pass) {
+  const DeviceInfo dev = query_device(Device::cuda(0));
+  return find_backend(backend)->supports(problem_of(spec, pass, Device::cuda(0)), dev).empty();
+}
+
 void run_forced(Case& c, const std::string& backend, void* stream) {
-  Policy force;
-  force.forced = backend;
+  const Policy force = forcing(backend);
   RunContext ctx;
   ctx.stream = stream;
   forward(c.opts, c.fwd, ctx, force);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "attn/select.h"
 #include "testing/case.h"
 
 namespace attn::testing {
@@ -15,6 +16,12 @@ bool have_gpu();
 
 // The registered backends but the CPU reference: what the GPU tests run.
 std::vector<std::string> gpu_backends();
+
+// A Policy that runs `backend` alone.
+Policy forcing(const std::string& backend);
+
+// Whether `backend` claims the spec's `pass` on GPU 0 (supports() says no reason).
+bool claims(const std::string& backend, const CaseSpec& spec, Pass pass);
 
 // Runs the case's forward (and backward, when its spec asks) on `backend`
 // alone, on `stream` (a cudaStream_t; null: the legacy default stream).

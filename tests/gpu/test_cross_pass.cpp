@@ -21,12 +21,6 @@ namespace {
 using testing::Case;
 using testing::CaseSpec;
 
-Policy forcing(const std::string& backend) {
-  Policy p;
-  p.forced = backend;
-  return p;
-}
-
 // The reference's out, lse and gradients for the grid case's inputs.
 Case reference_of(const CaseSpec& spec, uint64_t seed) {
   Case ref = testing::copy_inputs_to(testing::make_case(spec, Device::cuda(0), seed), Device::cpu(), DType::f64);
@@ -34,13 +28,8 @@ Case reference_of(const CaseSpec& spec, uint64_t seed) {
   return ref;
 }
 
-bool supports(const std::string& backend, const CaseSpec& spec, Pass pass, const DeviceInfo& dev) {
-  return find_backend(backend)->supports(testing::problem_of(spec, pass, Device::cuda(0)), dev).empty();
-}
-
 TEST(CrossPass, EveryForwardWithEveryOtherBackward) {
   ATTN_REQUIRE_GPU();
-  const DeviceInfo dev = query_device(Device::cuda(0));
   const std::vector<std::string> backends = testing::gpu_backends();
   std::map<std::string, int> ran;
   int index = 0;
@@ -50,7 +39,7 @@ TEST(CrossPass, EveryForwardWithEveryOtherBackward) {
     std::vector<std::pair<std::string, std::string>> pairs;
     for (const std::string& f : backends)
       for (const std::string& b : backends) {
-        if (f == b || !supports(f, spec, Pass::forward, dev) || !supports(b, spec, Pass::backward, dev)) continue;
+        if (f == b || !testing::claims(f, spec, Pass::forward) || !testing::claims(b, spec, Pass::backward)) continue;
         // Both passes must draw the same dropout pattern: attn's (cudnn draws its own).
         if (spec.dropout_p > 0 && !(find_backend(f)->matches_reference_dropout() &&
                                     find_backend(b)->matches_reference_dropout()))
@@ -64,8 +53,8 @@ TEST(CrossPass, EveryForwardWithEveryOtherBackward) {
       SCOPED_TRACE("grid case " + std::to_string(index - 1) + ": " + f + " forward, " + b + " backward; " +
                    describe_problem(testing::problem_of(spec, Pass::backward, Device::cuda(0))));
       Case gpu = testing::make_case(spec, Device::cuda(0), seed);
-      forward(gpu.opts, gpu.fwd, {}, forcing(f));
-      backward(gpu.opts, gpu.bwd, {}, forcing(b));
+      forward(gpu.opts, gpu.fwd, {}, testing::forcing(f));
+      backward(gpu.opts, gpu.bwd, {}, testing::forcing(b));
       ATTN_CUDA_OK(cudaDeviceSynchronize());
       testing::expect_outputs_match(gpu, ref);
       ++ran[f + " > " + b];

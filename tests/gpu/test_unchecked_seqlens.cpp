@@ -78,23 +78,13 @@ std::vector<BadSeqlens> bad_seqlens() {
           {"start past the end", {500, 510, 520, 530, 540}}};
 }
 
-Policy forcing(const std::string& backend) {
-  Policy p;
-  p.forced = backend;
-  return p;
-}
-
-bool supports(const std::string& backend, const CaseSpec& spec, Pass pass) {
-  const DeviceInfo dev = query_device(Device::cuda(0));
-  return find_backend(backend)->supports(testing::problem_of(spec, pass, Device::cuda(0)), dev).empty();
-}
-
 TEST(UncheckedSeqlens, WrongValuesStayInsideTheTensors) {
   ATTN_REQUIRE_GPU();
   const CaseSpec spec = packed_spec();
   int backends = 0;
   for (const std::string& backend : testing::gpu_backends()) {
-    const bool fwd = supports(backend, spec, Pass::forward), bwd = supports(backend, spec, Pass::backward);
+    const bool fwd = testing::claims(backend, spec, Pass::forward);
+    const bool bwd = testing::claims(backend, spec, Pass::backward);
     if (!fwd && !bwd) continue;
     ++backends;
     for (const BadSeqlens& bad : bad_seqlens()) {
@@ -111,8 +101,8 @@ TEST(UncheckedSeqlens, WrongValuesStayInsideTheTensors) {
       c.bwd.dv.data = dv.data();
       bool reported = false;
       try {
-        if (fwd) forward(c.opts, c.fwd, {}, forcing(backend));
-        if (bwd) backward(c.opts, c.bwd, {}, forcing(backend));
+        if (fwd) forward(c.opts, c.fwd, {}, testing::forcing(backend));
+        if (bwd) backward(c.opts, c.bwd, {}, testing::forcing(backend));
       } catch (const Error& e) {
         reported = true;
         EXPECT_EQ(e.kind(), ErrorKind::value) << e.what();
@@ -138,10 +128,10 @@ TEST(UncheckedSeqlens, ValidValuesGiveTheReferenceAnswer) {
   ATTN_REQUIRE_GPU();
   const CaseSpec spec = packed_spec();
   for (const std::string& backend : testing::gpu_backends()) {
-    if (!supports(backend, spec, Pass::forward)) continue;  // flash_sm90: forward only
+    if (!testing::claims(backend, spec, Pass::forward)) continue;  // flash_sm90: forward only
     SCOPED_TRACE(backend);
     CaseSpec s = spec;
-    s.backward = supports(backend, spec, Pass::backward);
+    s.backward = testing::claims(backend, spec, Pass::backward);
     s.return_lse = true;
     Case c = testing::make_case(s, Device::cuda(0), 4343);
     c.opts.check_seqlens = false;
@@ -157,11 +147,11 @@ TEST(UncheckedSeqlens, StridedViewsGiveTheReferenceAnswer) {
   ATTN_REQUIRE_GPU();
   const CaseSpec spec = packed_spec();
   for (const std::string& backend : testing::gpu_backends()) {
-    if (!supports(backend, spec, Pass::forward)) continue;
+    if (!testing::claims(backend, spec, Pass::forward)) continue;
     for (bool check : {true, false}) {
       SCOPED_TRACE(backend + (check ? ", checked" : ", unchecked"));
       CaseSpec s = spec;
-      s.backward = supports(backend, spec, Pass::backward);
+      s.backward = testing::claims(backend, spec, Pass::backward);
       s.return_lse = true;
       Case c = testing::make_case(s, Device::cuda(0), 4444);
       // Interleave the offsets with junk that a unit-stride read would take.
