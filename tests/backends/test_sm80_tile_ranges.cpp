@@ -136,6 +136,39 @@ TEST(Sm80TileRanges, RowKeyEndMatchesTheRule) {
   }
 }
 
+// row_key_begin() and row_key_end() (the backward's bit masks, 32-bit)
+// together decide every key as the rule does, for every row of the sequence,
+// an empty row's included.
+void check_row_key_bounds(const Case& c) {
+  SCOPED_TRACE(c.name());
+  const FwdParams p = c.params();
+  const SeqExtent s = c.extent();
+  for (int i = 0; i < c.len_q; ++i) {
+    const KeyRange<int> keys = row_keys(p, s, i);
+    const int begin = row_key_begin(p, s, i), end = row_key_end(p, s, i);
+    for (int j = -2; j <= c.len_kv + 2; ++j)
+      ASSERT_EQ(begin <= j && j < end, keys.contains(j)) << "row " << i << ", key " << j << ", bounds " << begin
+                                                          << ".." << end;
+  }
+}
+
+TEST(Sm80TileRanges, RowKeyBoundsMatchTheRule) {
+  const int64_t huge = int64_t{1} << 40;
+  for (int len_q : {1, 63, 200})
+    for (int len_kv : {1, 64, 300})
+      for (bool br : {false, true})
+        for (int64_t left : {int64_t{-1}, int64_t{0}, int64_t{1}, int64_t{64}, int64_t{450}, huge})
+          for (int64_t right : {int64_t{-1}, int64_t{0}, int64_t{1}, int64_t{70}, huge})
+            check_row_key_bounds({len_q, len_kv, br, left, right});
+  std::mt19937 rng(13);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int len_q = 1 + static_cast<int>(rng() % 500), len_kv = 1 + static_cast<int>(rng() % 500);
+    const int64_t left = rng() % 3 == 0 ? -1 : static_cast<int64_t>(rng() % 1200);
+    const int64_t right = rng() % 3 == 0 ? -1 : static_cast<int64_t>(rng() % 1200);
+    check_row_key_bounds({len_q, len_kv, rng() % 2 == 1, left, right});
+  }
+}
+
 // Element k of a thread's accumulator row is column 8 (k / 2) + k % 2 past
 // the thread's first one (mma.cuh): accumulator_prefix(end) counts those
 // before `end`, and they are the first ones.

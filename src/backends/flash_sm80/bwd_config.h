@@ -56,6 +56,13 @@ struct BwdConfig {
   static constexpr int kWarpsMQ = kDQK >= 256 ? 2 : 4, kWarpsDQ = 8 / kWarpsMQ;
   static constexpr int kMAQ = kBlockM / (16 * kWarpsMQ), kNAQ = kDQK / (8 * kWarpsDQ);
 
+  // Masked tiles' per-element mask as one word of bits per row with 32-bit
+  // bounds (apply_mask_bits): the causal points' backward 0.5-2% faster at
+  // d 64, 128 and 256 (docs/PERF.md). Rows 96 and 192 keep the key-by-key
+  // form, with which ptxas keeps their sm_90a loops free of spills (24 and
+  // 16 B with bits).
+  static constexpr bool kMaskBits = !((kDQK == 96 && kDV == 96) || (kDQK == 192 && kDV == 192));
+
   // Shared memory: Q and dO of kStages query tiles (the next tile loads while
   // this one computes), K, V (this CTA's keys), P and dS (kBlockM x kBlockN
   // each), 2-byte elements. dK and dV are staged through K's and V's buffers

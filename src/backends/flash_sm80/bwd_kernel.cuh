@@ -180,7 +180,10 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
         const float slope = p.alibi ? p.alibi[b * p.alibi_batch_stride + h * p.alibi_head_stride] : 0.f;
         score_mods_bwd(s, dp, p, slope, m0 + row0_s, n0 + col0_s, seq.shift, lane);
       }
-      if (m < unmasked.first || m > unmasked.last) apply_mask_by_key(s, p, seq, m0 + row0_s, n0 + col0_s, lane);
+      if (m < unmasked.first || m > unmasked.last) {
+        if constexpr (Cfg::kMaskBits) apply_mask_bits(s, p, seq, m0 + row0_s, n0 + col0_s, lane);
+        else apply_mask_by_key(s, p, seq, m0 + row0_s, n0 + col0_s, lane);
+      }
       if (dropout) probabilities_and_grads<true>(s, dp, rt, keep, p, unit);
       else probabilities_and_grads<false>(s, dp, rt, keep, p, unit);
       stage_block<T, PTile>(p_smem, s, 1.f, row0_s, col0_s, lane);

@@ -133,6 +133,35 @@ __device__ __forceinline__ void apply_mask_by_key(float (&s)[MA][NA][4], const F
     }
 }
 
+// Both ends of each row's keys as bits: the backward's mask. Per row one word
+// of the elements before the end minus those before the begin, tested bit by
+// bit (R2P, as apply_mask_ends). The bounds are row_key_begin() and
+// row_key_end(), in 32 bits: with row_keys()'s 64-bit bounds per row the
+// backward gained nothing over the key-by-key mask (PERF.md).
+template <int MA, int NA>
+__device__ __forceinline__ void apply_mask_bits(float (&s)[MA][NA][4], const FwdParams& p, const SeqExtent& seq,
+                                                int row0, int n0, int lane) {
+  static_assert(2 * NA <= 32, "one word of bits per row");
+  const int col0 = n0 + 2 * (lane & 3);
+  // PTX's shl gives 0 for shifts of 32 or more: a count >= 32 sets every bit.
+  auto prefix_bits = [](int count) {
+    uint32_t bits;
+    asm("shl.b32 %0, 1, %1;" : "=r"(bits) : "r"(max(count, 0)));
+    return bits - 1u;
+  };
+#pragma unroll
+  for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 16 * ma + 8 * h + (lane >> 2);
+      const int begin = row_key_begin(p, seq, row) - col0, end = row_key_end(p, seq, row) - col0;
+      const uint32_t bits = prefix_bits(accumulator_prefix(end)) & ~prefix_bits(accumulator_prefix(begin));
+#pragma unroll
+      for (int k = 0; k < 2 * NA; ++k)
+        if (!(bits & (1u << k))) s[ma][k / 2][2 * h + k % 2] = -INFINITY;
+    }
+}
+
 // Running max (in score units: times `unit` gives log2 units) and this
 // thread's part of the running sum, per owned row. The quad's four parts are
 // added once, at the end.

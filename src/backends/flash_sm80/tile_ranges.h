@@ -43,6 +43,16 @@ ATTN_HOST_DEVICE int row_key_end(const FwdParams& p, const SeqExtent& s, int i) 
   return lesser(i + s.shift + right + 1, s.len_kv);
 }
 
+// Row i's first key in 32 bits, the partner of row_key_end(): for every key
+// j, begin <= j < row_key_end() exactly when row_keys(p, s, i) contains j
+// (an empty row's end then lies at or before its begin). A window wider than
+// len_q + len_kv reaches key 0 and is clamped to that.
+ATTN_HOST_DEVICE int row_key_begin(const FwdParams& p, const SeqExtent& s, int i) {
+  if (p.window_left < 0) return 0;
+  const int left = static_cast<int>(lesser(p.window_left, static_cast<int64_t>(s.len_q) + s.len_kv));
+  return greater(i + s.shift - left, 0);
+}
+
 // How many of a row's accumulator elements lie before key column `end`
 // (relative to the thread's first column): element k = 2 na + e is column
 // 8 na + e (mma.cuh's layout), so elements [0, count) are the visible ones.
