@@ -112,9 +112,10 @@ __device__ __forceinline__ void apply_mask_ends(float (&s)[MA][NA][4], const Fwd
     }
 }
 
-// The same mask tested key by key: the backward's form. (The bounds form
-// above, in the backward, moved ptxas to 24-28 B of spills in the sm_80 d 128
-// loop, which has none with this one.)
+// The same mask tested key by key: the backward's form on the rows whose
+// loops the bits form below spills (bwd_config.h, kMaskBits). (The bounds
+// form above, in the backward, moved ptxas to 24-28 B of spills in the sm_80
+// d 128 loop, which has none with this one.)
 template <int MA, int NA>
 __device__ __forceinline__ void apply_mask_by_key(float (&s)[MA][NA][4], const FwdParams& p, const SeqExtent& seq,
                                                   int row0, int n0, int lane) {
