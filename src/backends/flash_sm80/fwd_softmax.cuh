@@ -86,6 +86,24 @@ __device__ __forceinline__ void apply_mask(float (&s)[MA][NA][4], const FwdParam
     }
 }
 
+// The bits of a row's first `count` accumulator elements (count <= 0: none;
+// PTX's shl gives 0 for shifts of 32 or more, so a count >= 32 sets all).
+__device__ __forceinline__ uint32_t prefix_bits(int count) {
+  uint32_t bits;
+  asm("shl.b32 %0, 1, %1;" : "=r"(bits) : "r"(max(count, 0)));
+  return bits - 1u;
+}
+
+// Row h of accumulator block s[ma]: the elements whose bit in `visible` is
+// clear become -inf.
+template <int MA, int NA>
+__device__ __forceinline__ void mask_row_by_bits(float (&s)[MA][NA][4], int ma, int h, uint32_t visible) {
+  static_assert(2 * NA <= 32, "one word of bits per row");
+#pragma unroll
+  for (int k = 0; k < 2 * NA; ++k)
+    if (!(visible & (1u << k))) s[ma][k / 2][2 * h + k % 2] = -INFINITY;
+}
+
 // apply_mask<false> as bits (only the rows' ends cut): per row one word
 // whose low accumulator_prefix(end) bits are set, tested bit by bit. Tests of
 // consecutive bits of one word compile to R2P, seven predicates per
@@ -95,20 +113,13 @@ __device__ __forceinline__ void apply_mask(float (&s)[MA][NA][4], const FwdParam
 template <int MA, int NA>
 __device__ __forceinline__ void apply_mask_ends(float (&s)[MA][NA][4], const FwdParams& p, const SeqExtent& seq,
                                                 int row0, int n0, int lane) {
-  static_assert(2 * NA <= 32, "one word of bits per row");
   const int col0 = n0 + 2 * (lane & 3);
 #pragma unroll
   for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int end = row_key_end(p, seq, row0 + 16 * ma + 8 * h + (lane >> 2)) - col0;
-      // PTX's shl gives 0 for shifts of 32 or more: a count >= 32 keeps every bit.
-      uint32_t bits;
-      asm("shl.b32 %0, 1, %1;" : "=r"(bits) : "r"(max(accumulator_prefix(end), 0)));
-      bits -= 1u;
-#pragma unroll
-      for (int k = 0; k < 2 * NA; ++k)
-        if (!(bits & (1u << k))) s[ma][k / 2][2 * h + k % 2] = -INFINITY;
+      mask_row_by_bits(s, ma, h, prefix_bits(accumulator_prefix(end)));
     }
 }
 
@@ -142,24 +153,14 @@ __device__ __forceinline__ void apply_mask_by_key(float (&s)[MA][NA][4], const F
 template <int MA, int NA>
 __device__ __forceinline__ void apply_mask_bits(float (&s)[MA][NA][4], const FwdParams& p, const SeqExtent& seq,
                                                 int row0, int n0, int lane) {
-  static_assert(2 * NA <= 32, "one word of bits per row");
   const int col0 = n0 + 2 * (lane & 3);
-  // PTX's shl gives 0 for shifts of 32 or more: a count >= 32 sets every bit.
-  auto prefix_bits = [](int count) {
-    uint32_t bits;
-    asm("shl.b32 %0, 1, %1;" : "=r"(bits) : "r"(max(count, 0)));
-    return bits - 1u;
-  };
 #pragma unroll
   for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = row0 + 16 * ma + 8 * h + (lane >> 2);
       const int begin = row_key_begin(p, seq, row) - col0, end = row_key_end(p, seq, row) - col0;
-      const uint32_t bits = prefix_bits(accumulator_prefix(end)) & ~prefix_bits(accumulator_prefix(begin));
-#pragma unroll
-      for (int k = 0; k < 2 * NA; ++k)
-        if (!(bits & (1u << k))) s[ma][k / 2][2 * h + k % 2] = -INFINITY;
+      mask_row_by_bits(s, ma, h, prefix_bits(accumulator_prefix(end)) & ~prefix_bits(accumulator_prefix(begin)));
     }
 }
 
