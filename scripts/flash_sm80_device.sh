@@ -21,12 +21,16 @@ tests_rc=$?
 small="--backend flash_sm80 --format thd --seqlens 5,0,33,170 --heads 4 --kv-heads 2 --head-dim 64 --mask padding_causal --window 40,0 --dropout 0.1 --seed 5 --backward"
 memcheck_rc=0 racecheck_rc=0  # sanitize() (device_env.sh) adds to them
 sanitize "" "$small"
-# The same case on the compact backward build (64-row tiles: sm86's 99 KiB, and dropout on every GPU).
+# The same case on a simulated sm86 (99 KiB: the d 64 backward's dropout build, 64-row tiles, also
+# without dropout there).
 sanitize -compact "$small" ATTN_SIMULATE_DEVICE=sm86
-# d 256 on this GPU's forward build (the narrow 64 x 64 one on Hopper) and its backward; d 128 (dropout:
-# the forward's 128 x 32 dropout build).
+# d 256 on this GPU's forward build (the narrow 64 x 64 one on Hopper) and d 128 (the forward's 128 x 32
+# dropout build); the backward's dropout builds of both, then their main builds (no dropout).
 sanitize -d256 "${small/--head-dim 64/--head-dim 256}"
 sanitize -d128 "${small/--head-dim 64/--head-dim 128}"
+nodrop=${small/--dropout 0.1 /}
+sanitize -d256main "${nodrop/--head-dim 64/--head-dim 256}"
+sanitize -d128main "${nodrop/--head-dim 64/--head-dim 128}"
 obj=$(find build-kernels -name 'bwd_instantiate.cu.o' -path '*bwd_128_128*' | head -1)
 hmma=$(cuobjdump -sass "$obj" 2>/dev/null | grep -c HMMA)
 t2=$(date +%s)

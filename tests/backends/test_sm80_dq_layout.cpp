@@ -2,7 +2,7 @@
 // row's chunks is a bijection that keeps 8-float chunks whole (the convert
 // pass reads two float4 per chunk), the per-fragment form dq_column equals
 // dq_swizzle for every warp column split of every backward build (read off
-// the table, compact builds included), and the 8 rows a warp's stage stores
+// the table, dropout builds included), and the 8 rows a warp's stage stores
 // write together spread over the 4 bank groups of 128 bytes.
 #include <gtest/gtest.h>
 
@@ -66,8 +66,8 @@ void check_build(const char* name) {
 TEST(Sm80DqLayout, FragmentColumnsMatchAndStoresSpreadOverBanks) {
 #define ATTN_CHECK_DQ(dqk, dv)                                              \
   check_build<BwdConfig<dqk, dv>>("bwd " #dqk "/" #dv);                     \
-  if constexpr (ATTN_SM80_BWD_WIDE_M(dqk))                                  \
-    check_build<BwdConfig<dqk, dv, true>>("bwd " #dqk "/" #dv " compact");
+  if constexpr (ATTN_SM80_BWD_DROPOUT_APART(dqk))                           \
+    check_build<BwdConfig<dqk, dv, true>>("bwd " #dqk "/" #dv " dropout build");
   ATTN_FLASH_SM80_BWD_TABLE(ATTN_CHECK_DQ)
 #undef ATTN_CHECK_DQ
 }

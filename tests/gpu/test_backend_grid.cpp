@@ -142,7 +142,8 @@ std::vector<CaseSpec> backend_grid() {
   // A tiled backward (one CTA per KV tile walking the query tiles that see it,
   // dQ added across KV tiles): causal and window tile skipping over many
   // tiles, GQA 8 (dK, dV summed over a group), dropout across tiles with
-  // s_q != s_kv, d 256 and 192/128 over several tiles, fully masked rows in
+  // s_q != s_kv (d 128) and with a window (d 256), d 256 and 192/128 over
+  // several tiles, fully masked rows in
   // a multi-tile bottom-right problem, a padded batch, every score change.
   {
     CaseSpec s;
@@ -168,6 +169,12 @@ std::vector<CaseSpec> backend_grid() {
     s.d_qk = s.d_v = 256;
     s.mask = MaskType::causal;
     add(s);
+    s.dropout_p = 0.15;  // d 256's dropout build (its main build has no dropout path)
+    s.seed = 5;
+    s.window = {90, 0};
+    add(s);
+    s.dropout_p = 0.0;
+    s.window = {};
     s.mask = MaskType::no_mask;
     s.s_q = 200;
     s.s_kv = 260;

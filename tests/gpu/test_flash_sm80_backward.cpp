@@ -1,8 +1,9 @@
 // flash_sm80's backward beyond the shared grid: the deterministic mode gives
 // bitwise identical dq, dk, dv across runs (ordered dQ accumulation) and still
 // matches the reference; the default mode matches it on the same inputs. The
-// compact builds (64-row tiles for GPUs with 99 KiB of shared memory per
-// block) run here under ATTN_SIMULATE_DEVICE=sm86 and match the reference.
+// wide rows' dropout builds (64-row tiles, also for GPUs with 99 KiB of
+// shared memory per block) run here under ATTN_SIMULATE_DEVICE=sm86 and match
+// the reference.
 #include <string>
 #include <vector>
 
@@ -70,7 +71,7 @@ TEST(FlashSm80Backward, DeterministicModeIsBitwiseRepeatable) {
   }
 }
 
-// The compact builds of the d 32 and d 64 rows: chosen where the 128-row
+// The dropout builds of the d 32 and d 64 rows: chosen where the 128-row
 // tiles do not fit the device's shared memory (bwd_config.h), so a simulated
 // sm86 (99 KiB) makes any GPU run them. Lengths off the tile, an empty
 // sequence, GQA, a window, dropout, the deterministic mode.

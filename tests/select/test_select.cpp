@@ -188,7 +188,7 @@ TEST(Select, VerdictsStopAtTheChosenBackendUnlessAllAreAsked) {
 
 TEST(Select, Sm80BackwardRunsCompactTilesWhereSharedMemoryIsSmall) {
   // sm86/sm89 allow 99 KiB per block: flash_sm80's d 32 and d 64 backward
-  // run their compact 64-row build there (64 / 96 KiB; the 128-row tiles need
+  // run their dropout build's 64-row tiles there (64 / 96 KiB; the 128-row tiles need
   // 112 / 160 KiB), d 96 and up are refused with the numbers; sm80 (163 KiB)
   // takes the 128-row tiles.
   auto smem_reasons = [](const char* spec, int d) {
@@ -251,15 +251,29 @@ TEST(Select, Sm80DropoutRunsOnTheBuildsWithItsPath) {
   EXPECT_EQ((flash_sm80::FwdConfig<128, 128, FwdBuild::dropout>::kBlockN), 32);
   EXPECT_TRUE((flash_sm80::FwdConfig<96, 96>::kDropout));
   EXPECT_EQ((flash_sm80::fwd_smem_bytes<128, 128>(227 * 1024, true)), (128 + 32 + 32) * 128 * 2);
-  // Backward: the wide builds (d <= 64) have no dropout path; dropout runs on
-  // the compact build on every device.
-  EXPECT_TRUE((flash_sm80::bwd_uses_compact<64, 64>(227 * 1024, true)));
-  EXPECT_TRUE((flash_sm80::bwd_uses_compact<32, 32>(0, true)));
-  EXPECT_FALSE((flash_sm80::bwd_uses_compact<64, 64>(227 * 1024, false)));
-  EXPECT_FALSE((flash_sm80::bwd_uses_compact<128, 128>(227 * 1024, true)));  // no compact build
+  // Backward: the main builds of d <= 64, d 128 and d 256 have no dropout
+  // path; dropout runs on their dropout builds on every device. Other rows
+  // have one build, with the path.
+  EXPECT_TRUE((flash_sm80::bwd_uses_dropout_build<64, 64>(227 * 1024, true)));
+  EXPECT_TRUE((flash_sm80::bwd_uses_dropout_build<32, 32>(0, true)));
+  EXPECT_TRUE((flash_sm80::bwd_uses_dropout_build<128, 128>(227 * 1024, true)));
+  EXPECT_TRUE((flash_sm80::bwd_uses_dropout_build<256, 256>(227 * 1024, true)));
+  EXPECT_FALSE((flash_sm80::bwd_uses_dropout_build<64, 64>(227 * 1024, false)));
+  EXPECT_FALSE((flash_sm80::bwd_uses_dropout_build<128, 128>(227 * 1024, false)));
+  EXPECT_FALSE((flash_sm80::bwd_uses_dropout_build<256, 256>(227 * 1024, false)));
+  EXPECT_FALSE((flash_sm80::bwd_uses_dropout_build<96, 96>(227 * 1024, true)));   // one build
+  EXPECT_FALSE((flash_sm80::bwd_uses_dropout_build<192, 128>(227 * 1024, true)));  // one build
   EXPECT_FALSE((flash_sm80::BwdConfig<64, 64>::kDropout));
   EXPECT_TRUE((flash_sm80::BwdConfig<64, 64, true>::kDropout));
-  EXPECT_TRUE((flash_sm80::BwdConfig<128, 128>::kDropout));
+  EXPECT_FALSE((flash_sm80::BwdConfig<128, 128>::kDropout));
+  EXPECT_TRUE((flash_sm80::BwdConfig<128, 128, true>::kDropout));
+  EXPECT_FALSE((flash_sm80::BwdConfig<256, 256>::kDropout));
+  EXPECT_TRUE((flash_sm80::BwdConfig<256, 256, true>::kDropout));
+  EXPECT_TRUE((flash_sm80::BwdConfig<96, 96>::kDropout));
+  EXPECT_TRUE((flash_sm80::BwdConfig<192, 192>::kDropout));
+  // Same tiles in both builds of d 128 and d 256.
+  EXPECT_EQ((flash_sm80::BwdConfig<128, 128, true>::kSmemBytes), (flash_sm80::BwdConfig<128, 128>::kSmemBytes));
+  EXPECT_EQ((flash_sm80::BwdConfig<256, 256, true>::kSmemBytes), (flash_sm80::BwdConfig<256, 256>::kSmemBytes));
   EXPECT_EQ((flash_sm80::bwd_smem_bytes<64, 64>(227 * 1024, true)), (flash_sm80::BwdConfig<64, 64, true>::kSmemBytes));
 }
 

@@ -20,24 +20,30 @@ namespace attn::flash_sm80 {
 // twice the products per tile for the same loads, barriers and setup; on the
 // H100 backward d 64 0.71-0.76x -> 0.77-0.82x FA2, d 32 0.61-0.69x ->
 // 0.68-0.77x (docs/PERF.md, 2026-11-23), then 0.89-1.05x once dropout's path
-// (which spilled 168 B there) left the wide build (kDropout below). Those
-// rows also have a compact build (kCompact: 64-row tiles, 64 / 96 KiB) for GPUs whose shared
-// memory per block cannot hold the wide one (sm86/sm89: 99 KiB). A macro
-// because bwd_instantiate.cu tests it in the preprocessor.
+// (which spilled 168 B there) left the wide build (kDropout below).
 #define ATTN_SM80_BWD_WIDE_M(dqk) ((dqk) <= 64)
+// Rows whose dropout path is compiled apart, as FlashAttention-2 compiles its
+// dropout kernels apart (Is_dropout): Philox and the keep bits beside S, dP,
+// dK and dV cost registers in every call, dropout or not. The main build of
+// these rows has no dropout path; their dropout build (kDropoutBuild) has it.
+// - d <= 64: 168 B of spills in the wide build's loop at d 64 (sm_90a); the
+//   dropout build has 64-row tiles (64 / 96 KiB), so it is also the build
+//   for GPUs whose shared memory per block cannot hold the wide one
+//   (sm86/sm89: 99 KiB).
+// - d 128 and d 256: same tiles; the main build measured 2-3% (d 128) and
+//   0.5-1% (d 256) faster on the H100, and sm_90a's d 256 loop lost its
+//   16 B of spills (docs/PERF.md, 2026-11-24).
+// A macro because bwd_instantiate.cu tests it in the preprocessor.
+#define ATTN_SM80_BWD_DROPOUT_APART(dqk) ((dqk) <= 64 || (dqk) == 128 || (dqk) == 256)
 
-template <int kDQK, int kDV, bool kCompact = false>
+template <int kDQK, int kDV, bool kDropoutBuild = false>
 struct BwdConfig {
   static constexpr int kHeadDimQK = kDQK, kHeadDimV = kDV;
-  static constexpr int kBlockM = ATTN_SM80_BWD_WIDE_M(kDQK) && !kCompact ? 128 : 64;
+  static constexpr int kBlockM = ATTN_SM80_BWD_WIDE_M(kDQK) && !kDropoutBuild ? 128 : 64;
   static constexpr int kBlockN = kDQK <= 128 ? 128 : 64;
   static constexpr int kWarps = 8;
-  // Whether the build has dropout's path. A wide build has not: Philox and
-  // the keep bits beside its S, dP, dK and dV cost 168 bytes of spills in the
-  // main loop at d 64 (sm_90a; none without them), in every call, dropout or
-  // not. With dropout a wide row runs its compact build, as FlashAttention-2
-  // compiles its dropout kernels apart (Is_dropout).
-  static constexpr bool kDropout = !ATTN_SM80_BWD_WIDE_M(kDQK) || kCompact;
+  // Whether the build has dropout's path (ATTN_SM80_BWD_DROPOUT_APART).
+  static constexpr bool kDropout = !ATTN_SM80_BWD_DROPOUT_APART(kDQK) || kDropoutBuild;
   static constexpr int kThreads = kWarps * 32;
 
   // S and dP: 2 warps along the queries, 4 along the keys.
@@ -87,21 +93,23 @@ struct BwdConfig {
   static_assert(kMAK >= 1 && kNAK % 2 == 0 && kMAV >= 1 && kNAV % 2 == 0, "dK, dV: warps tile whole blocks");
   static_assert(kMAQ >= 1 && kNAQ % 2 == 0, "dQ: warps tile whole blocks");
   static_assert(kBlockM % 64 == 0 && kBlockN % 64 == 0, "tile copies and the swizzle repeat every 8 rows");
-  static_assert(!kCompact || ATTN_SM80_BWD_WIDE_M(kDQK), "only rows with wide tiles have a compact build");
+  static_assert(!kDropoutBuild || ATTN_SM80_BWD_DROPOUT_APART(kDQK), "only rows with dropout apart have a dropout build");
 };
 
-// Whether row (kDQK, kDV) runs its compact build on a device that allows
-// `optin` bytes of shared memory per block (0: not known): where the wide
-// build does not fit, and with dropout (the wide build has no dropout path).
-// The host's dispatch and supports() both ask here.
+// Whether row (kDQK, kDV) runs its dropout build on a device that allows
+// `optin` bytes of shared memory per block (0: not known): with dropout (the
+// main build has no dropout path), and where the main build does not fit
+// (the wide rows' dropout build has smaller tiles). The host's dispatch and
+// supports() both ask here.
 template <int kDQK, int kDV>
-constexpr bool bwd_uses_compact(long long optin, bool dropout) {
-  return ATTN_SM80_BWD_WIDE_M(kDQK) && (dropout || (optin > 0 && BwdConfig<kDQK, kDV>::kSmemBytes > optin));
+constexpr bool bwd_uses_dropout_build(long long optin, bool dropout) {
+  return ATTN_SM80_BWD_DROPOUT_APART(kDQK) &&
+         (dropout || (optin > 0 && BwdConfig<kDQK, kDV>::kSmemBytes > optin));
 }
 template <int kDQK, int kDV>
 constexpr int bwd_smem_bytes(long long optin, bool dropout) {
-  if constexpr (ATTN_SM80_BWD_WIDE_M(kDQK))
-    if (bwd_uses_compact<kDQK, kDV>(optin, dropout)) return BwdConfig<kDQK, kDV, true>::kSmemBytes;
+  if constexpr (ATTN_SM80_BWD_DROPOUT_APART(kDQK))
+    if (bwd_uses_dropout_build<kDQK, kDV>(optin, dropout)) return BwdConfig<kDQK, kDV, true>::kSmemBytes;
   return BwdConfig<kDQK, kDV>::kSmemBytes;
 }
 

@@ -18,7 +18,7 @@ static_assert(false ATTN_FLASH_SM80_BWD_TABLE(ATTN_IS_ROW), "ATTN_BWD_DQK/DV is 
 
 template void launch_bwd<__nv_bfloat16, ATTN_BWD_DQK, ATTN_BWD_DV, false>(const BwdParams&, cudaStream_t);
 template void launch_bwd<__half, ATTN_BWD_DQK, ATTN_BWD_DV, false>(const BwdParams&, cudaStream_t);
-#if ATTN_SM80_BWD_WIDE_M(ATTN_BWD_DQK)  // the compact build of a wide row (bwd_config.h)
+#if ATTN_SM80_BWD_DROPOUT_APART(ATTN_BWD_DQK)  // the row's dropout build (bwd_config.h)
 template void launch_bwd<__nv_bfloat16, ATTN_BWD_DQK, ATTN_BWD_DV, true>(const BwdParams&, cudaStream_t);
 template void launch_bwd<__half, ATTN_BWD_DQK, ATTN_BWD_DV, true>(const BwdParams&, cudaStream_t);
 #endif

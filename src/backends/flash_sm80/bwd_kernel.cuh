@@ -32,10 +32,10 @@
 
 namespace attn::flash_sm80 {
 
-template <typename T, int kDQK, int kDV, bool kCompact>
-__global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
+template <typename T, int kDQK, int kDV, bool kDropoutBuild>
+__global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
     flash_bwd_kernel(const __grid_constant__ BwdParams bp) {
-  using Cfg = BwdConfig<kDQK, kDV, kCompact>;
+  using Cfg = BwdConfig<kDQK, kDV, kDropoutBuild>;
   const FwdParams& p = bp.fwd;
   constexpr int kM = Cfg::kBlockM, kN = Cfg::kBlockN, kThreads = Cfg::kThreads;
   constexpr int MAS = Cfg::kMAS, NAS = Cfg::kNAS;
@@ -245,9 +245,9 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kCompact>::kThreads)
 // fits. Asked once per device; ATTN_SM80_BWD_DQ=red turns it off (A/B runs).
 constexpr int kMaxDevicesCached = 64;
 
-template <typename T, int kDQK, int kDV, bool kCompact>
+template <typename T, int kDQK, int kDV, bool kDropoutBuild>
 bool bwd_dq_bulk() {
-  using Cfg = BwdConfig<kDQK, kDV, kCompact>;
+  using Cfg = BwdConfig<kDQK, kDV, kDropoutBuild>;
   static std::atomic<signed char> known[kMaxDevicesCached] = {};  // 0 unknown, 1 no, 2 yes
   static const bool off = [] {
     const char* e = std::getenv("ATTN_SM80_BWD_DQ");
@@ -258,7 +258,7 @@ bool bwd_dq_bulk() {
   ATTN_CUDA(cudaGetDevice(&device));
   if (device < kMaxDevicesCached && known[device].load(std::memory_order_relaxed)) return known[device] == 2;
   cudaFuncAttributes attr{};
-  ATTN_CUDA(cudaFuncGetAttributes(&attr, flash_bwd_kernel<T, kDQK, kDV, kCompact>));
+  ATTN_CUDA(cudaFuncGetAttributes(&attr, flash_bwd_kernel<T, kDQK, kDV, kDropoutBuild>));
   int optin = 0;
   ATTN_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   const bool yes = attr.binaryVersion >= 90 && Cfg::kSmemBytes + Cfg::kSmemDqStage <= optin;
@@ -266,15 +266,15 @@ bool bwd_dq_bulk() {
   return yes;
 }
 
-template <typename T, int kDQK, int kDV, bool kCompact>
+template <typename T, int kDQK, int kDV, bool kDropoutBuild>
 void launch_bwd(const BwdParams& params, cudaStream_t stream) {
-  using Cfg = BwdConfig<kDQK, kDV, kCompact>;
-  auto* kernel = flash_bwd_kernel<T, kDQK, kDV, kCompact>;
+  using Cfg = BwdConfig<kDQK, kDV, kDropoutBuild>;
+  auto* kernel = flash_bwd_kernel<T, kDQK, kDV, kDropoutBuild>;
   BwdParams p = params;
-  if (!Cfg::kDropout && p.fwd.dropout_threshold)  // the dispatch picks the compact build for dropout
-    fail(ErrorKind::runtime, "flash_sm80's wide backward build has no dropout path", "dropout",
-         "the row's compact build", "report this: bwd_uses_compact() should have chosen it");
-  p.dq_bulk = !p.dq_semaphore && bwd_dq_bulk<T, kDQK, kDV, kCompact>();
+  if (!Cfg::kDropout && p.fwd.dropout_threshold)  // the dispatch picks the dropout build for dropout
+    fail(ErrorKind::runtime, "flash_sm80's main backward build of this head dim has no dropout path", "dropout",
+         "the row's dropout build", "report this: bwd_uses_dropout_build() should have chosen it");
+  p.dq_bulk = !p.dq_semaphore && bwd_dq_bulk<T, kDQK, kDV, kDropoutBuild>();
   const int smem = Cfg::kSmemBytes + (p.dq_bulk ? Cfg::kSmemDqStage : 0);
   if (smem > 48 * 1024) ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid((p.fwd.s_kv + Cfg::kBlockN - 1) / Cfg::kBlockN, p.fwd.h_q / p.fwd.h_per_kv, p.fwd.batch);

@@ -13,9 +13,10 @@ namespace attn::flash_sm80 {
 template <typename T>
 void launch_bwd_prepass(const BwdParams& p, int d_qk, int d_v, cudaStream_t stream);
 
-// The main kernel: dK, dV written, dQ accumulated into dq_accum. kCompact:
-// the row's 64-row build for small shared memory (bwd_config.h).
-template <typename T, int kDQK, int kDV, bool kCompact>
+// The main kernel: dK, dV written, dQ accumulated into dq_accum.
+// kDropoutBuild: the row's build with dropout's path, where it is compiled
+// apart (bwd_config.h).
+template <typename T, int kDQK, int kDV, bool kDropoutBuild>
 void launch_bwd(const BwdParams& p, cudaStream_t stream);
 
 // dq = softmax_scale * dq_accum in T and the caller's strides.

@@ -20,8 +20,8 @@ std::string kib(int64_t bytes) { return std::to_string(bytes / 1024) + " KiB"; }
 
 // Shared memory of the pass's table row for (d_qk, d_v) on a device allowing
 // `optin` bytes per block (the forward's d 256 has a narrow build and the
-// backward's wide rows a compact one, chosen by it; dropout picks the
-// compact build and the forward's dropout builds); 0 when the table lacks
+// backward's wide rows a dropout build with 64-row tiles, chosen by it;
+// dropout picks the dropout builds of both passes); 0 when the table lacks
 // the row.
 int64_t smem_bytes_for(Pass pass, int64_t d_qk, int64_t d_v, int64_t optin, bool dropout) {
 #define ATTN_SMEM_FWD(dqk, dv) \

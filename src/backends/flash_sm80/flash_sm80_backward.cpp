@@ -24,7 +24,7 @@ namespace {
 // Deterministic mode keeps one counter per (sequence, head, query tile); the
 // rows' query tiles differ in size, so the count uses the smallest tile, an
 // upper bound for every row (the kernel indexes by its own tile, stride m_tiles).
-#define ATTN_BLOCK_M(dqk, dv) BwdConfig<dqk, dv>::kBlockM, BwdConfig<dqk, dv, ATTN_SM80_BWD_WIDE_M(dqk)>::kBlockM,
+#define ATTN_BLOCK_M(dqk, dv) BwdConfig<dqk, dv>::kBlockM, BwdConfig<dqk, dv, ATTN_SM80_BWD_DROPOUT_APART(dqk)>::kBlockM,
 constexpr int kBlockMs[] = {ATTN_FLASH_SM80_BWD_TABLE(ATTN_BLOCK_M)};
 #undef ATTN_BLOCK_M
 constexpr int min_block_m() {
@@ -54,14 +54,14 @@ int64_t carve(const Problem& p, char* base, BwdParams* k) {
 }
 
 // `optin`: the device's shared memory per block, which picks a wide row's
-// compact build where the wide one does not fit; dropout picks it too
-// (bwd_config.h).
+// dropout build (64-row tiles) where the wide one does not fit; dropout picks
+// a row's dropout build wherever one exists (bwd_config.h).
 template <typename T>
 bool dispatch(const Problem& p, const BwdParams& k, int64_t optin, cudaStream_t stream) {
 #define ATTN_DISPATCH_ROW(dqk, dv)                                             \
   if (p.d_qk == (dqk) && p.d_v == (dv)) {                                      \
-    if constexpr (ATTN_SM80_BWD_WIDE_M(dqk)) {                                 \
-      if (bwd_uses_compact<dqk, dv>(optin, k.fwd.dropout_threshold != 0)) {    \
+    if constexpr (ATTN_SM80_BWD_DROPOUT_APART(dqk)) {                          \
+      if (bwd_uses_dropout_build<dqk, dv>(optin, k.fwd.dropout_threshold != 0)) { \
         launch_bwd<T, dqk, dv, true>(k, stream);                               \
         return true;                                                           \
       }                                                                        \
@@ -77,7 +77,7 @@ bool dispatch(const Problem& p, const BwdParams& k, int64_t optin, cudaStream_t 
 template <typename T>
 void run(const Problem& p, const BwdParams& k, cudaStream_t stream) {
   const int dqk = static_cast<int>(p.d_qk), dv = static_cast<int>(p.d_v);
-  // ATTN_SIMULATE_DEVICE=sm86 reaches here too: the compact builds can be tested on a larger GPU.
+  // ATTN_SIMULATE_DEVICE=sm86 reaches here too: the wide rows' dropout builds can be tested on a larger GPU.
   const int64_t optin = query_device(p.device).smem_per_block_optin_bytes;
   if (k.rows_q > 0) launch_bwd_prepass<T>(k, dqk, dv, stream);
   if (p.s_kv > 0 && !dispatch<T>(p, k, optin, stream))  // supports() refuses these; reaching here is a bug in attn
