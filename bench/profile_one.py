@@ -1,6 +1,7 @@
 """Which GPU kernels one attention call launches, and for how long: attn
-against PyTorch's cuDNN SDPA on one ANCHORS point, under torch.profiler.
-Usage: python3 bench/profile_one.py [--d 128 --seqlen 1024 --causal]"""
+against PyTorch's SDPA (cuDNN backend, or FlashAttention-2 with --peer flash)
+on one ANCHORS point, under torch.profiler.
+Usage: python3 bench/profile_one.py [--d 128 --seqlen 1024 --causal --peer flash]"""
 import argparse
 
 import torch
@@ -22,6 +23,7 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=None)
     ap.add_argument("--backward", action="store_true", help="forward + backward through autograd")
     ap.add_argument("--backend", default=None, help="force one attn backend (default: attn's choice)")
+    ap.add_argument("--peer", choices=("cudnn", "flash"), default="cudnn", help="SDPA's backend to compare with")
     a = ap.parse_args()
     b, h = a.batch or 16384 // a.seqlen, a.heads or 2048 // a.d
     hk = a.kv_heads or h
@@ -38,14 +40,16 @@ def main():
         else:
             attn.forward(q, k, v, mask=mask, backend=a.backend)
 
+    peer = SDPBackend.CUDNN_ATTENTION if a.peer == "cudnn" else SDPBackend.FLASH_ATTENTION
+
     def run_sdpa():
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        with sdpa_kernel(peer):
             o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                is_causal=a.causal, enable_gqa=hk != h)
         if a.backward:
             o.transpose(1, 2).backward(do)
 
-    for name, fn in (("attn", run_attn), ("sdpa_cudnn", run_sdpa)):
+    for name, fn in (("attn", run_attn), ("sdpa_" + a.peer, run_sdpa)):
         for _ in range(5):
             fn()
         torch.cuda.synchronize()

@@ -1,8 +1,13 @@
-// The backward's two light passes around the main kernel, one warp per
-// (token, query head) row: before it, the row's terms {lse in log2 units,
-// D = rowsum(dO * O) in fp32} and the row of dq_accum zeroed; after it,
-// dq = softmax_scale * dq_accum rounded to T in the caller's strides (every
-// element written, padding rows included).
+// The backward's two light passes around the main kernel, one group of lanes
+// per (token, query head) row: before it, the row's terms {lse in log2
+// units, D = rowsum(dO * O) in fp32} and the row of dq_accum zeroed; after
+// it, dq = softmax_scale * dq_accum rounded to T in the caller's strides
+// (every element written, padding rows included). Both only move memory, so
+// what matters is bytes in flight: a group has as many lanes as the row has
+// 16-byte chunks (up to 32, a power of two), so a warp covers several short
+// rows. One warp per row had left 24 of 32 lanes idle at d 64 and took the
+// pre-pass 2.2x its d 256 time for the same bytes (199 against 90 us per call
+// at 1k on the H100, docs/PERF.md).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -18,7 +23,23 @@
 namespace attn::flash_sm80 {
 namespace {
 
-constexpr int kRowsPerBlock = 8;  // warps per block
+constexpr int kThreads = 256;  // per block
+
+// Lanes per row of d elements: its 16-byte chunks, rounded down to a power of
+// two (the group's sum is a butterfly), at most a warp.
+constexpr int lanes_per_row(int d) {
+  int lanes = 1;
+  while (lanes * 2 <= d / 8 && lanes < 32) lanes *= 2;
+  return lanes;
+}
+static_assert(lanes_per_row(32) == 4 && lanes_per_row(64) == 8 && lanes_per_row(96) == 8 &&
+              lanes_per_row(128) == 16 && lanes_per_row(192) == 16 && lanes_per_row(256) == 32);
+
+// A block covers kThreads / lanes tokens of one query head (blockIdx.y).
+dim3 row_grid(const BwdParams& p, int lanes) {
+  const int64_t rows = kThreads / lanes;
+  return dim3(static_cast<unsigned>((p.rows_q + rows - 1) / rows), p.fwd.h_q);
+}
 
 // Offset of token t's row in a q-like tensor: thd tokens are rows; bshd/sbhd
 // token b * s_q + i is row i of sequence b.
@@ -35,28 +56,31 @@ __device__ __forceinline__ float2 to_float2(uint32_t v) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(32 * kRowsPerBlock)
-    bwd_prepass_kernel(const __grid_constant__ BwdParams p, int d_qk, int d_v) {
-  const int lane = threadIdx.x & 31;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+__global__ void __launch_bounds__(kThreads)
+    bwd_prepass_kernel(const __grid_constant__ BwdParams p, int d_qk, int d_v, int lanes) {
+  const int lane = threadIdx.x % lanes;  // within the row's group
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * (kThreads / lanes) + threadIdx.x / lanes;
   const int h = blockIdx.y;
-  if (t >= p.rows_q) return;
-  const T* o = static_cast<const T*>(p.fwd.out) + row_offset(p, t, p.fwd.o_batch_stride, p.fwd.o_row_stride) +
-               h * p.fwd.o_head_stride;
-  const T* d = static_cast<const T*>(p.dout) + row_offset(p, t, p.do_batch_stride, p.do_row_stride) +
-               h * p.do_head_stride;
   float sum = 0.f;
-  for (int c = lane; c < d_v / 8; c += 32) {  // 16-byte chunks (supports() checks the alignment)
-    const uint4 ov = *reinterpret_cast<const uint4*>(o + 8 * c), dv = *reinterpret_cast<const uint4*>(d + 8 * c);
-    const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
+  if (t < p.rows_q) {
+    const T* o = static_cast<const T*>(p.fwd.out) + row_offset(p, t, p.fwd.o_batch_stride, p.fwd.o_row_stride) +
+                 h * p.fwd.o_head_stride;
+    const T* d = static_cast<const T*>(p.dout) + row_offset(p, t, p.do_batch_stride, p.do_row_stride) +
+                 h * p.do_head_stride;
+    for (int c = lane; c < d_v / 8; c += lanes) {  // 16-byte chunks (supports() checks the alignment)
+      const uint4 ov = *reinterpret_cast<const uint4*>(o + 8 * c), dv = *reinterpret_cast<const uint4*>(d + 8 * c);
+      const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 a = to_float2<T>(ow[e]), b = to_float2<T>(dw[e]);
-      sum += a.x * b.x + a.y * b.y;
+      for (int e = 0; e < 4; ++e) {
+        const float2 a = to_float2<T>(ow[e]), b = to_float2<T>(dw[e]);
+        sum += a.x * b.x + a.y * b.y;
+      }
     }
   }
-#pragma unroll
-  for (int s = 16; s >= 1; s /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+  // The whole warp takes part (rows past rows_q add zeros); a group's lanes
+  // are aligned in the warp, so xor within the group stays in it.
+  for (int s = lanes / 2; s >= 1; s /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+  if (t >= p.rows_q) return;
   const int64_t row = h * p.rows_q + t;
   if (lane == 0) {
     const float lse = p.fwd.lse[row_offset(p, t, p.fwd.lse_batch_stride, p.fwd.lse_row_stride) +
@@ -64,7 +88,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
     p.row_terms[row] = make_float2(lse == -INFINITY ? INFINITY : lse * kLog2e, sum);
   }
   float4* acc = reinterpret_cast<float4*>(p.dq_accum + row * d_qk);
-  for (int c = lane; c < d_qk / 4; c += 32) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int c = lane; c < d_qk / 4; c += lanes) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
 template <typename T>
@@ -79,16 +103,16 @@ __device__ __forceinline__ uint32_t pack_pair(float x, float y) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(32 * kRowsPerBlock)
-    bwd_convert_dq_kernel(const __grid_constant__ BwdParams p, int d_qk) {
-  const int lane = threadIdx.x & 31;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+__global__ void __launch_bounds__(kThreads)
+    bwd_convert_dq_kernel(const __grid_constant__ BwdParams p, int d_qk, int lanes) {
+  const int lane = threadIdx.x % lanes;  // within the row's group
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * (kThreads / lanes) + threadIdx.x / lanes;
   const int h = blockIdx.y;
   if (t >= p.rows_q) return;
   T* dq = static_cast<T*>(p.dq) + row_offset(p, t, p.dq_batch_stride, p.dq_row_stride) + h * p.dq_head_stride;
   const float4* acc = reinterpret_cast<const float4*>(p.dq_accum + (h * p.rows_q + t) * d_qk);
   const float s = p.fwd.scale;
-  for (int c = lane; c < d_qk / 8; c += 32) {
+  for (int c = lane; c < d_qk / 8; c += lanes) {
     const int at = dq_swizzle(t, 8 * c) / 4;  // chunk c's place in the row (bwd_dq_layout.h)
     const float4 a = acc[at], b = acc[at + 1];
     *reinterpret_cast<uint4*>(dq + 8 * c) = make_uint4(pack_pair<T>(a.x * s, a.y * s), pack_pair<T>(a.z * s, a.w * s),
@@ -96,21 +120,19 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   }
 }
 
-dim3 row_grid(const BwdParams& p) {
-  return dim3(static_cast<unsigned>((p.rows_q + kRowsPerBlock - 1) / kRowsPerBlock), p.fwd.h_q);
-}
-
 }  // namespace
 
 template <typename T>
 void launch_bwd_prepass(const BwdParams& p, int d_qk, int d_v, cudaStream_t stream) {
-  bwd_prepass_kernel<T><<<row_grid(p), 32 * kRowsPerBlock, 0, stream>>>(p, d_qk, d_v);
+  const int lanes = lanes_per_row(d_v);
+  bwd_prepass_kernel<T><<<row_grid(p, lanes), kThreads, 0, stream>>>(p, d_qk, d_v, lanes);
   ATTN_CUDA(cudaGetLastError());
 }
 
 template <typename T>
 void launch_bwd_convert_dq(const BwdParams& p, int d_qk, cudaStream_t stream) {
-  bwd_convert_dq_kernel<T><<<row_grid(p), 32 * kRowsPerBlock, 0, stream>>>(p, d_qk);
+  const int lanes = lanes_per_row(d_qk);
+  bwd_convert_dq_kernel<T><<<row_grid(p, lanes), kThreads, 0, stream>>>(p, d_qk, lanes);
   ATTN_CUDA(cudaGetLastError());
 }
 
