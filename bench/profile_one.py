@@ -58,7 +58,7 @@ def main():
                 fn()
             torch.cuda.synchronize()
         print(f"== {name}: d {a.d} seqlen {a.seqlen} causal {a.causal}, {a.calls} calls")
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=10, max_name_column_width=70))
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=16, max_name_column_width=70))
 
 
 if __name__ == "__main__":
