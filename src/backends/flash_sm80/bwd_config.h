@@ -62,6 +62,14 @@ struct BwdConfig {
   static constexpr int kWarpsMQ = kDQK >= 256 ? 2 : 4, kWarpsDQ = 8 / kWarpsMQ;
   static constexpr int kMAQ = kBlockM / (16 * kWarpsMQ), kNAQ = kDQK / (8 * kWarpsDQ);
 
+  // dQ's product and its adds before dV's product (dQ, dV, dK), or after it
+  // (FlashAttention-2's dV, dQ, dK). dQ first gives its bulk reduce-add two
+  // products' time to drain before the next item's Q/dO loads, which it slows
+  // (docs/PERF.md, 2026-11-24): backward +7 to +9% at d 256 and +1 to +2% at
+  // d 64 on the H100, but -2 to -3% at d 128, whose sm_90a loop spills more
+  // that way. Rows 96, 160 and 192 are not measured and keep FA2's order.
+  static constexpr bool kDqFirst = kDQK <= 64 || kDQK == 256;
+
   // Masked tiles' per-element mask as one word of bits per row with 32-bit
   // bounds (apply_mask_bits): the causal points' backward 0.5-2% faster at
   // d 64, 128 and 256 (docs/PERF.md). Rows 96 and 192 keep the key-by-key

@@ -5,7 +5,8 @@
 // windows and causal masks skip tiles). Per query tile:
 //   S = Q.K^T, dP = dO.V^T -> P, dS (bwd_scores.cuh) -> shared memory ->
 //   dV += (P z)^T.dO, dQ += dS.K (fp32 adds, bwd_dq.cuh), dK += dS^T.Q: dQ's
-//   add before dK's product, so its memory traffic runs under dK's HMMAs.
+//   add before dK's product, so its memory traffic runs under dK's HMMAs
+//   (and at d <= 64 and d 256 before dV's too: BwdConfig::kDqFirst).
 // The pre-pass (D, dq_accum = 0) and the dq conversion are in bwd_prepass.cu.
 #pragma once
 
@@ -190,7 +191,8 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
       stage_block<T, PTile>(ds_smem, dp, 1.f, row0_s, col0_s, lane);
       __syncthreads();
 
-      sm80::gemm_ss<T, Cfg::kMAV, Cfg::kNAV, kM, PTile, DOTile, true, true>(dv, p_s, do_s, row0_v, col0_v, lane);
+      if constexpr (!Cfg::kDqFirst)
+        sm80::gemm_ss<T, Cfg::kMAV, Cfg::kNAV, kM, PTile, DOTile, true, true>(dv, p_s, do_s, row0_v, col0_v, lane);
       {
         float dq[Cfg::kMAQ][Cfg::kNAQ][4];
 #pragma unroll
@@ -216,6 +218,8 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
             add_dq<kDQK>(dq_rows, tok0 + m0, dq, row0_q, col0_q, rows, lane);
         }
       }
+      if constexpr (Cfg::kDqFirst)
+        sm80::gemm_ss<T, Cfg::kMAV, Cfg::kNAV, kM, PTile, DOTile, true, true>(dv, p_s, do_s, row0_v, col0_v, lane);
       sm80::gemm_ss<T, Cfg::kMAK, Cfg::kNAK, kM, PTile, QTile, true, true>(dk, ds_s, q_s, row0_k, col0_k, lane);
       // One stage: the next item loads into this tile's Q/dO buffers at its top.
       if (Cfg::kStages == 1) __syncthreads();
