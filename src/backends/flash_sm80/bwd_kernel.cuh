@@ -191,8 +191,10 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
       stage_block<T, PTile>(ds_smem, dp, 1.f, row0_s, col0_s, lane);
       __syncthreads();
 
-      if constexpr (!Cfg::kDqFirst)
+      auto dv_product = [&] {
         sm80::gemm_ss<T, Cfg::kMAV, Cfg::kNAV, kM, PTile, DOTile, true, true>(dv, p_s, do_s, row0_v, col0_v, lane);
+      };
+      if constexpr (!Cfg::kDqFirst) dv_product();
       {
         float dq[Cfg::kMAQ][Cfg::kNAQ][4];
 #pragma unroll
@@ -218,8 +220,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
             add_dq<kDQK>(dq_rows, tok0 + m0, dq, row0_q, col0_q, rows, lane);
         }
       }
-      if constexpr (Cfg::kDqFirst)
-        sm80::gemm_ss<T, Cfg::kMAV, Cfg::kNAV, kM, PTile, DOTile, true, true>(dv, p_s, do_s, row0_v, col0_v, lane);
+      if constexpr (Cfg::kDqFirst) dv_product();
       sm80::gemm_ss<T, Cfg::kMAK, Cfg::kNAK, kM, PTile, QTile, true, true>(dk, ds_s, q_s, row0_k, col0_k, lane);
       // One stage: the next item loads into this tile's Q/dO buffers at its top.
       if (Cfg::kStages == 1) __syncthreads();
