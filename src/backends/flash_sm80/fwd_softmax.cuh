@@ -104,29 +104,10 @@ __device__ __forceinline__ void mask_row_by_bits(float (&s)[MA][NA][4], int ma, 
     if (!(visible & (1u << k))) s[ma][k / 2][2 * h + k % 2] = -INFINITY;
 }
 
-// apply_mask<false> as bits (only the rows' ends cut): per row one word
-// whose low accumulator_prefix(end) bits are set, tested bit by bit. Tests of
-// consecutive bits of one word compile to R2P, seven predicates per
-// instruction, instead of one ISETP per element (FlashAttention 4's mask
-// does the same), and row_key_end() is 32-bit. flash_sm90's d 64 forward:
-// 1k causal +3%, the other points level or better (PERF.md, v18).
-template <int MA, int NA>
-__device__ __forceinline__ void apply_mask_ends(float (&s)[MA][NA][4], const FwdParams& p, const SeqExtent& seq,
-                                                int row0, int n0, int lane) {
-  const int col0 = n0 + 2 * (lane & 3);
-#pragma unroll
-  for (int ma = 0; ma < MA; ++ma)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int end = row_key_end(p, seq, row0 + 16 * ma + 8 * h + (lane >> 2)) - col0;
-      mask_row_by_bits(s, ma, h, prefix_bits(accumulator_prefix(end)));
-    }
-}
-
 // The same mask tested key by key: the backward's form on the rows whose
-// loops the bits form below spills (bwd_config.h, kMaskBits). (The bounds
-// form above, in the backward, moved ptxas to 24-28 B of spills in the sm_80
-// d 128 loop, which has none with this one.)
+// loops the bits form below spills (bwd_config.h, kMaskBits). (apply_mask's
+// bounds form, in the backward, moved ptxas to 24-28 B of spills in the
+// sm_80 d 128 loop, which has none with this one.)
 template <int MA, int NA>
 __device__ __forceinline__ void apply_mask_by_key(float (&s)[MA][NA][4], const FwdParams& p, const SeqExtent& seq,
                                                   int row0, int n0, int lane) {
@@ -145,12 +126,16 @@ __device__ __forceinline__ void apply_mask_by_key(float (&s)[MA][NA][4], const F
     }
 }
 
-// Both ends of each row's keys as bits: the backward's mask. Per row one word
-// of the elements before the end minus those before the begin, tested bit by
-// bit (R2P, as apply_mask_ends). The bounds are row_key_begin() and
-// row_key_end(), in 32 bits: with row_keys()'s 64-bit bounds per row the
-// backward gained nothing over the key-by-key mask (PERF.md).
-template <int MA, int NA>
+// apply_mask as bits: per row one word of the elements before the row's end
+// minus those before its begin, tested bit by bit. Tests of consecutive bits
+// of one word compile to R2P, seven predicates per instruction, instead of
+// one ISETP per element (FlashAttention 4's mask does the same). The bounds
+// are row_key_begin() and row_key_end(), in 32 bits: with row_keys()'s 64-bit
+// bounds per row the backward gained nothing over the key-by-key mask
+// (PERF.md). kCheckBegin = false as in apply_mask (only the ends cut; begin 0
+// clears no bit): flash_sm90's forward, d 64 1k causal +3% (PERF.md, v18).
+// With both ends: the backward's masked tiles (bwd_config.h, kMaskBits).
+template <bool kCheckBegin = true, int MA, int NA>
 __device__ __forceinline__ void apply_mask_bits(float (&s)[MA][NA][4], const FwdParams& p, const SeqExtent& seq,
                                                 int row0, int n0, int lane) {
   const int col0 = n0 + 2 * (lane & 3);
@@ -159,7 +144,7 @@ __device__ __forceinline__ void apply_mask_bits(float (&s)[MA][NA][4], const Fwd
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = row0 + 16 * ma + 8 * h + (lane >> 2);
-      const int begin = row_key_begin(p, seq, row) - col0, end = row_key_end(p, seq, row) - col0;
+      const int begin = kCheckBegin ? row_key_begin(p, seq, row) - col0 : 0, end = row_key_end(p, seq, row) - col0;
       mask_row_by_bits(s, ma, h, prefix_bits(accumulator_prefix(end)) & ~prefix_bits(accumulator_prefix(begin)));
     }
 }

@@ -345,7 +345,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
           const int r_last = min(c.rows, wg_row0() + 64) - 1;
           if (flash_sm80::row_keys(p, c.seq, c.m0 + r_last).end <= n0 + kN / 2) {
             auto& s_left = *reinterpret_cast<float(*)[1][NA / 2][4]>(&s);
-            flash_sm80::apply_mask_ends(s_left, p, c.seq, c.m0 + row0, n0, lane);
+            flash_sm80::apply_mask_bits<false>(s_left, p, c.seq, c.m0 + row0, n0, lane);
             softmax.update(s_left, unit, correction);
 #pragma unroll
             for (int na = NA / 2; na < NA; ++na)
@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
               for (int e = 0; e < 4; ++e) s[0][na][e] = 0.f;
             return;
           }
-          flash_sm80::apply_mask_ends(s, p, c.seq, c.m0 + row0, n0, lane);
+          flash_sm80::apply_mask_bits<false>(s, p, c.seq, c.m0 + row0, n0, lane);
         }
       } else {
         flash_sm80::apply_mask(s, p, c.seq, c.m0 + row0, n0, lane);
