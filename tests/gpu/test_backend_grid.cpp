@@ -178,6 +178,7 @@ std::vector<CaseSpec> backend_grid() {
     s.mask = MaskType::no_mask;
     s.s_q = 200;
     s.s_kv = 260;
+    add(s);  // d 256 without a mask: runs of query tiles that start on each KV tile's diagonal and wrap
     s.d_qk = 192;
     s.d_v = 128;
     s.window = {70, 10};
@@ -200,6 +201,17 @@ std::vector<CaseSpec> backend_grid() {
     pad.h_kv = 1;
     pad.backward = true;
     add(pad);
+    CaseSpec packed256;  // d 256 packed, no mask: KV tiles past a sequence's keys, a sequence without queries
+    packed256.format = QkvFormat::thd;
+    packed256.mask = MaskType::padding;
+    packed256.batch = 4;
+    packed256.seqlens_q = {200, 0, 50, 1};
+    packed256.seqlens_kv = {300, 70, 0, 130};
+    packed256.h_q = 2;
+    packed256.h_kv = 1;
+    packed256.d_qk = packed256.d_v = 256;
+    packed256.backward = true;
+    add(packed256);
     CaseSpec mods;
     mods.dtype = DType::f16;
     mods.batch = 1;
