@@ -12,6 +12,8 @@
 # --dims 64,128", "--fwd-only"), so every variant is timed against the
 # same-run peers (AB_TIMEOUT: seconds per variant's bench, default 300). No correctness checks: the winner goes through the
 # backend's scripts/<backend>_device.sh.
+# AB_BENCH="a shell command" times something else instead (e.g. bench/profile_one.py), AB_GREP the
+# lines of its output to show.
 # Usage there: COMPARE_ARGS="--quick --no-flex" bash scripts/ab_device.sh flash_sm80 orig base m128
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -62,10 +64,14 @@ for v in "$@"; do
   fi
   rm -rf "$built" && cp -r src "$built"
   stage_python build-ab
-  PYTHONPATH=/tmp/py timeout "${AB_TIMEOUT:-300}" python3 bench/compare.py --backend "$backend" --out "$out/$v" \
-    ${COMPARE_ARGS:-} >"$out/compare-$v.log" 2>&1
+  if [ -n "${AB_BENCH:-}" ]; then  # another bench command; AB_GREP picks its lines to show
+    PYTHONPATH=/tmp/py timeout "${AB_TIMEOUT:-300}" bash -c "$AB_BENCH" >"$out/compare-$v.log" 2>&1
+  else
+    PYTHONPATH=/tmp/py timeout "${AB_TIMEOUT:-300}" python3 bench/compare.py --backend "$backend" --out "$out/$v" \
+      ${COMPARE_ARGS:-} >"$out/compare-$v.log" 2>&1
+  fi
   echo "######## $v ($(( $(date +%s) - t0 )) s, build and bench)"
-  grep -E "^ *(64|96|128|192|256) |geomean|ratio" "$out/compare-$v.log" | cut -c1-110
+  grep -E "${AB_GREP:-^ *(64|96|128|192|256) |geomean|ratio}" "$out/compare-$v.log" | cut -c1-150
 done
 mapfile -t files < <(tree_files "$saved")
 copy_changed "$saved" src "${files[@]}"

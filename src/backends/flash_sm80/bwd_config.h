@@ -70,6 +70,15 @@ struct BwdConfig {
   // that way. Rows 96, 160 and 192 are not measured and keep FA2's order.
   static constexpr bool kDqFirst = kDQK <= 64 || kDQK == 256;
 
+  // Each head's run of query tiles from the CTA's diagonal tile, wrapping
+  // around, instead of from the first. Without a mask, the CTAs running
+  // together (neighbouring KV tiles of one head) otherwise read the same
+  // Q/dO tile and bulk-add into the same dQ rows at the same moment: d 256's
+  // non-causal backward +2 to +4% on the H100 (docs/PERF.md, 2026-11-24c).
+  // Level at d 64 and d 128 in a full grid; rows 96, 160 and 192 are not
+  // measured, and the start tile's register spilled in sm_90a's d 192 loop.
+  static constexpr bool kDiagonalStart = kDQK == 256;
+
   // Masked tiles' per-element mask as one word of bits per row with 32-bit
   // bounds (apply_mask_bits): the causal points' backward 0.5-2% faster at
   // d 64, 128 and 256 (docs/PERF.md). Rows 96 and 192 keep the key-by-key

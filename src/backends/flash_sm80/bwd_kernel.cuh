@@ -115,10 +115,10 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
 
     const float unit = p.score_mods ? 1.f : p.scale_log2;  // score units -> log2 units
     const int64_t tok0 = p.packed ? seq.start_q : static_cast<int64_t>(b) * p.s_q;  // workspace token of row 0
-    // Work items: (query tile m, query head h of the group), h fastest. The
-    // item loop steps (h, m) and the next item's (h, m) by counting: a
-    // division by the group's size per item cost ~25 instructions each, in
-    // the part of the tile that no product overlaps.
+    // Work items: (query head of the group, query tile m), m fastest. The item
+    // loop steps (h, m) and the next item's (h, m) by counting: a division by
+    // the run's length per item cost ~25 instructions each, in the part of the
+    // tile that no product overlaps.
     const int n_m = mt.last - mt.first + 1, items = p.h_per_kv * n_m;
     auto load_q_do = [&](int h, int m, int stage) {
       const int m0 = m * kM, rows = min(kM, seq.len_q - m0);
@@ -129,25 +129,19 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
       load_tile<QTile, kM, kThreads>(q_s0 + stage * Cfg::kSmemQ, q, p.q_row_stride, rows, tid);
       load_tile<DOTile, kM, kThreads>(do_s0 + stage * Cfg::kSmemDO, dout, bp.do_row_stride, rows, tid);
     };
-    // The run of query tiles starts at this CTA's diagonal tile and wraps
-    // around: without a mask, CTAs of neighbouring KV tiles then add into
-    // different dQ rows (and read different Q/dO tiles) at any one time;
-    // in a lockstep walk from the first tile they all hit the same rows.
-    // Backward +2 to +4% at d 256 without a mask on the H100 (docs/PERF.md,
-    // 2026-11-24c). Under a causal mask the run starts at the diagonal anyway;
-    // in deterministic mode it starts at the first tile (turns go in order).
+    // Where BwdConfig::kDiagonalStart: each head's run of query tiles starts
+    // at this CTA's diagonal tile and wraps around (not in deterministic
+    // mode, whose turns go in tile order; under a causal mask the run starts
+    // there anyway).
     const int diag = n0 / kM;
-    const int m_start = !bp.dq_semaphore && diag >= mt.first && diag <= mt.last ? diag : mt.first;
-    const int h_first = h_kv * p.h_per_kv, h_last = h_first + p.h_per_kv - 1;
-    int h = h_first, m = m_start;  // the item's query head and tile
+    const int m_start =
+        Cfg::kDiagonalStart && !bp.dq_semaphore && diag >= mt.first && diag <= mt.last ? diag : mt.first;
+    int h = h_kv * p.h_per_kv, m = m_start;  // the item's query head and tile
     if (Cfg::kStages == 2) load_q_do(h, m, 0);
     sm80::cp_async_commit();  // K, V (and the first Q, dO)
 
-    // (h, m) step at the end of each item. (With h fastest the step needs no
-    // record of where the run started: with m fastest, that one register
-    // more spilled in sm_90a's d 192 loop.)
-    for (int item = 0; item < items;
-         ++item, m = h == h_last ? (m == mt.last ? mt.first : m + 1) : m, h = h == h_last ? h_first : h + 1) {
+    // (h, m) step at the end of each item.
+    for (int item = 0; item < items; ++item, m = m == mt.last ? mt.first : m + 1, h += (m == m_start)) {
       const int stage = Cfg::kStages == 2 ? item & 1 : 0;
       const uint32_t q_s = q_s0 + stage * Cfg::kSmemQ, do_s = do_s0 + stage * Cfg::kSmemDO;
       const bool last_m = m == mt.last;
@@ -174,7 +168,8 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
 #endif
       __syncthreads();
       if (Cfg::kStages == 2 && item + 1 < items) {
-        load_q_do(h == h_last ? h_first : h + 1, h == h_last ? (last_m ? mt.first : m + 1) : m, stage ^ 1);
+        const int m_next = last_m ? mt.first : m + 1;
+        load_q_do(m_next == m_start ? h + 1 : h, m_next, stage ^ 1);
         sm80::cp_async_commit();
       }
 
