@@ -31,6 +31,8 @@ sanitize -d128 "${small/--head-dim 64/--head-dim 128}"
 nodrop=${small/--dropout 0.1 /}
 sanitize -d256main "${nodrop/--head-dim 64/--head-dim 256}"
 sanitize -d128main "${nodrop/--head-dim 64/--head-dim 128}"
+# Causal GQA without a window at d 128: the grid with the KV tiles slowest (bwd_config.h).
+sanitize -gqa "--backend flash_sm80 --batch 2 --seqlen 300 --heads 4 --kv-heads 1 --head-dim 128 --mask causal --seed 7 --backward"
 obj=$(find build-kernels -name 'bwd_instantiate.cu.o' -path '*bwd_128_128*' | head -1)
 hmma=$(cuobjdump -sass "$obj" 2>/dev/null | grep -c HMMA)
 t2=$(date +%s)

@@ -60,7 +60,12 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
   char* p_smem = v_smem + Cfg::kSmemV;
   char* ds_smem = p_smem + Cfg::kSmemP;
 
-  const int b = blockIdx.z, h_kv = blockIdx.y, n = blockIdx.x, n0 = n * kN;
+  // Grid (KV tiles, h_kv, batch), or with bp.kv_tiles_slowest (h_kv, batch,
+  // KV tiles) on the rows that choose (bwd_config.h).
+  const bool kv_slowest = ATTN_SM80_BWD_KV_ORDER_CHOSEN(kDQK) && bp.kv_tiles_slowest;
+  const int n = kv_slowest ? blockIdx.z : blockIdx.x, n0 = n * kN;
+  const int h_kv = kv_slowest ? blockIdx.x : blockIdx.y;
+  const int b = kv_slowest ? blockIdx.y : blockIdx.z;
   const SeqExtent seq = sequence_extent(p, b);
   // Key rows this CTA writes: in a padded batch also those past len_kv (dk =
   // dv = 0 there); in thd the rows past a sequence belong to the next one.
@@ -279,6 +284,19 @@ bool bwd_dq_bulk() {
   return yes;
 }
 
+// The grid's order (bwd_config.h), or for A/B runs the one that
+// ATTN_SM80_BWD_ORDER=kv_slowest|kv_fastest names.
+inline bool bwd_kv_tiles_slowest(int d_qk, const FwdParams& p) {
+  static const int forced = [] {  // 0: the rule, 1: fastest, 2: slowest
+    const char* e = std::getenv("ATTN_SM80_BWD_ORDER");
+    if (e && std::strcmp(e, "kv_fastest") == 0) return 1;
+    if (e && std::strcmp(e, "kv_slowest") == 0) return 2;
+    return 0;
+  }();
+  if (forced) return forced == 2 && ATTN_SM80_BWD_KV_ORDER_CHOSEN(d_qk);
+  return bwd_kv_tiles_slowest(d_qk, p.h_per_kv, p.window_left, p.window_right);
+}
+
 template <typename T, int kDQK, int kDV, bool kDropoutBuild>
 void launch_bwd(const BwdParams& params, cudaStream_t stream) {
   using Cfg = BwdConfig<kDQK, kDV, kDropoutBuild>;
@@ -290,7 +308,9 @@ void launch_bwd(const BwdParams& params, cudaStream_t stream) {
   p.dq_bulk = !p.dq_semaphore && bwd_dq_bulk<T, kDQK, kDV, kDropoutBuild>();
   const int smem = Cfg::kSmemBytes + (p.dq_bulk ? Cfg::kSmemDqStage : 0);
   if (smem > 48 * 1024) ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const dim3 grid((p.fwd.s_kv + Cfg::kBlockN - 1) / Cfg::kBlockN, p.fwd.h_q / p.fwd.h_per_kv, p.fwd.batch);
+  const int kv_tiles = (p.fwd.s_kv + Cfg::kBlockN - 1) / Cfg::kBlockN, h_kv = p.fwd.h_q / p.fwd.h_per_kv;
+  p.kv_tiles_slowest = kv_tiles <= 65535 && bwd_kv_tiles_slowest(kDQK, p.fwd);  // grid z: at most 65535
+  const dim3 grid = p.kv_tiles_slowest ? dim3(h_kv, p.fwd.batch, kv_tiles) : dim3(kv_tiles, h_kv, p.fwd.batch);
   kernel<<<grid, Cfg::kThreads, smem, stream>>>(p);
   ATTN_CUDA(cudaGetLastError());
 }

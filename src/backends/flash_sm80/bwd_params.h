@@ -42,6 +42,8 @@ struct BwdParams {
   // shared-memory stage after the kernel's other buffers (bwd_dq.cuh); the
   // launch sets it where the stage fits the device's shared memory.
   int dq_bulk = 0;
+  // The grid is (h_kv, batch, KV tiles) instead of (KV tiles, h_kv, batch).
+  int kv_tiles_slowest = 0;
 };
 
 }  // namespace attn::flash_sm80
