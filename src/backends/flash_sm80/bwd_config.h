@@ -129,12 +129,12 @@ constexpr bool bwd_uses_dropout_build(long long optin, bool dropout) {
 // walks them for every head of its group, so a few CTAs carry a large share
 // of the work; launched first, they no longer set the tail. On the H100
 // (docs/PERF.md, 2026-11-24c), causal GQA 2 / 4 / 8 at d 128, 4k: kernel
-// -5 / -10 / -14%; d 64 GQA 8 4k -19%. Not without GQA (the CTAs running
-// together then no longer share Q/dO tiles in L2: MHA d 64 1k -7 to -10%),
-// nor at d 256 (GQA 4 causal +10%), nor without a mask (level). Rows 96,
-// 160 and 192 are not measured; they keep one order, and with it their
-// sm_90a loops' registers (the choice of order spilled 4-20 B there).
-// (A macro, as the ones above, so that the kernel can test it.)
+// -5 / -10 / -14%; d 64 GQA 8 4k -19%. Not without GQA: the CTAs running
+// together then no longer share Q/dO tiles in L2 (MHA d 64 1k -7 to -11%,
+// d 256 1k -38 to -44%). Not at d 256 (GQA 4 causal +10%), nor without a
+// mask (level). Rows 96, 160 and 192 are not measured: they keep one order,
+// and with it their sm_90a loops' registers (the choice spilled 4-20 B).
+// A macro, as the ones above, so that the kernel can test it too.
 #define ATTN_SM80_BWD_KV_ORDER_CHOSEN(dqk) ((dqk) <= 64 || (dqk) == 128)
 constexpr bool bwd_kv_tiles_slowest(int d_qk, int h_per_kv, long long window_left, long long window_right) {
   return ATTN_SM80_BWD_KV_ORDER_CHOSEN(d_qk) && h_per_kv > 1 && window_right >= 0 && window_left < 0;
