@@ -263,14 +263,17 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
 // fits. Asked once per device; ATTN_SM80_BWD_DQ=red turns it off (A/B runs).
 constexpr int kMaxDevicesCached = 64;
 
+// Whether environment variable `name` is set to `value` (the A/B switches).
+inline bool env_is(const char* name, const char* value) {
+  const char* e = std::getenv(name);
+  return e && std::strcmp(e, value) == 0;
+}
+
 template <typename T, int kDQK, int kDV, bool kDropoutBuild>
 bool bwd_dq_bulk() {
   using Cfg = BwdConfig<kDQK, kDV, kDropoutBuild>;
   static std::atomic<signed char> known[kMaxDevicesCached] = {};  // 0 unknown, 1 no, 2 yes
-  static const bool off = [] {
-    const char* e = std::getenv("ATTN_SM80_BWD_DQ");
-    return e && std::strcmp(e, "red") == 0;
-  }();
+  static const bool off = env_is("ATTN_SM80_BWD_DQ", "red");
   if (off) return false;
   int device = 0;
   ATTN_CUDA(cudaGetDevice(&device));
@@ -284,16 +287,12 @@ bool bwd_dq_bulk() {
   return yes;
 }
 
-// The grid's order (bwd_config.h), or for A/B runs the one that
-// ATTN_SM80_BWD_ORDER=kv_slowest|kv_fastest names.
-inline bool bwd_kv_tiles_slowest(int d_qk, const FwdParams& p) {
-  static const int forced = [] {  // 0: the rule, 1: fastest, 2: slowest
-    const char* e = std::getenv("ATTN_SM80_BWD_ORDER");
-    if (e && std::strcmp(e, "kv_fastest") == 0) return 1;
-    if (e && std::strcmp(e, "kv_slowest") == 0) return 2;
-    return 0;
-  }();
-  if (forced) return forced == 2 && ATTN_SM80_BWD_KV_ORDER_CHOSEN(d_qk);
+// The grid's order: bwd_config.h's rule, or for A/B runs the one that
+// ATTN_SM80_BWD_ORDER=kv_slowest|kv_fastest names (on the rows that choose).
+inline bool launch_kv_tiles_slowest(int d_qk, const FwdParams& p) {
+  static const bool fastest = env_is("ATTN_SM80_BWD_ORDER", "kv_fastest");
+  static const bool slowest = env_is("ATTN_SM80_BWD_ORDER", "kv_slowest");
+  if (fastest || slowest) return slowest && ATTN_SM80_BWD_KV_ORDER_CHOSEN(d_qk);
   return bwd_kv_tiles_slowest(d_qk, p.h_per_kv, p.window_left, p.window_right);
 }
 
@@ -309,7 +308,7 @@ void launch_bwd(const BwdParams& params, cudaStream_t stream) {
   const int smem = Cfg::kSmemBytes + (p.dq_bulk ? Cfg::kSmemDqStage : 0);
   if (smem > 48 * 1024) ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int kv_tiles = (p.fwd.s_kv + Cfg::kBlockN - 1) / Cfg::kBlockN, h_kv = p.fwd.h_q / p.fwd.h_per_kv;
-  p.kv_tiles_slowest = kv_tiles <= 65535 && bwd_kv_tiles_slowest(kDQK, p.fwd);  // grid z: at most 65535
+  p.kv_tiles_slowest = kv_tiles <= 65535 && launch_kv_tiles_slowest(kDQK, p.fwd);  // grid z: at most 65535
   const dim3 grid = p.kv_tiles_slowest ? dim3(h_kv, p.fwd.batch, kv_tiles) : dim3(kv_tiles, h_kv, p.fwd.batch);
   kernel<<<grid, Cfg::kThreads, smem, stream>>>(p);
   ATTN_CUDA(cudaGetLastError());
