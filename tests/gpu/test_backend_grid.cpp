@@ -142,9 +142,9 @@ std::vector<CaseSpec> backend_grid() {
   // A tiled backward (one CTA per KV tile walking the query tiles that see it,
   // dQ added across KV tiles): causal and window tile skipping over many
   // tiles, GQA 8 (dK, dV summed over a group), dropout across tiles with
-  // s_q != s_kv (d 128) and with a window (d 256), d 256 and 192/128 over
-  // several tiles, fully masked rows in
-  // a multi-tile bottom-right problem, a padded batch, every score change.
+  // s_q != s_kv (d 128) and with a window (d 256), d 256 (with and without a
+  // mask) and 192/128 over several tiles, fully masked rows in a multi-tile
+  // bottom-right problem, a padded batch, every score change.
   {
     CaseSpec s;
     s.batch = 2;
