@@ -10,10 +10,12 @@ FLOPs: 4*b*h*s*s*d forward (halved for causal), backward 2.5x (DESIGN.md).
 Timing: CUDA events, warm-up, median of repeats (~200 ms per point), two input
 sets alternated (each set is hundreds of MB, far beyond L2).
 
-    python bench/compare.py [--quick] [--dropout P] [--out DIR]
+    python bench/compare.py [--quick] [--dropout P] [--gqa G] [--out DIR]
 
 --dropout P times every implementation with dropout probability P (the
 forward of a training step; the backward replays the same dropout).
+--gqa G gives K and V heads / G heads (grouped-query attention; SDPA with
+enable_gqa, nothing repeated); the FLOPs are those of the query heads.
 """
 import argparse
 import itertools
@@ -69,10 +71,12 @@ def warm(fn, sets, n=3):
     torch.cuda.synchronize()
 
 
-def make_sets(b, s, h, d, n=2):
+def make_sets(b, s, h, d, n=2, h_kv=None):
+    """n input sets (q, k, v, dout) in bshd; k and v with h_kv heads (default h)."""
     sets = []
     for _ in range(n):
-        q, k, v, dout = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        q, dout = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        k, v = (torch.randn(b, s, h_kv or h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         sets.append((q, k, v, dout))
     return sets
 
@@ -96,13 +100,13 @@ def attn_fns(causal, backend=None, dropout=0.0):
     return fwd, bwd_prep, bwd
 
 
-def sdpa_fns(backend, causal, dropout=0.0):
+def sdpa_fns(backend, causal, dropout=0.0, gqa=False):
     # SDPA takes [b, h, s, d]: transposed views of the same bshd tensors.
     def fwd(t):
         q, k, v, _ = t
         with sdpa_kernel(backend):
             F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal,
-                                           dropout_p=dropout)
+                                           dropout_p=dropout, enable_gqa=gqa)
 
     # Backward alone: the forward runs once per input set here, and each timed
     # call replays its saved graph (retain_graph), as attn.backward reads a saved out/lse.
@@ -111,7 +115,7 @@ def sdpa_fns(backend, causal, dropout=0.0):
         for q, k, v, dout in sets:
             qg, kg, vg = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
             with sdpa_kernel(backend):
-                out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal, dropout_p=dropout)
+                out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal, dropout_p=dropout, enable_gqa=gqa)
             prepared.append((qg, kg, vg, dout.transpose(1, 2), out))
         return prepared
 
@@ -228,20 +232,25 @@ def main():
     ap.add_argument("--fwd-only", action="store_true", help="time the forward only")
     ap.add_argument("--dims", default="64,128,256", help="head dims of the grid, comma-separated")
     ap.add_argument("--dropout", type=float, default=0.0, help="dropout probability for every implementation")
+    ap.add_argument("--gqa", type=int, default=1, help="query heads per K/V head (GQA); 1: MHA")
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for compare.json and compare.png")
     args = ap.parse_args()
     dev = torch.cuda.get_device_name()
+    gqa = args.gqa > 1
     impls = {
         "attn": lambda c: attn_fns(c, args.backend, args.dropout),
-        "sdpa_cudnn": lambda c: sdpa_fns(SDPBackend.CUDNN_ATTENTION, c, args.dropout),
-        "sdpa_flash": lambda c: sdpa_fns(SDPBackend.FLASH_ATTENTION, c, args.dropout),
+        "sdpa_cudnn": lambda c: sdpa_fns(SDPBackend.CUDNN_ATTENTION, c, args.dropout, gqa),
+        "sdpa_flash": lambda c: sdpa_fns(SDPBackend.FLASH_ATTENTION, c, args.dropout, gqa),
     }
     rows = []
     for d, s, causal in ([] if args.flex_only else grid(args.quick, [int(x) for x in args.dims.split(",")])):
         b, h = 16384 // s, 2048 // d
-        sets = make_sets(b, s, h, d)
+        if h % args.gqa:
+            sys.exit(f"--gqa {args.gqa} does not divide the {h} query heads of d {d} (2048 / d)")
+        sets = make_sets(b, s, h, d, h_kv=h // args.gqa)
         flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
-        row = {"d": d, "seqlen": s, "batch": b, "heads": h, "causal": causal, "fwd_flops": flops}
+        row = {"d": d, "seqlen": s, "batch": b, "heads": h, "kv_heads": h // args.gqa, "causal": causal,
+               "fwd_flops": flops}
         for name, r in time_row({name: make(causal) for name, make in impls.items()}, sets, args.fwd_only).items():
             for p, mult in (("fwd", 1.0), ("bwd", 2.5)):
                 if f"{p}_ms" in r:
@@ -257,7 +266,7 @@ def main():
 
     flex_rows = [] if args.no_flex else flex_cases(dev, args.backend)
     record = {"device": dev, "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "dropout": args.dropout,
-              "attn_backends": attn.backends(), "rows": rows, "flex_rows": flex_rows}
+              "gqa": args.gqa, "attn_backends": attn.backends(), "rows": rows, "flex_rows": flex_rows}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "compare.json"), "w") as f:
         json.dump(record, f, indent=1)
@@ -270,7 +279,8 @@ def main():
     def ratio(a, b, p):
         return f"{a[p + '_tflops'] / b[p + '_tflops']:5.2f}" if p + "_tflops" in a and p + "_tflops" in b else "    -"
 
-    print(f"device: {dev}; TFLOP/s (bf16{f', dropout {args.dropout}' if args.dropout else ''}); /cud = attn / sdpa_cudnn, /fl = attn / sdpa_flash")
+    print(f"device: {dev}; TFLOP/s (bf16{f', dropout {args.dropout}' if args.dropout else ''}"
+          f"{f', GQA {args.gqa}' if gqa else ''}); /cud = attn / sdpa_cudnn, /fl = attn / sdpa_flash")
     print(" d  seqlen causal backend    |  fwd attn  cudnn  flash  /cud   /fl |  bwd attn  cudnn  flash  /cud   /fl")
     for r in rows:
         line = f"{r['d']:3d} {r['seqlen']:6d} {str(r['causal'])[0]:>6} {r.get('attn_backend', '-'):10s} |"

@@ -86,6 +86,18 @@ struct BwdConfig {
   // 16 B with bits).
   static constexpr bool kMaskBits = !((kDQK == 96 && kDV == 96) || (kDQK == 192 && kDV == 192));
 
+  // Which of the Q and dO copies rebuild their per-thread addresses for
+  // each item (an opaque thread index, as bwd_dq.cuh's adds do) instead of
+  // holding them across the item loop. ptxas (CUDA 13) spilled 4-16 B in
+  // the loops of these builds, values held across the loop reloaded per
+  // item; with this choice every build has 0 B on sm_80 and sm_90a. Other
+  // choices spill elsewhere (e.g. Q's addresses rebuilt at d 128 without
+  // dropout: 52 B on sm_90a), so it is per build and per architecture
+  // (docs/PERF.md, 2026-11-24d).
+  static constexpr bool kRebuildQAddresses = (kDQK == 64 && !kDropoutBuild) || (kDQK == 128 && kDropoutBuild);
+  static constexpr bool kRebuildQAddressesSm90 = kRebuildQAddresses || (kDQK == 256 && kDropoutBuild);
+  static constexpr bool kRebuildDoAddresses = kDQK == 128 && !kDropoutBuild;
+
   // Shared memory: Q and dO of kStages query tiles (the next tile loads while
   // this one computes), K, V (this CTA's keys), P and dS (kBlockM x kBlockN
   // each), 2-byte elements. dK and dV are staged through K's and V's buffers

@@ -127,12 +127,24 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
     const int n_m = mt.last - mt.first + 1, items = p.h_per_kv * n_m;
     auto load_q_do = [&](int h, int m, int stage) {
       const int m0 = m * kM, rows = min(kM, seq.len_q - m0);
+      // BwdConfig::kRebuild*Addresses: an opaque thread index, so that those
+      // copies' per-thread addresses are rebuilt here per item instead of
+      // held across the loop.
+      int copy_tid = tid;
+      asm volatile("" : "+r"(copy_tid));
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      constexpr bool kRebuildQ = Cfg::kRebuildQAddressesSm90;
+#else
+      constexpr bool kRebuildQ = Cfg::kRebuildQAddresses;
+#endif
       const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + (seq.start_q + m0) * p.q_row_stride +
                    h * p.q_head_stride;
       const T* dout = static_cast<const T*>(bp.dout) + b * bp.do_batch_stride +
                       (seq.start_q + m0) * bp.do_row_stride + h * bp.do_head_stride;
-      load_tile<QTile, kM, kThreads>(q_s0 + stage * Cfg::kSmemQ, q, p.q_row_stride, rows, tid);
-      load_tile<DOTile, kM, kThreads>(do_s0 + stage * Cfg::kSmemDO, dout, bp.do_row_stride, rows, tid);
+      load_tile<QTile, kM, kThreads>(q_s0 + stage * Cfg::kSmemQ, q, p.q_row_stride, rows,
+                                     kRebuildQ ? copy_tid : tid);
+      load_tile<DOTile, kM, kThreads>(do_s0 + stage * Cfg::kSmemDO, dout, bp.do_row_stride, rows,
+                                      Cfg::kRebuildDoAddresses ? copy_tid : tid);
     };
     // Where BwdConfig::kDiagonalStart: each head's run of query tiles starts
     // at this CTA's diagonal tile and wraps around (not in deterministic

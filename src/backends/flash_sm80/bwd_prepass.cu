@@ -41,12 +41,19 @@ dim3 row_grid(const BwdParams& p, int lanes) {
   return dim3(static_cast<unsigned>((p.rows_q + rows - 1) / rows), p.fwd.h_q);
 }
 
-// Offset of token t's row in a q-like tensor: thd tokens are rows; bshd/sbhd
-// token b * s_q + i is row i of sequence b.
-__device__ __forceinline__ int64_t row_offset(const BwdParams& p, int64_t t, int64_t batch_stride,
-                                              int64_t row_stride) {
-  if (p.fwd.packed || p.fwd.s_q == 0) return t * row_stride;
-  return (t / p.fwd.s_q) * batch_stride + (t % p.fwd.s_q) * row_stride;
+// Token t as (sequence, row): thd tokens are rows of one sequence; bshd/sbhd
+// token b * s_q + i is row i of sequence b. Found once per token (a 64-bit
+// division), then an offset per tensor.
+struct TokenRow {
+  int64_t b = 0, i = 0;
+};
+__device__ __forceinline__ TokenRow token_row(const BwdParams& p, int64_t t) {
+  if (p.fwd.packed || p.fwd.s_q == 0) return {0, t};
+  const int64_t b = t / p.fwd.s_q;
+  return {b, t - b * p.fwd.s_q};
+}
+__device__ __forceinline__ int64_t row_offset(TokenRow r, int64_t batch_stride, int64_t row_stride) {
+  return r.b * batch_stride + r.i * row_stride;
 }
 
 template <typename T>
@@ -62,10 +69,11 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t t = static_cast<int64_t>(blockIdx.x) * (kThreads / lanes) + threadIdx.x / lanes;
   const int h = blockIdx.y;
   float sum = 0.f;
+  const TokenRow tr = token_row(p, t);
   if (t < p.rows_q) {
-    const T* o = static_cast<const T*>(p.fwd.out) + row_offset(p, t, p.fwd.o_batch_stride, p.fwd.o_row_stride) +
+    const T* o = static_cast<const T*>(p.fwd.out) + row_offset(tr, p.fwd.o_batch_stride, p.fwd.o_row_stride) +
                  h * p.fwd.o_head_stride;
-    const T* d = static_cast<const T*>(p.dout) + row_offset(p, t, p.do_batch_stride, p.do_row_stride) +
+    const T* d = static_cast<const T*>(p.dout) + row_offset(tr, p.do_batch_stride, p.do_row_stride) +
                  h * p.do_head_stride;
     for (int c = lane; c < d_v / 8; c += lanes) {  // 16-byte chunks (supports() checks the alignment)
       const uint4 ov = *reinterpret_cast<const uint4*>(o + 8 * c), dv = *reinterpret_cast<const uint4*>(d + 8 * c);
@@ -83,7 +91,7 @@ __global__ void __launch_bounds__(kThreads)
   if (t >= p.rows_q) return;
   const int64_t row = h * p.rows_q + t;
   if (lane == 0) {
-    const float lse = p.fwd.lse[row_offset(p, t, p.fwd.lse_batch_stride, p.fwd.lse_row_stride) +
+    const float lse = p.fwd.lse[row_offset(tr, p.fwd.lse_batch_stride, p.fwd.lse_row_stride) +
                                 h * p.fwd.lse_head_stride];
     p.row_terms[row] = make_float2(lse == -INFINITY ? INFINITY : lse * kLog2e, sum);
   }
@@ -109,7 +117,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t t = static_cast<int64_t>(blockIdx.x) * (kThreads / lanes) + threadIdx.x / lanes;
   const int h = blockIdx.y;
   if (t >= p.rows_q) return;
-  T* dq = static_cast<T*>(p.dq) + row_offset(p, t, p.dq_batch_stride, p.dq_row_stride) + h * p.dq_head_stride;
+  T* dq = static_cast<T*>(p.dq) + row_offset(token_row(p, t), p.dq_batch_stride, p.dq_row_stride) +
+          h * p.dq_head_stride;
   const float4* acc = reinterpret_cast<const float4*>(p.dq_accum + (h * p.rows_q + t) * d_qk);
   const float s = p.fwd.scale;
   for (int c = lane; c < d_qk / 8; c += lanes) {

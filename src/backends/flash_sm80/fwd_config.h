@@ -41,6 +41,17 @@ struct FwdConfig {
   // dropout build has not).
   static constexpr bool kDropout = !(kBuild == FwdBuild::wide && ATTN_SM80_FWD_DROPOUT_APART(kDQK));
   static constexpr int kThreads = kWarps * 32;
+  // d 128's wide build (S and O fill 192 registers) spilled 44 B in its tile
+  // loop on sm_80: a load and a store of three running sums per tile. With
+  // the sums kept one per lane (fwd_softmax.cuh, kQuadSums) it reloaded
+  // three held values per tile (20 B); with the K/V copies' addresses also
+  // rebuilt per tile (kRebuildCopyAddressesSm80), 0 B. sm_90a's loop has
+  // 0 B either way, and there the rebuilt addresses cost 3% of the H100's
+  // d 128 forward (docs/PERF.md, 2026-11-24d), so they are sm_80's only.
+  // Not at d 64 (S 128 and O 64 registers), where either measure moved
+  // ptxas from 36 / 16 B (sm_80 / sm_90a) to 56-128 B.
+  static constexpr bool kQuadSums = kBuild == FwdBuild::wide && kDQK == 128;
+  static constexpr bool kRebuildCopyAddressesSm80 = kQuadSums;
   static constexpr int kRowBlocks = kBlockM / (16 * kWarps);  // 16-row mma blocks per warp
   static constexpr int kColBlocksS = kBlockN / 8;            // 8-column mma blocks of S
   static constexpr int kColBlocksO = kDV / 8;                // of O

@@ -82,11 +82,13 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
                                  seq.len_kv - tiles.last * kN, tid);
   sm80::cp_async_commit();
 
-  const float slope = p.alibi ? p.alibi[b * p.alibi_batch_stride + h * p.alibi_head_stride] : 0.f;
+  // (In this order: with the slope read first, ptxas spilled 36 B in sm_90a's
+  // d 64 wide loop, two reloads per tile; 16 B this way, and d 64 1-2% faster.)
   const float unit = p.score_mods ? 1.f : p.scale_log2;  // score units -> log2 units
+  const float slope = p.alibi ? p.alibi[b * p.alibi_batch_stride + h * p.alibi_head_stride] : 0.f;
   const uint32_t bh = static_cast<uint32_t>(b) * static_cast<uint32_t>(p.h_q) + static_cast<uint32_t>(h);
 
-  OnlineSoftmax<MA> softmax;
+  OnlineSoftmax<MA, Cfg::kQuadSums> softmax;
   float o[MA][NO][4];
 #pragma unroll
   for (int ma = 0; ma < MA; ++ma)
@@ -98,9 +100,17 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
   for (int n = tiles.last; n >= tiles.first; --n) {
     const int n0 = n * kN;
     // K[n] (and Q) landed, and every warp is done with V[n + 1]: load V[n].
+    // The copies' per-thread addresses are the same in every tile; hoisted
+    // out of the loop as 64-bit pointers, they spilled (reloads per tile).
+    // With kRebuildCopyAddressesSm80 an opaque thread index keeps them here
+    // on sm_80, a few integer ops per tile (bwd_dq.cuh does the same).
+    int copy_tid = tid;
+#if !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+    if constexpr (Cfg::kRebuildCopyAddressesSm80) asm volatile("" : "+r"(copy_tid));
+#endif
     sm80::cp_async_wait<0>();
     __syncthreads();
-    load_tile<VTile, kN, kThreads>(v_s, v + n0 * p.v_row_stride, p.v_row_stride, seq.len_kv - n0, tid);
+    load_tile<VTile, kN, kThreads>(v_s, v + n0 * p.v_row_stride, p.v_row_stride, seq.len_kv - n0, copy_tid);
     sm80::cp_async_commit();
 
     KeepBits<MA, NA> keep;
@@ -120,7 +130,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
     __syncthreads();
     if (n > tiles.first) {
       load_tile<KTile, kN, kThreads>(k_s, k + (n0 - kN) * p.k_row_stride, p.k_row_stride, seq.len_kv - n0 + kN,
-                                     tid);
+                                     copy_tid);
       sm80::cp_async_commit();
     }
 

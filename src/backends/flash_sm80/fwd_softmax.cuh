@@ -152,19 +152,32 @@ __device__ __forceinline__ void apply_mask_bits(float (&s)[MA][NA][4], const Fwd
 // Running max (in score units: times `unit` gives log2 units) and this
 // thread's part of the running sum, per owned row. The quad's four parts are
 // added once, at the end.
-template <int MA>
+// kQuadSums (MA = 2: four rows per thread, four lanes per quad): each tile's
+// row sums are completed across the quad at once, and lane k of the quad
+// keeps row k's running sum alone: one register for the sums instead of
+// four, for a loop whose S and O fill 192 registers (flash_sm80's wide
+// forward at d 64 and d 128 spilled three of the four to local memory, a
+// load and a store each per tile). Eight shuffles per tile more.
+template <int MA, bool kQuadSums = false>
 struct OnlineSoftmax {
+  static_assert(!kQuadSums || MA == 2, "one row per lane of the quad");
+  static constexpr int kSumRows = kQuadSums ? 1 : MA;
   float max[MA][2];
-  float sum[MA][2];
+  float sum[kSumRows][2];  // kQuadSums: sum[0][0] is row lane % 4's (ma = k / 2, half k % 2)
 
   __device__ __forceinline__ OnlineSoftmax() {
 #pragma unroll
     for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        max[ma][h] = -INFINITY;
-        sum[ma][h] = 0.f;
-      }
+      for (int h = 0; h < 2; ++h) max[ma][h] = -INFINITY;
+#pragma unroll
+    for (int ma = 0; ma < kSumRows; ++ma) sum[ma][0] = sum[ma][1] = 0.f;
+  }
+
+  // kQuadSums: of four per-row values (the quad's rows), this lane's row's.
+  __device__ __forceinline__ static float lane_row(const float (&v)[MA][2]) {
+    const int k = threadIdx.x & 3;
+    return k < 2 ? (k == 0 ? v[0][0] : v[0][1]) : (k == 2 ? v[MA - 1][0] : v[MA - 1][1]);
   }
 
   // s -> exp2(unit * s - unit * new max); O's rows rescaled to the new max.
@@ -182,6 +195,7 @@ struct OnlineSoftmax {
   // later, once the previous tile's P.V has left O's registers).
   template <int NA>
   __device__ __forceinline__ void update(float (&s)[MA][NA][4], float unit, float (&correction)[MA][2]) {
+    [[maybe_unused]] float tile_sum[MA][2];  // kQuadSums: each row's sum over this tile
 #pragma unroll
     for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
@@ -194,7 +208,7 @@ struct OnlineSoftmax {
         const float base = m == -INFINITY ? 0.f : m * unit;
         correction[ma][h] = sm80::fast_exp2(max[ma][h] * unit - base);
         max[ma][h] = m;
-        float part = sum[ma][h] * correction[ma][h];
+        float part = kQuadSums ? 0.f : sum[ma][h] * correction[ma][h];
 #pragma unroll
         for (int na = 0; na < NA; ++na)
 #pragma unroll
@@ -203,8 +217,14 @@ struct OnlineSoftmax {
             s[ma][na][2 * h + e] = pr;
             part += pr;
           }
-        sum[ma][h] = part;
+        if constexpr (kQuadSums) {
+          part += __shfl_xor_sync(0xffffffffu, part, 1);
+          tile_sum[ma][h] = part + __shfl_xor_sync(0xffffffffu, part, 2);
+        } else {
+          sum[ma][h] = part;
+        }
       }
+    if constexpr (kQuadSums) sum[0][0] = sum[0][0] * lane_row(correction) + lane_row(tile_sum);
   }
 
   // A row whose max did not change has correction exactly 1: where that holds
@@ -234,9 +254,14 @@ struct OnlineSoftmax {
     for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float l = sum[ma][h];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        float l;
+        if constexpr (kQuadSums) {
+          l = __shfl_sync(0xffffffffu, sum[0][0], (threadIdx.x & 28) | (2 * ma + h));
+        } else {
+          l = sum[ma][h];
+          l += __shfl_xor_sync(0xffffffffu, l, 1);
+          l += __shfl_xor_sync(0xffffffffu, l, 2);
+        }
         // The fast reciprocal and log (2 ulp; 2^-21 absolute near 1): l >= 1
         // once a key is seen (the row max contributes exp2(0)), and these sit
         // on the path from the last product to the store.
