@@ -290,6 +290,20 @@ TEST(Select, FlashSm80BackwardGridOrder) {
   EXPECT_FALSE(bwd_kv_tiles_slowest(128, 4, 1023, 0));  // sliding window: even work
 }
 
+TEST(Select, FlashSm80BackwardGroupChunkAtD256) {
+  // d 256's chunks of (KV head, sequence) pairs: about 32 MiB of Q and dO
+  // rows per chunk under a causal mask with GQA, else one pair per chunk.
+  using flash_sm80::bwd_group_chunk;
+  EXPECT_EQ(bwd_group_chunk(4, -1, 0, 1024, 256, 256, 32), 8);   // 4 MiB per pair
+  EXPECT_EQ(bwd_group_chunk(4, -1, 0, 4096, 256, 256, 8), 2);    // 16 MiB per pair
+  EXPECT_EQ(bwd_group_chunk(4, -1, 0, 16384, 256, 256, 2), 1);   // 64 MiB: one pair
+  EXPECT_EQ(bwd_group_chunk(4, -1, 0, 128, 256, 256, 4), 4);     // at most every pair
+  EXPECT_EQ(bwd_group_chunk(1, -1, 0, 1024, 256, 256, 32), 1);   // MHA
+  EXPECT_EQ(bwd_group_chunk(4, -1, -1, 1024, 256, 256, 32), 1);  // no mask: even work
+  EXPECT_EQ(bwd_group_chunk(4, 1023, 0, 1024, 256, 256, 32), 1); // sliding window: even work
+  EXPECT_EQ(bwd_group_chunk(1, -1, -1, 1024, 256, 256, 200000), 4);  // grid z: at most 65535 chunks
+}
+
 TEST(Select, SimulatedDeviceFromEnvironmentAndUnknownSpec) {
   setenv("ATTN_SIMULATE_DEVICE", "sm90", 1);
   const DeviceInfo d = query_device(Device::cuda(0));

@@ -93,10 +93,11 @@ struct BwdConfig {
   // item; with this choice every build has 0 B on sm_80 and sm_90a. Other
   // choices spill elsewhere (e.g. Q's addresses rebuilt at d 128 without
   // dropout: 52 B on sm_90a), so it is per build and per architecture
-  // (docs/PERF.md, 2026-11-24d).
+  // (docs/PERF.md, 2026-11-24d; at d 256, chosen with its chunked grid).
   static constexpr bool kRebuildQAddresses = (kDQK == 64 && !kDropoutBuild) || (kDQK == 128 && kDropoutBuild);
-  static constexpr bool kRebuildQAddressesSm90 = kRebuildQAddresses || (kDQK == 256 && kDropoutBuild);
+  static constexpr bool kRebuildQAddressesSm90 = kRebuildQAddresses || kDQK == 256;
   static constexpr bool kRebuildDoAddresses = kDQK == 128 && !kDropoutBuild;
+  static constexpr bool kRebuildDoAddressesSm90 = kRebuildDoAddresses || kDQK == 256;
 
   // Shared memory: Q and dO of kStages query tiles (the next tile loads while
   // this one computes), K, V (this CTA's keys), P and dS (kBlockM x kBlockN
@@ -143,13 +144,36 @@ constexpr bool bwd_uses_dropout_build(long long optin, bool dropout) {
 // (docs/PERF.md, 2026-11-24c), causal GQA 2 / 4 / 8 at d 128, 4k: kernel
 // -5 / -10 / -14%; d 64 GQA 8 4k -19%. Not without GQA: the CTAs running
 // together then no longer share Q/dO tiles in L2 (MHA d 64 1k -7 to -11%,
-// d 256 1k -38 to -44%). Not at d 256 (GQA 4 causal +10%), nor without a
-// mask (level). Rows 96, 160 and 192 are not measured: they keep one order,
+// d 256 1k -38 to -44%). Not at d 256 (GQA 4 causal +10%: its Q/dO rows
+// in flight outgrew L2; d 256 has its own grid, below), nor without a mask
+// (level). Rows 96, 160 and 192 are not measured: they keep one order,
 // and with it their sm_90a loops' registers (the choice spilled 4-20 B).
 // A macro, as the ones above, so that the kernel can test it too.
 #define ATTN_SM80_BWD_KV_ORDER_CHOSEN(dqk) ((dqk) <= 64 || (dqk) == 128)
 constexpr bool bwd_kv_tiles_slowest(int d_qk, int h_per_kv, long long window_left, long long window_right) {
   return ATTN_SM80_BWD_KV_ORDER_CHOSEN(d_qk) && h_per_kv > 1 && window_right >= 0 && window_left < 0;
+}
+
+// d 256's grid is (pairs of a chunk, KV tiles, chunks): its (KV head,
+// sequence) pairs in chunks of bwd_group_chunk() pairs, the KV tiles slowest
+// within a chunk (1: every pair's tiles in turn, the order above's default).
+// Under a causal mask with GQA the heavy first KV tiles of a chunk's pairs
+// start together, and only the chunk's Q/dO rows are in flight: chunks of
+// about 32 MiB of them (h_per_kv x s_q x (d_qk + d_v) x 2 bytes per pair).
+// On the H100 (docs/PERF.md, 2026-11-24d), d 256 causal GQA 4 backward
+// against FA2: 4k 0.92 -> 1.07-1.09 (2 pairs), 1k 0.97 -> 1.13 (8 pairs);
+// all pairs in one chunk at 4k (128 MiB) gained less (1.05-1.06), and at
+// heads 32 lost 10%. Compiled in as d 256's only grid: as a run-time choice
+// beside the other order, its arithmetic spilled 16-24 B in sm_90a's loops.
+#define ATTN_SM80_BWD_CHUNKED_GRID(dqk) ((dqk) == 256)
+constexpr int bwd_group_chunk(int h_per_kv, long long window_left, long long window_right, long long s_q,
+                              int d_qk, int d_v, int pairs) {
+  const bool heavy_first = h_per_kv > 1 && window_right >= 0 && window_left < 0;
+  const long long pair_bytes = static_cast<long long>(h_per_kv) * s_q * (d_qk + d_v) * 2;
+  long long chunk = heavy_first && pair_bytes > 0 ? (32ll << 20) / pair_bytes : 1;
+  chunk = chunk < 1 ? 1 : chunk > pairs ? pairs : chunk;
+  const long long min_chunk = (pairs + 65534) / 65535;  // grid z (chunks): at most 65535
+  return static_cast<int>(chunk < min_chunk ? min_chunk : chunk);
 }
 
 template <int kDQK, int kDV>

@@ -61,11 +61,23 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
   char* ds_smem = p_smem + Cfg::kSmemP;
 
   // Grid (KV tiles, h_kv, batch), or with bp.kv_tiles_slowest (h_kv, batch,
-  // KV tiles) on the rows that choose (bwd_config.h).
-  const bool kv_slowest = ATTN_SM80_BWD_KV_ORDER_CHOSEN(kDQK) && bp.kv_tiles_slowest;
-  const int n = kv_slowest ? blockIdx.z : blockIdx.x, n0 = n * kN;
-  const int h_kv = kv_slowest ? blockIdx.x : blockIdx.y;
-  const int b = kv_slowest ? blockIdx.y : blockIdx.z;
+  // KV tiles) on the rows that choose, or at d 256 (pairs of a chunk, KV
+  // tiles, chunks) of (KV head, sequence) pairs (bwd_config.h); the last
+  // chunk may be short, and its CTAs past the pairs end here.
+  int n, h_kv, b;
+  if constexpr (ATTN_SM80_BWD_CHUNKED_GRID(kDQK)) {
+    const int heads_kv = p.h_q / p.h_per_kv, pair = blockIdx.z * bp.group_chunk + blockIdx.x;
+    if (pair >= heads_kv * p.batch) return;
+    n = blockIdx.y;
+    h_kv = pair % heads_kv;
+    b = pair / heads_kv;
+  } else {
+    const bool kv_slowest = ATTN_SM80_BWD_KV_ORDER_CHOSEN(kDQK) && bp.kv_tiles_slowest;
+    n = kv_slowest ? blockIdx.z : blockIdx.x;
+    h_kv = kv_slowest ? blockIdx.x : blockIdx.y;
+    b = kv_slowest ? blockIdx.y : blockIdx.z;
+  }
+  const int n0 = n * kN;
   const SeqExtent seq = sequence_extent(p, b);
   // Key rows this CTA writes: in a padded batch also those past len_kv (dk =
   // dv = 0 there); in thd the rows past a sequence belong to the next one.
@@ -133,9 +145,9 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
       int copy_tid = tid;
       asm volatile("" : "+r"(copy_tid));
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      constexpr bool kRebuildQ = Cfg::kRebuildQAddressesSm90;
+      constexpr bool kRebuildQ = Cfg::kRebuildQAddressesSm90, kRebuildDo = Cfg::kRebuildDoAddressesSm90;
 #else
-      constexpr bool kRebuildQ = Cfg::kRebuildQAddresses;
+      constexpr bool kRebuildQ = Cfg::kRebuildQAddresses, kRebuildDo = Cfg::kRebuildDoAddresses;
 #endif
       const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + (seq.start_q + m0) * p.q_row_stride +
                    h * p.q_head_stride;
@@ -144,7 +156,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
       load_tile<QTile, kM, kThreads>(q_s0 + stage * Cfg::kSmemQ, q, p.q_row_stride, rows,
                                      kRebuildQ ? copy_tid : tid);
       load_tile<DOTile, kM, kThreads>(do_s0 + stage * Cfg::kSmemDO, dout, bp.do_row_stride, rows,
-                                      Cfg::kRebuildDoAddresses ? copy_tid : tid);
+                                      kRebuildDo ? copy_tid : tid);
     };
     // Where BwdConfig::kDiagonalStart: each head's run of query tiles starts
     // at this CTA's diagonal tile and wraps around (not in deterministic
@@ -308,6 +320,15 @@ inline bool launch_kv_tiles_slowest(int d_qk, const FwdParams& p) {
   return bwd_kv_tiles_slowest(d_qk, p.h_per_kv, p.window_left, p.window_right);
 }
 
+// d 256's chunk (bwd_config.h), or for A/B runs ATTN_SM80_BWD_GROUP_CHUNK=N.
+inline int launch_group_chunk(const FwdParams& p, int d_qk, int d_v, int pairs) {
+  static const char* forced = std::getenv("ATTN_SM80_BWD_GROUP_CHUNK");
+  const int rule = bwd_group_chunk(p.h_per_kv, p.window_left, p.window_right, p.s_q, d_qk, d_v, pairs);
+  if (!forced) return rule;
+  const int chunk = std::atoi(forced), fewest = (pairs + 65534) / 65535;  // grid z (chunks): at most 65535
+  return chunk < fewest ? fewest : chunk > pairs ? pairs : chunk;
+}
+
 template <typename T, int kDQK, int kDV, bool kDropoutBuild>
 void launch_bwd(const BwdParams& params, cudaStream_t stream) {
   using Cfg = BwdConfig<kDQK, kDV, kDropoutBuild>;
@@ -321,7 +342,15 @@ void launch_bwd(const BwdParams& params, cudaStream_t stream) {
   if (smem > 48 * 1024) ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int kv_tiles = (p.fwd.s_kv + Cfg::kBlockN - 1) / Cfg::kBlockN, h_kv = p.fwd.h_q / p.fwd.h_per_kv;
   p.kv_tiles_slowest = kv_tiles <= 65535 && launch_kv_tiles_slowest(kDQK, p.fwd);  // grid z: at most 65535
-  const dim3 grid = p.kv_tiles_slowest ? dim3(h_kv, p.fwd.batch, kv_tiles) : dim3(kv_tiles, h_kv, p.fwd.batch);
+  dim3 grid = p.kv_tiles_slowest ? dim3(h_kv, p.fwd.batch, kv_tiles) : dim3(kv_tiles, h_kv, p.fwd.batch);
+  if constexpr (ATTN_SM80_BWD_CHUNKED_GRID(kDQK)) {
+    if (kv_tiles > 65535)  // grid y
+      fail(ErrorKind::unsupported, "flash_sm80's d 256 backward takes at most 65535 KV tiles of 64 keys", "max_seqlen_kv",
+           "at most 4194240 keys per sequence", "use another backend (cudnn, unfused) for longer sequences");
+    const int pairs = h_kv * p.fwd.batch;
+    p.group_chunk = launch_group_chunk(p.fwd, kDQK, kDV, pairs);
+    grid = dim3(p.group_chunk, kv_tiles, (pairs + p.group_chunk - 1) / p.group_chunk);
+  }
   kernel<<<grid, Cfg::kThreads, smem, stream>>>(p);
   ATTN_CUDA(cudaGetLastError());
 }

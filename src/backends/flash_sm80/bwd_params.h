@@ -44,6 +44,9 @@ struct BwdParams {
   int dq_bulk = 0;
   // The grid is (h_kv, batch, KV tiles) instead of (KV tiles, h_kv, batch).
   int kv_tiles_slowest = 0;
+  // d 256 (ATTN_SM80_BWD_CHUNKED_GRID): (KV head, sequence) pairs per chunk
+  // of its grid (pairs of a chunk, KV tiles, chunks).
+  int group_chunk = 1;
 };
 
 }  // namespace attn::flash_sm80
