@@ -304,6 +304,26 @@ TEST(Select, FlashSm80BackwardGroupChunkAtD256) {
   EXPECT_EQ(bwd_group_chunk(1, -1, -1, 1024, 256, 256, 200000), 4);  // grid z: at most 65535 chunks
 }
 
+TEST(Select, FlashSm80D256BackwardSaysWhereItsGridEnds) {
+  // d 256's backward grid holds the KV tiles (64 keys) in its y dimension:
+  // past 65535 of them supports() says so with the numbers, before any kernel.
+  auto grid_reasons = [](int64_t s_kv, Pass pass) {
+    Problem p = gpu_problem(256, 256);
+    p.pass = pass;
+    p.s_kv = s_kv;
+    const std::vector<Verdict> verdicts = explain(p, simulated_device("sm90"), Policy{});
+    std::string out;
+    for (const std::string& r : verdict_of(verdicts, "flash_sm80").reasons)
+      if (r.find("keys per sequence") != std::string::npos) out += r;
+    return out;
+  };
+  EXPECT_EQ(grid_reasons(65535LL * 64, Pass::backward), "");
+  const std::string over = grid_reasons(65535LL * 64 + 1, Pass::backward);
+  EXPECT_NE(over.find("the d 256 backward takes at most 4194240 keys per sequence"), std::string::npos) << over;
+  EXPECT_NE(over.find("got 4194241"), std::string::npos) << over;
+  EXPECT_EQ(grid_reasons(65535LL * 64 + 1, Pass::forward), "");
+}
+
 TEST(Select, SimulatedDeviceFromEnvironmentAndUnknownSpec) {
   setenv("ATTN_SIMULATE_DEVICE", "sm90", 1);
   const DeviceInfo d = query_device(Device::cuda(0));
