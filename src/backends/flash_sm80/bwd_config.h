@@ -165,6 +165,8 @@ constexpr bool bwd_kv_tiles_slowest(int d_qk, int h_per_kv, long long window_lef
 // all pairs in one chunk at 4k (128 MiB) gained less (1.05-1.06), and at
 // heads 32 lost 10%. Compiled in as d 256's only grid: as a run-time choice
 // beside the other order, its arithmetic spilled 16-24 B in sm_90a's loops.
+// Its cost: MHA at d 256 (one pair per chunk) is 0.3-1.2% slower than with
+// the plain grid, whose indices were blockIdx itself (2026-11-24d, call 9).
 #define ATTN_SM80_BWD_CHUNKED_GRID(dqk) ((dqk) == 256)
 constexpr int bwd_group_chunk(int h_per_kv, long long window_left, long long window_right, long long s_q,
                               int d_qk, int d_v, int pairs) {
