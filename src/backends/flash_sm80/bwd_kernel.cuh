@@ -323,10 +323,8 @@ inline bool launch_kv_tiles_slowest(int d_qk, const FwdParams& p) {
 // d 256's chunk (bwd_config.h), or for A/B runs ATTN_SM80_BWD_GROUP_CHUNK=N.
 inline int launch_group_chunk(const FwdParams& p, int d_qk, int d_v, int pairs) {
   static const char* forced = std::getenv("ATTN_SM80_BWD_GROUP_CHUNK");
-  const int rule = bwd_group_chunk(p.h_per_kv, p.window_left, p.window_right, p.s_q, d_qk, d_v, pairs);
-  if (!forced) return rule;
-  const int chunk = std::atoi(forced), fewest = (pairs + 65534) / 65535;  // grid z (chunks): at most 65535
-  return chunk < fewest ? fewest : chunk > pairs ? pairs : chunk;
+  if (forced) return bwd_clamp_group_chunk(std::atoi(forced), pairs);
+  return bwd_group_chunk(p.h_per_kv, p.window_left, p.window_right, p.s_q, d_qk, d_v, pairs);
 }
 
 template <typename T, int kDQK, int kDV, bool kDropoutBuild>
@@ -341,15 +339,17 @@ void launch_bwd(const BwdParams& params, cudaStream_t stream) {
   const int smem = Cfg::kSmemBytes + (p.dq_bulk ? Cfg::kSmemDqStage : 0);
   if (smem > 48 * 1024) ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int kv_tiles = (p.fwd.s_kv + Cfg::kBlockN - 1) / Cfg::kBlockN, h_kv = p.fwd.h_q / p.fwd.h_per_kv;
-  p.kv_tiles_slowest = kv_tiles <= 65535 && launch_kv_tiles_slowest(kDQK, p.fwd);  // grid z: at most 65535
-  dim3 grid = p.kv_tiles_slowest ? dim3(h_kv, p.fwd.batch, kv_tiles) : dim3(kv_tiles, h_kv, p.fwd.batch);
+  dim3 grid;
   if constexpr (ATTN_SM80_BWD_CHUNKED_GRID(kDQK)) {
-    if (kv_tiles > 65535)  // grid y
+    if (kv_tiles > 65535)  // grid y (supports() refuses these first)
       fail(ErrorKind::unsupported, "flash_sm80's d 256 backward takes at most 65535 KV tiles of 64 keys", "max_seqlen_kv",
            "at most 4194240 keys per sequence", "use another backend (cudnn, unfused) for longer sequences");
     const int pairs = h_kv * p.fwd.batch;
     p.group_chunk = launch_group_chunk(p.fwd, kDQK, kDV, pairs);
     grid = dim3(p.group_chunk, kv_tiles, (pairs + p.group_chunk - 1) / p.group_chunk);
+  } else {
+    p.kv_tiles_slowest = kv_tiles <= 65535 && launch_kv_tiles_slowest(kDQK, p.fwd);  // grid z: at most 65535
+    grid = p.kv_tiles_slowest ? dim3(h_kv, p.fwd.batch, kv_tiles) : dim3(kv_tiles, h_kv, p.fwd.batch);
   }
   kernel<<<grid, Cfg::kThreads, smem, stream>>>(p);
   ATTN_CUDA(cudaGetLastError());

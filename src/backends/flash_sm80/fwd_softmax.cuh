@@ -156,8 +156,8 @@ __device__ __forceinline__ void apply_mask_bits(float (&s)[MA][NA][4], const Fwd
 // row sums are completed across the quad at once, and lane k of the quad
 // keeps row k's running sum alone: one register for the sums instead of
 // four, for a loop whose S and O fill 192 registers (flash_sm80's wide
-// forward at d 64 and d 128 spilled three of the four to local memory, a
-// load and a store each per tile). Eight shuffles per tile more.
+// forward at d 128 spilled three of the four to local memory, a load and a
+// store each per tile; fwd_config.h). Eight shuffles per tile more.
 template <int MA, bool kQuadSums = false>
 struct OnlineSoftmax {
   static_assert(!kQuadSums || MA == 2, "one row per lane of the quad");
