@@ -37,8 +37,8 @@ struct Selection {
 // Backends compiled into this build, by name (nullptr if absent).
 const std::vector<const Backend*>& registered_backends();
 const Backend* find_backend(const std::string& name);
-// Every backend attn knows, in the preference order for this device.
-std::vector<std::string> preference_order(const DeviceInfo& dev);
+// Every backend attn knows, in the preference order for this device and pass.
+std::vector<std::string> preference_order(const DeviceInfo& dev, Pass pass = Pass::forward);
 
 // Every known backend's verdict, in preference order; policy adds its own
 // reasons ("disabled by ATTN_DISABLE").

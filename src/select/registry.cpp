@@ -39,14 +39,17 @@ const Backend* find_backend(const std::string& name) {
   return nullptr;
 }
 
-std::vector<std::string> preference_order(const DeviceInfo& dev) {
+std::vector<std::string> preference_order(const DeviceInfo& dev, Pass pass) {
   std::vector<std::string> order;
   if (!dev.device.is_cuda())
     order = {"reference"};
+  else if (dev.sm >= 90 && pass == Pass::backward)  // cudnn first: flash_sm90's backward is its first version,
+                                                    // slower than cuDNN's (docs/PERF.md); each pass is
+                                                    // selected on its own (tests/gpu/test_cross_pass.cpp)
+    order = {"cudnn", "flash_sm90", "flash_sm80", "unfused"};
   else if (dev.sm >= 90)  // flash_sm90 first: its forward is 1.04x cuDNN's over ANCHORS.md's grid (no point
                           // below 0.929x) and 1.5-1.7x FlexAttention on windows and packed documents (docs/PERF.md,
-                          // v18). It has no backward: each pass is selected on its own, so a training
-                          // step runs its forward and cudnn's backward (tests/gpu/test_cross_pass.cpp).
+                          // v18), so a training step runs its forward and cudnn's backward.
     order = {"flash_sm90", "cudnn", "flash_sm80", "unfused"};
   else if (dev.sm >= 80)
     order = {"flash_sm80", "cudnn", "unfused"};

@@ -61,8 +61,8 @@ Verdict judge(const std::string& name, const Problem& p, const DeviceInfo& dev, 
 }
 
 // The preference order, after checking that the policy names known backends.
-std::vector<std::string> checked_order(const DeviceInfo& dev, const Policy& policy) {
-  std::vector<std::string> order = preference_order(dev);
+std::vector<std::string> checked_order(const DeviceInfo& dev, Pass pass, const Policy& policy) {
+  std::vector<std::string> order = preference_order(dev, pass);
   if (!policy.forced.empty()) require_known(policy.forced, "ATTN_BACKEND (or backend=)", order);
   for (const std::string& d : policy.disabled) require_known(d, "ATTN_DISABLE", order);
   return order;
@@ -80,7 +80,7 @@ Policy Policy::from_env() {
 
 std::vector<Verdict> explain(const Problem& p, const DeviceInfo& dev, const Policy& policy) {
   std::vector<Verdict> verdicts;
-  for (const std::string& name : checked_order(dev, policy)) verdicts.push_back(judge(name, p, dev, policy));
+  for (const std::string& name : checked_order(dev, p.pass, policy)) verdicts.push_back(judge(name, p, dev, policy));
   return verdicts;
 }
 
@@ -107,7 +107,7 @@ std::string format_verdicts(const std::vector<Verdict>& verdicts) {
 Selection select_backend(const Problem& p, const DeviceInfo& dev, const Policy& policy) {
   Selection sel;
   sel.device = dev;
-  const std::vector<std::string> order = checked_order(dev, policy);
+  const std::vector<std::string> order = checked_order(dev, p.pass, policy);
   const bool all = policy.log_level >= 2;
   std::vector<std::string> skipped;
 

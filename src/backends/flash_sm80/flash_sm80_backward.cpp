@@ -91,10 +91,7 @@ void run(const Problem& p, const BwdParams& k, cudaStream_t stream) {
 
 int64_t backward_workspace_bytes(const Problem& p) { return carve(p, nullptr, nullptr); }
 
-void backward(const Problem& p, const BackwardArgs& a, const RunContext& ctx) {
-  ATTN_CUDA(cudaSetDevice(p.device.index));
-  if (p.batch == 0 || p.h_q == 0) return;  // nothing to write
-  const auto stream = static_cast<cudaStream_t>(ctx.stream);
+BwdParams backward_params(const Problem& p, const BackwardArgs& a, cudaStream_t stream) {
   BwdParams k;
   k.fwd = forward_params(p, ForwardArgs{a.in, a.out, a.lse});
   const QkvFormat f = p.qkv_format;
@@ -109,10 +106,18 @@ void backward(const Problem& p, const BackwardArgs& a, const RunContext& ctx) {
   k.dk_batch_stride = kk.batch, k.dk_row_stride = kk.row, k.dk_head_stride = kk.head;
   k.dv_batch_stride = v.batch, k.dv_row_stride = v.row, k.dv_head_stride = v.head;
   const int64_t bytes = backward_workspace_bytes(p);
-  carve(p, static_cast<char*>(detail::workspace(p.device.index, ctx.stream, bytes)), &k);
+  carve(p, static_cast<char*>(detail::workspace(p.device.index, stream, bytes)), &k);
   if (k.dq_semaphore)
     ATTN_CUDA(cudaMemsetAsync(k.dq_semaphore, 0, static_cast<size_t>(p.batch * p.h_q * k.m_tiles) * sizeof(int),
                               stream));
+  return k;
+}
+
+void backward(const Problem& p, const BackwardArgs& a, const RunContext& ctx) {
+  ATTN_CUDA(cudaSetDevice(p.device.index));
+  if (p.batch == 0 || p.h_q == 0) return;  // nothing to write
+  const auto stream = static_cast<cudaStream_t>(ctx.stream);
+  const BwdParams k = backward_params(p, a, stream);
   if (p.dtype == DType::bf16)
     run<__nv_bfloat16>(p, k, stream);
   else

@@ -1,5 +1,5 @@
-// The `flash_sm90` backend: attn's own Hopper attention forward (TMA, wgmma,
-// warp specialization), sm_90a only. docs/FLASH_SM90.md describes the design.
+// The `flash_sm90` backend: attn's own Hopper attention kernels (TMA, wgmma,
+// warp specialization), forward and backward, sm_90a only. docs/FLASH_SM90.md describes the design.
 #pragma once
 
 #include <string>
@@ -13,6 +13,7 @@ namespace attn::flash_sm90 {
 std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev);
 
 void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx);
+void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx);
 
 const Backend& backend();
 

@@ -6,6 +6,8 @@
 
 #include "attn/error.h"
 #include "backends/common/device_reasons.h"
+#include "backends/flash_sm90/bwd_config.h"
+#include "backends/flash_sm90/bwd_table.h"
 #include "backends/flash_sm90/flash_sm90.h"
 #include "backends/flash_sm90/fwd_config.h"
 #include "backends/flash_sm90/fwd_table.h"
@@ -13,18 +15,31 @@
 namespace attn::flash_sm90 {
 namespace {
 
-int64_t smem_bytes_for(int64_t d_qk, int64_t d_v) {
-#define ATTN_SMEM_ROW(dqk, dv) \
-  if (d_qk == (dqk) && d_v == (dv)) return FwdConfig<dqk, dv>::kSmemBytes;
-  ATTN_FLASH_SM90_FWD_TABLE(ATTN_SMEM_ROW)
-#undef ATTN_SMEM_ROW
-  return 0;
+// Shared memory of the pass's kernel for (d_qk, d_v); 0: no such row.
+int64_t smem_bytes_for(Pass pass, int64_t d_qk, int64_t d_v) {
+  int64_t bytes = 0;
+  if (pass == Pass::forward) {
+#define ATTN_FWD_ROW(dqk, dv) \
+  if (d_qk == (dqk) && d_v == (dv)) bytes = FwdConfig<dqk, dv>::kSmemBytes;
+    ATTN_FLASH_SM90_FWD_TABLE(ATTN_FWD_ROW)
+#undef ATTN_FWD_ROW
+  } else {
+#define ATTN_BWD_ROW(dqk, dv) \
+  if (d_qk == (dqk) && d_v == (dv)) bytes = BwdConfig<dqk, dv>::kSmemBytes;
+    ATTN_FLASH_SM90_BWD_TABLE(ATTN_BWD_ROW)
+#undef ATTN_BWD_ROW
+  }
+  return bytes;
 }
 
-std::string head_dim_list() {
+std::string head_dim_list(Pass pass) {
   std::string s;
 #define ATTN_LIST_ROW(dqk, dv) s += std::string(s.empty() ? "" : ", ") + (dqk == dv ? #dqk : #dqk "/" #dv);
-  ATTN_FLASH_SM90_FWD_TABLE(ATTN_LIST_ROW)
+  if (pass == Pass::forward) {
+    ATTN_FLASH_SM90_FWD_TABLE(ATTN_LIST_ROW)
+  } else {
+    ATTN_FLASH_SM90_BWD_TABLE(ATTN_LIST_ROW)
+  }
 #undef ATTN_LIST_ROW
   return s;
 }
@@ -38,9 +53,8 @@ class FlashSm90Backend final : public Backend {
   void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) const override {
     flash_sm90::forward(p, args, ctx);
   }
-  void backward(const Problem&, const BackwardArgs&, const RunContext&) const override {
-    fail(ErrorKind::unsupported, "flash_sm90 has no backward", "a backward call", "a forward call",
-         "let attn choose (flash_sm80 or cudnn run the backward), or force one of them");
+  void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx) const override {
+    flash_sm90::backward(p, args, ctx);
   }
 };
 
@@ -51,16 +65,27 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
   if (!p.device.is_cuda()) return no;
   if (dev.sm != 90)
     no.push_back("sm" + std::to_string(dev.sm) + ": flash_sm90 is built for sm_90a (H100/H200) only");
-  if (p.pass == Pass::backward)
-    no.push_back("backward: flash_sm90 has only the forward so far (flash_sm80 and cudnn run the backward)");
-  const int64_t smem = smem_bytes_for(p.d_qk, p.d_v);
+  const bool bwd = p.pass == Pass::backward;
+  const char* pass = bwd ? "backward" : "forward";
+  const int64_t smem = smem_bytes_for(p.pass, p.d_qk, p.d_v);
   if (smem == 0)
-    no.push_back("head_dim " + std::to_string(p.d_qk) + "/" + std::to_string(p.d_v) +
-                 " has no kernel; flash_sm90 has " + head_dim_list());
+    no.push_back("head_dim " + std::to_string(p.d_qk) + "/" + std::to_string(p.d_v) + " has no " + pass +
+                 " kernel; flash_sm90's " + pass + " has " + head_dim_list(p.pass));
   else if (dev.smem_per_block_optin_bytes > 0 && smem > dev.smem_per_block_optin_bytes)
     no.push_back("head_dim " + std::to_string(p.d_qk) + "/" + std::to_string(p.d_v) + " needs " +
                  std::to_string(smem / 1024) + " KiB of shared memory per block; the device allows " +
                  std::to_string(dev.smem_per_block_optin_bytes / 1024) + " KiB");
+  if (bwd) {  // the backward's first version: what it does not run yet goes to cudnn or flash_sm80
+    const std::string later = " is not in flash_sm90's backward yet (cudnn and flash_sm80 run it)";
+    if (p.has_seqlens) no.push_back("cu_seqlens (thd, padded batches)" + later);
+    if (p.softcap > 0) no.push_back("softcap" + later);
+    if (p.bias == BiasType::alibi) no.push_back("ALiBi" + later);
+    if (p.dropout_p > 0) no.push_back("dropout" + later);
+    if (p.deterministic) no.push_back("deterministic mode (dQ is added with unordered atomics)" + later);
+    if (p.h_kv > 65535 || p.batch > 65535)
+      no.push_back("more than 65535 KV heads or sequences (the backward's grid): got " + std::to_string(p.h_kv) +
+                   " and " + std::to_string(p.batch));
+  }
   for (std::string& reason : detail::flash_kernel_reasons(p, "flash_sm90")) no.push_back(std::move(reason));
   if ((p.s_q + 127) / 128 * p.h_q * p.batch > INT32_MAX)
     no.push_back("more than 2^31 work items (128-row query tiles x heads x sequences)");

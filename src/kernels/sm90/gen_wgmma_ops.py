@@ -20,8 +20,8 @@ def body(n, ptx_type, a_regs):
     else:
         a = f"%{regs}"
         b, sd = regs + 1, regs + 2
-        ins = '"l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransposeB)'
-        tail = f"p, 1, 1, 0, %{sd + 1}"
+        ins = '"l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransposeA), "n"(kTransposeB)'
+        tail = f"p, 1, 1, %{sd + 1}, %{sd + 2}"
     return (f'  asm volatile(\n'
             f'      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{sd}, 0;\\n"\n'
             f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type} "\n'
@@ -37,9 +37,10 @@ def main():
 // D (64 x N, fp32, in registers) (+)= A (64 x 16) . B (16 x N) on the
 // warpgroup's tensor cores, asynchronously (wgmma.mma_async; wgmma.cuh has the
 // fence / commit / wait around it). A comes from shared memory (a matrix
-// descriptor, K-major) or from registers (the m16n8k16 A fragment of each warp's
-// 16 rows); B from shared memory, K-major, or MN-major with kTransposeB = 1
-// (16-bit types only). scale_d = 0 starts from D = 0.
+// descriptor, K-major, or MN-major with kTransposeA = 1: the backward's dS,
+// stored as dS^T) or from registers (the m16n8k16 A fragment of each warp's
+// 16 rows); B from shared memory, K-major, or MN-major with kTransposeB = 1.
+// Transposes are for 16-bit types only. scale_d = 0 starts from D = 0.
 //
 // Accumulator layout (PTX ISA, "Register Fragments and Shared Memory Matrix
 // Layouts" for wgmma .m64nNk16): warp w of the warpgroup owns rows 16 w ..
@@ -62,7 +63,7 @@ struct Wgmma;
         for ctype, ptx in TYPES:
             print(f"template <>\nstruct Wgmma<{n}, {ctype}> {{")
             print(f"  static constexpr int kRegs = {n // 2};")
-            print("  template <int kTransposeB>")
+            print("  template <int kTransposeB, int kTransposeA = 0>")
             print(f"  __device__ __forceinline__ static void ss(float (&d)[{n // 2}], uint64_t desc_a, uint64_t desc_b, int scale_d) {{")
             print("#if defined(__CUDA_ARCH_FEAT_SM90_ALL)")
             print(body(n, ptx, False), end="")

@@ -1,0 +1,40 @@
+// Tile shapes of flash_sm90's backward per head dim: compile-time numbers the
+// kernel is built on and the host reads (shared memory in supports()).
+// Plain C++: no CUDA needed to include it.
+#pragma once
+
+namespace attn::flash_sm90 {
+
+// One CTA per (KV tile of kBlockN keys, KV head, sequence): a producer
+// warpgroup (one warp: TMA copies of Q and dO, the rows' lse and D) and two
+// consumer warpgroups of 64 keys each, which keep dK and dV in registers and
+// walk the query tiles of kBlockM rows that see their keys, in a
+// kStages-deep ring. Per consumer thread at d 128: dK and dV 64 floats each,
+// S^T and dP^T 32 each, dQ's half 32 (FlashAttention-3's split, 240
+// registers per consumer).
+template <int kDQK, int kDV>
+struct BwdConfig {
+  static_assert(kDQK == kDV, "the backward's tiles assume d_qk == d_v");
+  static constexpr int kHeadDim = kDQK;
+  static constexpr int kConsumers = 2;  // warpgroups, 64 keys each
+  static constexpr int kBlockM = 64;    // query rows per step
+  static constexpr int kBlockN = 64 * kConsumers;
+  static constexpr int kStages = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "register file");
+  static constexpr int kSmemQ = kBlockM * kDQK * 2;  // one stage; dO the same
+  static constexpr int kSmemK = kBlockN * kDQK * 2;  // V the same
+  static constexpr int kSmemDs = kBlockN * kBlockM * 2;  // dS^T, one of two buffers
+  static constexpr int kSmemTerms = kBlockM * 8;  // {lse2, D} per row, one stage
+  static constexpr int kSmemBarriers = 256;
+  static constexpr int kSmemLimit = 227 * 1024;  // per block on sm_90
+  // + 1024: the dynamic buffer is aligned up to 1024 bytes (the swizzle's period).
+  static constexpr int kSmemBytes =
+      2 * kSmemK + kStages * 2 * kSmemQ + 2 * kSmemDs + kStages * kSmemTerms + kSmemBarriers + 1024;
+  static_assert(kSmemBytes <= kSmemLimit, "shared memory");
+  static_assert(kDQK % 128 == 0, "dQ's product splits d in 64-column halves, one per consumer");
+};
+
+}  // namespace attn::flash_sm90

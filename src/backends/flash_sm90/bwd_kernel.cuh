@@ -1,0 +1,333 @@
+// flash_sm90's backward kernel: FlashAttention's backward on Hopper's
+// asynchronous units (FlashAttention-3's arrangement of the products). One CTA
+// per (KV tile of 128 keys, KV head, sequence) walks, for each query head of
+// the KV head's group (GQA: nothing repeated), the query tiles of 64 rows that
+// see its keys (flash_sm80's tile ranges):
+// - warpgroup 0, the producer: one warp loads K and V once, then each query
+//   tile's Q and dO with TMA and its rows' {lse, D} (the pre-pass's row terms)
+//   into a kStages-deep ring guarded by "full" and "empty" mbarriers;
+// - warpgroups 1 and 2, the consumers, 64 keys each. Per query tile:
+//     S^T = K.Q^T and dP^T = V.dO^T on wgmma (both operands in shared memory),
+//     P^T = exp2(S^T scale log2e - lse2), dS^T = P^T (dP^T - D) in registers,
+//     dV += P^T.dO and dK += dS^T.Q with P^T and dS^T as register operands,
+//     dS^T to shared memory, then dQ = dS.K: each consumer half of d's
+//     columns over all 128 keys (dS read MN-major), added into the fp32
+//     accumulator with red.global.add (flash_sm80's layout and passes).
+// Computing S^T rather than S puts keys on the accumulator's rows, so P^T and
+// dS^T are already the A operands of dV's and dK's products.
+// dK and dV stay in registers over the whole walk and are written once.
+// The pre-pass (D, dq_accum = 0) and the dq conversion are flash_sm80's.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/flash_sm80/bwd_dq_layout.h"
+#include "backends/flash_sm80/fwd_schedule.cuh"
+#include "backends/flash_sm90/bwd_config.h"
+#include "backends/flash_sm90/bwd_params.h"
+#include "core/cuda_check.h"
+#include "kernels/sm80/mma.cuh"
+#include "kernels/sm90/mbarrier.cuh"
+#include "kernels/sm90/stmatrix.cuh"
+#include "kernels/sm90/tma.cuh"
+#include "kernels/sm90/wgmma.cuh"
+#include "kernels/sm90/wgmma_ops.cuh"
+
+namespace attn::flash_sm90 {
+
+// Named barrier (0 is __syncthreads): both consumers, once per query tile,
+// after each wrote its half of dS^T.
+constexpr int kBarDsWritten = 1;
+
+template <typename T, int kDQK, int kDV>
+__global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
+    flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdParams args) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Cfg = BwdConfig<kDQK, kDV>;
+  constexpr int kD = kDQK, kM = Cfg::kBlockM, kN = Cfg::kBlockN, kS = Cfg::kStages;
+  const flash_sm80::BwdParams& bp = args.p;
+  const flash_sm80::FwdParams& p = bp.fwd;
+
+  extern __shared__ char smem_raw[];
+  // TMA and wgmma assume tiles start on the swizzle's 1024-byte period.
+  char* const smem = smem_raw + ((1024u - (sm90::smem_addr(smem_raw) & 1023u)) & 1023u);
+  const uint32_t k_s = sm90::smem_addr(smem);
+  const uint32_t v_s = k_s + Cfg::kSmemK;
+  const uint32_t q_s = v_s + Cfg::kSmemK;          // kS stages
+  const uint32_t do_s = q_s + kS * Cfg::kSmemQ;    // kS stages
+  const uint32_t ds_s = do_s + kS * Cfg::kSmemQ;   // two buffers, by query tile parity
+  const uint32_t terms_s = ds_s + 2 * Cfg::kSmemDs;  // kS stages of float2 {lse2, D}
+  const uint32_t bars = terms_s + kS * Cfg::kSmemTerms;
+  const uint32_t kv_full = bars;
+  auto full = [&](int s) { return bars + 8 * (1 + s); };
+  auto empty = [&](int s) { return bars + 8 * (1 + kS + s); };
+  static_assert(8 * (1 + 2 * kS) <= Cfg::kSmemBarriers, "barrier area");
+  constexpr int kConsumerThreads = 128 * Cfg::kConsumers;
+
+  const int n = blockIdx.x, h_kv = blockIdx.y, b = blockIdx.z;
+  const int n0 = n * kN;
+  const flash_sm80::SeqExtent seq = flash_sm80::sequence_extent(p, b);
+  // The query tiles that see these keys: a contiguous run, found exactly from
+  // the superset (as flash_sm80's backward does).
+  flash_sm80::QTiles mt = flash_sm80::q_tiles<kM, kN>(p, seq, n0);
+  auto sees = [&](int m) {
+    const flash_sm80::KvTiles kt = flash_sm80::kv_tiles<kM, kN>(p, seq, m * kM);
+    return kt.first <= n && n <= kt.last;
+  };
+  while (mt.first <= mt.last && !sees(mt.first)) ++mt.first;
+  while (mt.first <= mt.last && !sees(mt.last)) --mt.last;
+  const bool has_work = mt.first <= mt.last;
+  const int64_t tok0 = p.packed ? seq.start_q : static_cast<int64_t>(b) * p.s_q;  // workspace token of row 0
+
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    sm90::mbar_init(kv_full, 1);
+    for (int s = 0; s < kS; ++s) {
+      sm90::mbar_init(full(s), 32);  // the producer warp's lanes (row terms), one with the TMA bytes
+      sm90::mbar_init(empty(s), kConsumerThreads);
+    }
+    sm90::mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (tid < 128) {  // producer warpgroup: its first warp loads
+    sm90::regs_decrease<Cfg::kProducerRegs>();
+    if (tid >= 32 || !has_work) return;
+    const int lane = tid;
+    const int seq_coord = p.packed ? 0 : b;
+    if (lane == 0) {
+      sm90::tma_prefetch_map(&args.q);
+      sm90::tma_prefetch_map(&args.dout);
+      sm90::mbar_arrive_expect_tx(kv_full, 2 * Cfg::kSmemK);
+#pragma unroll
+      for (int cb = 0; cb < kD / 64; ++cb) {
+        sm90::tma_load_4d(k_s + cb * kN * 128, &args.k, kv_full, cb * 64, static_cast<int>(seq.start_kv) + n0, h_kv,
+                          seq_coord);
+        sm90::tma_load_4d(v_s + cb * kN * 128, &args.v, kv_full, cb * 64, static_cast<int>(seq.start_kv) + n0, h_kv,
+                          seq_coord);
+      }
+    }
+    int it = 0;
+    for (int hh = 0; hh < p.h_per_kv; ++hh) {
+      const int h = h_kv * p.h_per_kv + hh;
+      const float2* terms = bp.row_terms + h * bp.rows_q + tok0;
+      for (int m = mt.first; m <= mt.last; ++m, ++it) {
+        const int stage = it % kS, m0 = m * kM;
+        sm90::mbar_wait(empty(stage), ((it / kS) & 1) ^ 1);  // a fresh barrier's "previous phase" is complete
+        // Rows past the sequence get lse2 = +inf: their P is 0.
+#pragma unroll
+        for (int r = lane; r < kM; r += 32) {
+          const float2 t = m0 + r < seq.len_q ? terms[m0 + r] : make_float2(INFINITY, 0.f);
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(terms_s + stage * Cfg::kSmemTerms + 8 * r),
+                       "f"(t.x), "f"(t.y)
+                       : "memory");
+        }
+        if (lane == 0) {
+          sm90::mbar_arrive_expect_tx(full(stage), 2 * Cfg::kSmemQ);
+#pragma unroll
+          for (int cb = 0; cb < kD / 64; ++cb) {
+            sm90::tma_load_4d(q_s + stage * Cfg::kSmemQ + cb * kM * 128, &args.q, full(stage), cb * 64,
+                              static_cast<int>(seq.start_q) + m0, h, seq_coord);
+            sm90::tma_load_4d(do_s + stage * Cfg::kSmemQ + cb * kM * 128, &args.dout, full(stage), cb * 64,
+                              static_cast<int>(seq.start_q) + m0, h, seq_coord);
+          }
+        } else {
+          sm90::mbar_arrive(full(stage));
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumers.
+  sm90::regs_increase<Cfg::kConsumerRegs>();
+  constexpr int NS = kM / 8;         // S^T's 8-column blocks (query columns)
+  constexpr int ND = kD / 8;         // dK's and dV's
+  constexpr int NQ = kD / 2 / 8;     // this consumer's half of dQ's
+  const int wg = tid / 128 - 1, lane = tid & 31, warp = (tid / 32) & 3;
+  // This warpgroup's first key in the tile, from lane 0's wg: warp-uniform
+  // for ptxas, so the descriptors derived from it stay in uniform registers.
+  const int wg_key0 = __shfl_sync(0xffffffff, wg, 0) * 64;
+  const int key0 = n0 + wg * 64;  // this consumer's first key in the sequence
+
+  float dk[ND][4], dv[ND][4];
+  float(&dk_flat)[kD / 2] = *reinterpret_cast<float(*)[kD / 2]>(&dk);
+  float(&dv_flat)[kD / 2] = *reinterpret_cast<float(*)[kD / 2]>(&dv);
+#pragma unroll
+  for (int i = 0; i < ND; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
+
+  if (has_work) {
+    sm90::mbar_wait(kv_full, 0);
+    const float unit = p.scale_log2;  // scores -> log2 units (score modifications are refused)
+    int it = 0;
+    for (int hh = 0; hh < p.h_per_kv; ++hh) {
+      const int h = h_kv * p.h_per_kv + hh;
+      float* const dq_rows = bp.dq_accum + (h * bp.rows_q + tok0) * kD;
+      for (int m = mt.first; m <= mt.last; ++m, ++it) {
+        const int stage = it % kS, m0 = m * kM;
+        const uint32_t q_tile = q_s + stage * Cfg::kSmemQ, do_tile = do_s + stage * Cfg::kSmemQ;
+        sm90::mbar_wait(full(stage), (it / kS) & 1);
+
+        // S^T = K.Q^T and dP^T = V.dO^T: this consumer's 64 keys x the tile's 64 queries.
+        float s[NS][4], dp[NS][4];
+        float(&s_flat)[kM / 2] = *reinterpret_cast<float(*)[kM / 2]>(&s);
+        float(&dp_flat)[kM / 2] = *reinterpret_cast<float(*)[kM / 2]>(&dp);
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < kD / 16; ++ks)
+          sm90::Wgmma<kM, T>::template ss<0>(s_flat, sm90::kmajor_descriptor(k_s, kN, wg_key0, ks),
+                                              sm90::kmajor_descriptor(q_tile, kM, 0, ks), ks > 0);
+#pragma unroll
+        for (int ks = 0; ks < kD / 16; ++ks)
+          sm90::Wgmma<kM, T>::template ss<0>(dp_flat, sm90::kmajor_descriptor(v_s, kN, wg_key0, ks),
+                                              sm90::kmajor_descriptor(do_tile, kM, 0, ks), ks > 0);
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(s_flat);
+        sm90::fence_registers(dp_flat);
+
+        // Element s[i][2 hh + e]: key key0 + 16 warp + 8 hh + lane / 4,
+        // query m0 + 8 i + 2 (lane % 4) + e. A consumer tile needs the mask
+        // unless every valid query row sees all 64 of its keys (both ends of
+        // a row's range grow with the row, so the first and last rows decide).
+        const int last_row = min(m0 + kM, seq.len_q) - 1;
+        const bool masked = last_row < m0 || flash_sm80::row_keys(p, seq, last_row).begin > key0 ||
+                            flash_sm80::row_keys(p, seq, m0).end < key0 + 64;
+        const float2* terms = reinterpret_cast<const float2*>(smem + (terms_s - k_s) + stage * Cfg::kSmemTerms);
+#pragma unroll
+        for (int i = 0; i < NS; ++i)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int c = 8 * i + 2 * (lane & 3) + e;
+            const float2 t = terms[c];
+            KeyRange<int> keys{0, seq.len_kv};
+            if (masked) keys = m0 + c < seq.len_q ? flash_sm80::row_keys(p, seq, m0 + c) : KeyRange<int>{0, 0};
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+              const int j = key0 + 16 * warp + 8 * hr + (lane >> 2);
+              float& x = s[i][2 * hr + e];
+              const float pr = (masked && (j < keys.begin || j >= keys.end)) ? 0.f : sm80::fast_exp2(x * unit - t.x);
+              dp[i][2 * hr + e] = pr * (dp[i][2 * hr + e] - t.y);
+              x = pr;
+            }
+          }
+
+        // P^T and dS^T as wgmma's A fragments: two adjacent n8 blocks are one k16 step.
+        uint32_t pa[kM / 16][4], dsa[kM / 16][4];
+#pragma unroll
+        for (int ks = 0; ks < kM / 16; ++ks) {
+          pa[ks][0] = sm80::pack2<T>(s[2 * ks][0], s[2 * ks][1]);
+          pa[ks][1] = sm80::pack2<T>(s[2 * ks][2], s[2 * ks][3]);
+          pa[ks][2] = sm80::pack2<T>(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+          pa[ks][3] = sm80::pack2<T>(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+          dsa[ks][0] = sm80::pack2<T>(dp[2 * ks][0], dp[2 * ks][1]);
+          dsa[ks][1] = sm80::pack2<T>(dp[2 * ks][2], dp[2 * ks][3]);
+          dsa[ks][2] = sm80::pack2<T>(dp[2 * ks + 1][0], dp[2 * ks + 1][1]);
+          dsa[ks][3] = sm80::pack2<T>(dp[2 * ks + 1][2], dp[2 * ks + 1][3]);
+        }
+        // dV += P^T.dO and dK += dS^T.Q (dO and Q read MN-major: d is their contiguous dim).
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < kM / 16; ++ks)
+          sm90::Wgmma<kD, T>::template rs<1>(dv_flat, pa[ks], sm90::mnmajor_descriptor(do_tile, kM, ks), 1);
+#pragma unroll
+        for (int ks = 0; ks < kM / 16; ++ks)
+          sm90::Wgmma<kD, T>::template rs<1>(dk_flat, dsa[ks], sm90::mnmajor_descriptor(q_tile, kM, ks), 1);
+        sm90::wgmma_commit();
+
+        // dS^T into this tile's buffer (rows: keys, 64 query columns), with
+        // stmatrix: lane l addresses row l % 8 of matrix l / 8, and matrix j
+        // holds rows 8 (j % 2).. of n8 block 2 np + j / 2 (stmatrix.cuh),
+        // which is dsa[np][j]. Two buffers by tile parity: a consumer writes
+        // tile i + 1's while the other may still read tile i's, and it
+        // cannot reach tile i + 2 before the other passed tile i + 1's barrier.
+        const uint32_t ds_tile = ds_s + (it & 1) * Cfg::kSmemDs;
+        {
+          const int st_row = wg * 64 + 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+          for (int np = 0; np < kM / 16; ++np)
+            sm90::stmatrix_x4(ds_tile + sm90::swizzled_offset(kN, st_row, 2 * np + (lane >> 4)), dsa[np][0],
+                              dsa[np][1], dsa[np][2], dsa[np][3]);
+        }
+        sm90::fence_proxy_async();  // the stores above, before wgmma reads them
+        sm90::named_sync(kBarDsWritten, kConsumerThreads);
+
+        // dQ[:, this half] = dS.K[:, this half] over the tile's 128 keys: dS
+        // read MN-major from dS^T (queries contiguous), K MN-major.
+        float dq[NQ][4];
+        float(&dq_flat)[kD / 4] = *reinterpret_cast<float(*)[kD / 4]>(&dq);
+        const uint32_t k_half = k_s + (wg_key0 / 64) * (kD / 128) * kN * 128;  // its first 64-column block
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < kN / 16; ++ks)
+          sm90::Wgmma<kD / 2, T>::template ss<1, 1>(dq_flat, sm90::mnmajor_descriptor(ds_tile, kN, ks),
+                                                     sm90::mnmajor_descriptor(k_half, kN, ks), ks > 0);
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(dq_flat);
+        sm90::fence_registers(dk_flat);
+        sm90::fence_registers(dv_flat);
+        sm90::mbar_arrive(empty(stage));  // Q, dO and the terms are read
+
+        // dq[i][2 hh + e]: query m0 + 16 warp + 8 hh + lane / 4, column
+        // wg * kD / 2 + 8 i + 2 (lane % 4) + e, added two floats at a time at
+        // its place in the accumulator's row (bwd_dq_layout.h).
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int r = m0 + 16 * warp + 8 * hr + (lane >> 2);
+          if (r >= seq.len_q) continue;
+          float* const row = dq_rows + static_cast<int64_t>(r) * kD;
+#pragma unroll
+          for (int i = 0; i < NQ; ++i) {
+            const int col = flash_sm80::dq_swizzle(tok0 + r, wg * (kD / 2) + 8 * i + 2 * (lane & 3));
+            asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(row + col), "f"(dq[i][2 * hr]),
+                         "f"(dq[i][2 * hr + 1])
+                         : "memory");
+          }
+        }
+      }
+    }
+  }
+
+  // dK (times the softmax scale: dS is the gradient of the scaled scores)
+  // and dV, row key0 + 16 warp + 8 hh + lane / 4: rows this CTA owns (a
+  // partial last tile writes only the sequence's).
+  const int rows_out = min(kN, seq.len_kv - n0);
+  T* const dk_out = static_cast<T*>(bp.dk) + b * bp.dk_batch_stride + (seq.start_kv + n0) * bp.dk_row_stride +
+                    h_kv * bp.dk_head_stride;
+  T* const dv_out = static_cast<T*>(bp.dv) + b * bp.dv_batch_stride + (seq.start_kv + n0) * bp.dv_row_stride +
+                    h_kv * bp.dv_head_stride;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int r = wg * 64 + 16 * warp + 8 * hr + (lane >> 2);
+    if (r >= rows_out) continue;
+#pragma unroll
+    for (int i = 0; i < ND; ++i) {
+      const int c = 8 * i + 2 * (lane & 3);
+      *reinterpret_cast<uint32_t*>(dk_out + r * bp.dk_row_stride + c) =
+          sm80::pack2<T>(dk[i][2 * hr] * p.scale, dk[i][2 * hr + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(dv_out + r * bp.dv_row_stride + c) = sm80::pack2<T>(dv[i][2 * hr], dv[i][2 * hr + 1]);
+    }
+  }
+#endif
+}
+
+// One CTA per (KV tile, KV head, sequence) on the caller's stream.
+template <typename T, int kDQK, int kDV>
+void launch_bwd(const Sm90BwdParams& args, cudaStream_t stream) {
+  using Cfg = BwdConfig<kDQK, kDV>;
+  auto* kernel = flash_bwd_sm90_kernel<T, kDQK, kDV>;
+  ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  const auto& p = args.p.fwd;
+  const dim3 grid(static_cast<unsigned>((p.s_kv + Cfg::kBlockN - 1) / Cfg::kBlockN),
+                  static_cast<unsigned>(p.h_q / p.h_per_kv), static_cast<unsigned>(p.batch));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(args);
+  ATTN_CUDA(cudaGetLastError());
+}
+
+}  // namespace attn::flash_sm90

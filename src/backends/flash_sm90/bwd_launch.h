@@ -1,0 +1,15 @@
+// Host-side view of the backward instantiations: the launch declaration (its
+// definitions live in bwd_instantiate.cu, one object per table row, sm_90a).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backends/flash_sm90/bwd_params.h"
+
+namespace attn::flash_sm90 {
+
+// The main kernel: dK, dV written, dQ added into the fp32 accumulator.
+template <typename T, int kDQK, int kDV>
+void launch_bwd(const Sm90BwdParams& p, cudaStream_t stream);
+
+}  // namespace attn::flash_sm90

@@ -1,0 +1,18 @@
+// flash_sm90's backward parameters: flash_sm80's BwdParams (the same problem
+// description and workspace: row terms, the fp32 dQ accumulator, filled by
+// the same host code and passes) plus TMA tensor maps of Q, K, V and dO.
+#pragma once
+
+#include <cuda.h>
+
+#include "backends/flash_sm80/bwd_params.h"
+
+namespace attn::flash_sm90 {
+
+struct Sm90BwdParams {
+  CUtensorMap q, dout;  // 4-D (column, token, head, sequence), 128B-swizzled boxes of 64 columns x 64 rows
+  CUtensorMap k, v;     // the same, boxes of 64 columns x kBlockN rows
+  flash_sm80::BwdParams p;
+};
+
+}  // namespace attn::flash_sm90

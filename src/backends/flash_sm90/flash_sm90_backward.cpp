@@ -1,0 +1,68 @@
+// flash_sm90's backward on the host: flash_sm80's backward parameters and
+// workspace (the same problem description, row terms and fp32 dQ
+// accumulator) plus TMA tensor maps of Q, K, V and dO, then three launches on
+// the caller's stream: flash_sm80's pre-pass, the table row for (dtype, d_qk,
+// d_v), flash_sm80's dq conversion. No host sync.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "attn/backend.h"
+#include "attn/error.h"
+#include "backends/flash_sm80/bwd_launch.h"
+#include "backends/flash_sm90/bwd_config.h"
+#include "backends/flash_sm90/bwd_launch.h"
+#include "backends/flash_sm90/bwd_table.h"
+#include "backends/flash_sm90/flash_sm90.h"
+#include "backends/flash_sm90/tensor_maps.h"
+#include "core/cuda_check.h"
+
+namespace attn::flash_sm90 {
+namespace {
+
+template <typename T, int kDQK, int kDV>
+void run(const Problem& p, const BackwardArgs& a, const flash_sm80::BwdParams& k, cudaStream_t stream) {
+  using Cfg = BwdConfig<kDQK, kDV>;
+  const bool packed = p.qkv_format == QkvFormat::thd;
+  const int64_t tokens_q = packed ? p.total_q : p.s_q, tokens_kv = packed ? p.total_kv : p.s_kv;
+  Sm90BwdParams args;
+  args.p = k;
+  args.q = tile_map(p, a.in.q, tokens_q, p.h_q, kDQK, Cfg::kBlockM, "q");
+  args.dout = tile_map(p, a.dout, tokens_q, p.h_q, kDV, Cfg::kBlockM, "dout");
+  args.k = tile_map(p, a.in.k, tokens_kv, p.h_kv, kDQK, Cfg::kBlockN, "k");
+  args.v = tile_map(p, a.in.v, tokens_kv, p.h_kv, kDV, Cfg::kBlockN, "v");
+  if (k.rows_q > 0) flash_sm80::launch_bwd_prepass<T>(k, kDQK, kDV, stream);
+  if (p.s_kv > 0) launch_bwd<T, kDQK, kDV>(args, stream);
+  if (k.rows_q > 0) flash_sm80::launch_bwd_convert_dq<T>(k, kDQK, stream);
+}
+
+template <typename T>
+bool dispatch(const Problem& p, const BackwardArgs& a, const flash_sm80::BwdParams& k, cudaStream_t stream) {
+#define ATTN_DISPATCH_ROW(dqk, dv)         \
+  if (p.d_qk == (dqk) && p.d_v == (dv)) {  \
+    run<T, dqk, dv>(p, a, k, stream);      \
+    return true;                           \
+  }
+  ATTN_FLASH_SM90_BWD_TABLE(ATTN_DISPATCH_ROW)
+#undef ATTN_DISPATCH_ROW
+  return false;
+}
+
+}  // namespace
+
+void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx) {
+  ATTN_CUDA(cudaSetDevice(p.device.index));
+  if (p.batch == 0 || p.h_q == 0) return;  // nothing to write
+  const auto stream = static_cast<cudaStream_t>(ctx.stream);
+  const flash_sm80::BwdParams k = flash_sm80::backward_params(p, args, stream);
+  const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, args, k, stream)
+                                          : dispatch<__half>(p, args, k, stream);
+  if (!ran)  // supports() refuses these; reaching here is a bug in attn
+    fail(ErrorKind::runtime, "flash_sm90 has no backward kernel for this head dim",
+         std::to_string(p.d_qk) + "/" + std::to_string(p.d_v), "a row of bwd_table.h",
+         "report this: supports() should have refused the call");
+}
+
+}  // namespace attn::flash_sm90

@@ -1,0 +1,70 @@
+// flash_sm90's backward beyond the shared grid (whose d 128 cases it claims
+// too): head dim 128 on fresh random inputs against the fp64 reference, at the
+// edges of its 128-key and 64-query tiles, with GQA and MQA, every mask it
+// runs and windows on both sides, both dtypes; the forward is flash_sm90's
+// too, so the pair runs as a Hopper training step would. Skipped off sm_90.
+#include <string>
+#include <vector>
+
+#include "attn/attn.h"
+#include "gpu/gpu_test_util.h"
+#include "testing/case.h"
+
+namespace attn {
+namespace {
+
+std::vector<testing::CaseSpec> cases() {
+  std::vector<testing::CaseSpec> out;
+  auto add = [&](QkvFormat f, MaskType m, int64_t b, int64_t sq, int64_t skv, int64_t hq, int64_t hkv,
+                 Window w = {}, DType t = DType::bf16) {
+    testing::CaseSpec s;
+    s.format = f;
+    s.mask = m;
+    s.batch = b;
+    s.s_q = sq;
+    s.s_kv = skv;
+    s.h_q = hq;
+    s.h_kv = hkv;
+    s.d_qk = s.d_v = 128;
+    s.window = w;
+    s.dtype = t;
+    s.backward = true;
+    out.push_back(s);
+  };
+  add(QkvFormat::bshd, MaskType::causal, 2, 300, 300, 4, 2);                 // GQA 2, 3 KV tiles, partial last
+  add(QkvFormat::bshd, MaskType::no_mask, 1, 77, 333, 2, 2);                 // s_q != s_kv, off every tile
+  add(QkvFormat::sbhd, MaskType::causal_bottom_right, 2, 200, 130, 8, 1);    // MQA; rows that see no key
+  add(QkvFormat::bshd, MaskType::causal, 1, 130, 200, 2, 2);                 // top-left: keys no row sees
+  add(QkvFormat::bshd, MaskType::causal, 1, 500, 500, 2, 1, {64, 0});        // a window inside one KV tile
+  add(QkvFormat::bshd, MaskType::no_mask, 1, 260, 400, 2, 2, {100, 50});     // both sides
+  add(QkvFormat::bshd, MaskType::no_mask, 1, 257, 257, 2, 2, {0, 0});        // the diagonal alone
+  add(QkvFormat::bshd, MaskType::no_mask, 3, 1, 1, 2, 2);                    // length 1
+  add(QkvFormat::bshd, MaskType::causal_bottom_right, 1, 1, 300, 4, 2);      // one query, many keys
+  add(QkvFormat::bshd, MaskType::no_mask, 1, 300, 1, 4, 2);                  // many queries, one key
+  add(QkvFormat::bshd, MaskType::causal, 1, 1024, 1024, 8, 2, {}, DType::f16);  // fp16, GQA 4, many tiles
+  add(QkvFormat::bshd, MaskType::no_mask, 2, 512, 640, 4, 4);               // whole tiles, no mask
+  return out;
+}
+
+bool on_sm90() {
+  return testing::have_gpu() && query_device(Device::cuda(0)).sm == 90;
+}
+
+TEST(FlashSm90Backward, MatchesTheReference) {
+  ATTN_REQUIRE_GPU();
+  if (!on_sm90()) GTEST_SKIP() << "flash_sm90 runs on sm_90 only";
+  int index = 0;
+  for (const testing::CaseSpec& spec : cases()) {
+    SCOPED_TRACE("case " + std::to_string(index) + ": " +
+                 describe_problem(testing::problem_of(spec, Pass::backward, Device::cuda(0))));
+    ASSERT_TRUE(testing::claims("flash_sm90", spec, Pass::forward));
+    ASSERT_TRUE(testing::claims("flash_sm90", spec, Pass::backward));
+    testing::Case gpu = testing::make_case(spec, Device::cuda(0), 900 + index++);
+    testing::run_forced(gpu, "flash_sm90");
+    ATTN_CUDA_OK(cudaDeviceSynchronize());
+    testing::expect_matches_reference(gpu);
+  }
+}
+
+}  // namespace
+}  // namespace attn
