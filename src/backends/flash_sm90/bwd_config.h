@@ -6,7 +6,8 @@
 namespace attn::flash_sm90 {
 
 // One CTA per (KV tile of kBlockN keys, KV head, sequence): a producer
-// warpgroup (one warp: TMA copies of Q and dO, the rows' lse and D) and two
+// warpgroup (one warp: TMA copies of Q and dO, the rows' lse and D; one
+// thread of another: dQ's bulk reduce-adds) and two
 // consumer warpgroups of 64 keys each, which keep dK and dV in registers and
 // walk the query tiles of kBlockM rows that see their keys, in a
 // kStages-deep ring. Per consumer thread at d 128: dK and dV 64 floats each,
@@ -28,11 +29,12 @@ struct BwdConfig {
   static constexpr int kSmemK = kBlockN * kDQK * 2;  // V the same
   static constexpr int kSmemDs = kBlockN * kBlockM * 2;  // dS^T, one of two buffers
   static constexpr int kSmemTerms = kBlockM * 8;  // {lse2, D} per row, one stage
+  static constexpr int kSmemDq = kBlockM * kDQK * 4;  // a query tile's dQ in fp32, for the bulk reduce-add
   static constexpr int kSmemBarriers = 256;
   static constexpr int kSmemLimit = 227 * 1024;  // per block on sm_90
   // + 1024: the dynamic buffer is aligned up to 1024 bytes (the swizzle's period).
   static constexpr int kSmemBytes =
-      2 * kSmemK + kStages * 2 * kSmemQ + 2 * kSmemDs + kStages * kSmemTerms + kSmemBarriers + 1024;
+      2 * kSmemK + kStages * 2 * kSmemQ + 2 * kSmemDs + kSmemDq + kStages * kSmemTerms + kSmemBarriers + 1024;
   static_assert(kSmemBytes <= kSmemLimit, "shared memory");
   static_assert(kDQK % 128 == 0, "dQ's product splits d in 64-column halves, one per consumer");
 };

@@ -1,7 +1,8 @@
 // The tensor memory accelerator on the device: a 4-D tile copy global ->
 // shared that completes on an mbarrier (bytes counted against the barrier's
-// expected transaction count), the copy shared -> global that completes in a
-// bulk group of the issuing thread, and the descriptor prefetch. The tensor
+// expected transaction count), the copy shared -> global and the fp32 bulk
+// reduce-add that complete in a bulk group of the issuing thread, and the
+// descriptor prefetch. The tensor
 // map (tma_map.h) is built on the host and passed as a __grid_constant__
 // parameter. Rows outside the tensor arrive as zeros, and are not written.
 #pragma once
@@ -28,6 +29,15 @@ __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t sr
   asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
                    reinterpret_cast<uint64_t>(map)),
                "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+
+// global[0, bytes) += shared[0, bytes) in fp32, element-wise (a bulk reduce;
+// both 16-byte aligned, bytes a multiple of 16); completes in a bulk group of
+// the issuing thread, like tma_store_4d.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
                : "memory");
 }
 
