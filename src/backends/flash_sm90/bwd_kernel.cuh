@@ -196,7 +196,9 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
         const uint32_t q_tile = q_s + stage * Cfg::kSmemQ, do_tile = do_s + stage * Cfg::kSmemQ;
         sm90::mbar_wait(full(stage), (it / kS) & 1);
 
-        // S^T = K.Q^T and dP^T = V.dO^T: this consumer's 64 keys x the tile's 64 queries.
+        // S^T = K.Q^T and dP^T = V.dO^T: this consumer's 64 keys x the tile's
+        // 64 queries, committed apart so that P is computed under dP^T's
+        // product, and dS under dV's.
         float s[NS][4], dp[NS][4];
         float(&s_flat)[kM / 2] = *reinterpret_cast<float(*)[kM / 2]>(&s);
         float(&dp_flat)[kM / 2] = *reinterpret_cast<float(*)[kM / 2]>(&dp);
@@ -205,59 +207,80 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
         for (int ks = 0; ks < kD / 16; ++ks)
           sm90::Wgmma<kM, T>::template ss<0>(s_flat, sm90::kmajor_descriptor(k_s, kN, wg_key0, ks),
                                               sm90::kmajor_descriptor(q_tile, kM, 0, ks), ks > 0);
+        sm90::wgmma_commit();
 #pragma unroll
         for (int ks = 0; ks < kD / 16; ++ks)
           sm90::Wgmma<kM, T>::template ss<0>(dp_flat, sm90::kmajor_descriptor(v_s, kN, wg_key0, ks),
                                               sm90::kmajor_descriptor(do_tile, kM, 0, ks), ks > 0);
         sm90::wgmma_commit();
-        sm90::wgmma_wait<0>();
+        sm90::wgmma_wait<1>();
         sm90::fence_registers(s_flat);
-        sm90::fence_registers(dp_flat);
 
         // Element s[i][2 hh + e]: key key0 + 16 warp + 8 hh + lane / 4,
         // query m0 + 8 i + 2 (lane % 4) + e. A consumer tile needs the mask
         // unless every valid query row sees all 64 of its keys (both ends of
         // a row's range grow with the row, so the first and last rows decide).
+        // P = 0 where masked, so dS = P (dP - D) is 0 there too.
         const int last_row = min(m0 + kM, seq.len_q) - 1;
-        const bool masked = last_row < m0 || flash_sm80::row_keys(p, seq, last_row).begin > key0 ||
-                            flash_sm80::row_keys(p, seq, m0).end < key0 + 64;
+        const bool masked = last_row < m0 || flash_sm80::row_key_begin(p, seq, last_row) > key0 ||
+                            flash_sm80::row_key_end(p, seq, m0) < key0 + 64;
         const float2* terms = reinterpret_cast<const float2*>(smem + (terms_s - k_s) + stage * Cfg::kSmemTerms);
+        const int j0 = key0 + 16 * warp + (lane >> 2);  // this thread's first key (and j0 + 8)
 #pragma unroll
         for (int i = 0; i < NS; ++i)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int c = 8 * i + 2 * (lane & 3) + e;
-            const float2 t = terms[c];
-            KeyRange<int> keys{0, seq.len_kv};
-            if (masked) keys = m0 + c < seq.len_q ? flash_sm80::row_keys(p, seq, m0 + c) : KeyRange<int>{0, 0};
+            const float lse2 = terms[c].x;
+            int begin = 0, end = seq.len_kv;
+            if (masked) {
+              const bool valid = m0 + c < seq.len_q;
+              begin = valid ? flash_sm80::row_key_begin(p, seq, m0 + c) : 0;
+              end = valid ? flash_sm80::row_key_end(p, seq, m0 + c) : 0;
+            }
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
-              const int j = key0 + 16 * warp + 8 * hr + (lane >> 2);
+              const int j = j0 + 8 * hr;
               float& x = s[i][2 * hr + e];
-              const float pr = (masked && (j < keys.begin || j >= keys.end)) ? 0.f : sm80::fast_exp2(x * unit - t.x);
-              dp[i][2 * hr + e] = pr * (dp[i][2 * hr + e] - t.y);
-              x = pr;
+              x = (masked && (j < begin || j >= end)) ? 0.f : sm80::fast_exp2(x * unit - lse2);
             }
           }
-
-        // P^T and dS^T as wgmma's A fragments: two adjacent n8 blocks are one k16 step.
-        uint32_t pa[kM / 16][4], dsa[kM / 16][4];
+        // P^T as wgmma's A fragments (two adjacent n8 blocks are one k16
+        // step), then dV += P^T.dO (dO read MN-major: d is its contiguous dim).
+        uint32_t pa[kM / 16][4];
 #pragma unroll
         for (int ks = 0; ks < kM / 16; ++ks) {
           pa[ks][0] = sm80::pack2<T>(s[2 * ks][0], s[2 * ks][1]);
           pa[ks][1] = sm80::pack2<T>(s[2 * ks][2], s[2 * ks][3]);
           pa[ks][2] = sm80::pack2<T>(s[2 * ks + 1][0], s[2 * ks + 1][1]);
           pa[ks][3] = sm80::pack2<T>(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+        }
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < kM / 16; ++ks)
+          sm90::Wgmma<kD, T>::template rs<1>(dv_flat, pa[ks], sm90::mnmajor_descriptor(do_tile, kM, ks), 1);
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<1>();  // dP^T (dV's product may run on)
+        sm90::fence_registers(dp_flat);
+
+        // dS^T = P^T (dP^T - D), its A fragments, then dK += dS^T.Q.
+#pragma unroll
+        for (int i = 0; i < NS; ++i)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float delta = terms[8 * i + 2 * (lane & 3) + e].y;
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) dp[i][2 * hr + e] = s[i][2 * hr + e] * (dp[i][2 * hr + e] - delta);
+          }
+        uint32_t dsa[kM / 16][4];
+#pragma unroll
+        for (int ks = 0; ks < kM / 16; ++ks) {
           dsa[ks][0] = sm80::pack2<T>(dp[2 * ks][0], dp[2 * ks][1]);
           dsa[ks][1] = sm80::pack2<T>(dp[2 * ks][2], dp[2 * ks][3]);
           dsa[ks][2] = sm80::pack2<T>(dp[2 * ks + 1][0], dp[2 * ks + 1][1]);
           dsa[ks][3] = sm80::pack2<T>(dp[2 * ks + 1][2], dp[2 * ks + 1][3]);
         }
-        // dV += P^T.dO and dK += dS^T.Q (dO and Q read MN-major: d is their contiguous dim).
         sm90::wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < kM / 16; ++ks)
-          sm90::Wgmma<kD, T>::template rs<1>(dv_flat, pa[ks], sm90::mnmajor_descriptor(do_tile, kM, ks), 1);
 #pragma unroll
         for (int ks = 0; ks < kM / 16; ++ks)
           sm90::Wgmma<kD, T>::template rs<1>(dk_flat, dsa[ks], sm90::mnmajor_descriptor(q_tile, kM, ks), 1);
