@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
         sm90::wgmma_wait<1>();  // dP^T (dV's product may run on)
         sm90::fence_registers(dp_flat);
 
-        // dS^T = P^T (dP^T - D), its A fragments, then dK += dS^T.Q.
+        // dS^T = P^T (dP^T - D) and its A fragments.
 #pragma unroll
         for (int i = 0; i < NS; ++i)
 #pragma unroll
@@ -280,11 +280,6 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
           dsa[ks][2] = sm80::pack2<T>(dp[2 * ks + 1][0], dp[2 * ks + 1][1]);
           dsa[ks][3] = sm80::pack2<T>(dp[2 * ks + 1][2], dp[2 * ks + 1][3]);
         }
-        sm90::wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < kM / 16; ++ks)
-          sm90::Wgmma<kD, T>::template rs<1>(dk_flat, dsa[ks], sm90::mnmajor_descriptor(q_tile, kM, ks), 1);
-        sm90::wgmma_commit();
 
         // dS^T into this tile's buffer (rows: keys, 64 query columns), with
         // stmatrix: lane l addresses row l % 8 of matrix l / 8, and matrix j
@@ -314,11 +309,13 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
           sm90::Wgmma<kD / 2, T>::template ss<1, 1>(dq_flat, sm90::mnmajor_descriptor(ds_tile, kN, ks),
                                                      sm90::mnmajor_descriptor(k_half, kN, ks), ks > 0);
         sm90::wgmma_commit();
-        sm90::wgmma_wait<0>();
+        // dK += dS^T.Q (Q read MN-major) after dQ, so that dQ's staging below runs under it.
+#pragma unroll
+        for (int ks = 0; ks < kM / 16; ++ks)
+          sm90::Wgmma<kD, T>::template rs<1>(dk_flat, dsa[ks], sm90::mnmajor_descriptor(q_tile, kM, ks), 1);
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<1>();  // dQ (and dV before it)
         sm90::fence_registers(dq_flat);
-        sm90::fence_registers(dk_flat);
-        sm90::fence_registers(dv_flat);
-        sm90::mbar_arrive(empty(stage));  // Q, dO and the terms are read
 
         // dq[i][2 hh + e]: query row 16 warp + 8 hh + lane / 4 of the tile,
         // column wg * kD / 2 + 8 i + 2 (lane % 4) + e, staged two floats at a
@@ -338,6 +335,10 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
         }
         sm90::fence_proxy_async();  // the stores above, before the bulk add reads them
         sm90::mbar_arrive(dq_full);
+        sm90::wgmma_wait<0>();  // dK
+        sm90::fence_registers(dk_flat);
+        sm90::fence_registers(dv_flat);
+        sm90::mbar_arrive(empty(stage));  // Q, dO and the terms are read
       }
     }
   }
