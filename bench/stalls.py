@@ -15,6 +15,7 @@ Two roles, both used by scripts/sm80_stalls_device.sh on the device:
 """
 
 import csv
+import os
 import sys
 
 
@@ -32,8 +33,8 @@ def run(impl, pass_, d, seqlen):
     def call():
         if impl == "attn":
             import attn.torch as at
-            return at.attention(q, k, v, mask="no_mask", backend="flash_sm80")
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return at.attention(q, k, v, mask="no_mask", backend=os.environ.get("ATTN_STALLS_BACKEND", "flash_sm80"))
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION if impl == "fa2" else SDPBackend.CUDNN_ATTENTION):
             return F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
 
     for _ in range(3):
@@ -95,8 +96,9 @@ def report(source_csv, details_csv):
     print(f"  barriers ({len(barriers)}), share of all samples:")
     for r in barriers:
         show(r)
-    print("  hottest 10:")
-    for r in sorted(rows, key=lambda r: -(number(r[total_col] or "") or 0))[:10]:
+    top = int(os.environ.get("STALLS_TOP", "10"))
+    print(f"  hottest {top}:")
+    for r in sorted(rows, key=lambda r: -(number(r[total_col] or "") or 0))[:top]:
         show(r)
 
 

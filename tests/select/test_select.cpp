@@ -62,16 +62,70 @@ TEST(Select, HostTensorsRunOnTheReference) {
 
 TEST(Select, PreferenceOrderPerArchitecture) {
   const auto sm90 = preference_order(simulated_device("sm90"));
+  const auto sm90_bwd = preference_order(simulated_device("sm90"), Pass::backward);
   const auto sm80 = preference_order(simulated_device("sm80"));
+  const auto sm80_bwd = preference_order(simulated_device("sm80"), Pass::backward);
   const auto cpu = preference_order(DeviceInfo{});
-  // flash_sm90 leads on Hopper since it beats cuDNN's forward (docs/PERF.md, v18); cudnn runs the backward.
+  // flash_sm90 leads Hopper's forward since it beats cuDNN's (docs/PERF.md, v18); cudnn leads the
+  // backward until flash_sm90's backward does.
   ASSERT_GE(sm90.size(), 3u);
   EXPECT_EQ(sm90[0], "flash_sm90");
   EXPECT_EQ(sm90[1], "cudnn");
   EXPECT_EQ(sm90[2], "flash_sm80");
+  ASSERT_GE(sm90_bwd.size(), 3u);
+  EXPECT_EQ(sm90_bwd[0], "cudnn");
+  EXPECT_EQ(sm90_bwd[1], "flash_sm90");
+  EXPECT_EQ(sm90_bwd[2], "flash_sm80");
   EXPECT_EQ(sm80.front(), "flash_sm80");
+  EXPECT_EQ(sm80_bwd, sm80);
   EXPECT_EQ(cpu.front(), "reference");
-  for (const auto* order : {&sm90, &sm80, &cpu}) EXPECT_EQ(order->size(), 5u);
+  for (const auto* order : {&sm90, &sm90_bwd, &sm80, &cpu}) EXPECT_EQ(order->size(), 5u);
+}
+
+// flash_sm90's backward: head dim 128 without cu_seqlens, score changes,
+// dropout or the deterministic mode; each refusal names what it lacks and
+// where it runs instead.
+TEST(Select, FlashSm90BackwardSaysWhatItRuns) {
+  const DeviceInfo dev = simulated_device("sm90");
+  const Backend* b = find_backend("flash_sm90");
+  ASSERT_NE(b, nullptr);
+  Problem p = gpu_problem(128, 128);
+  p.pass = Pass::backward;
+  p.h_q = 8;
+  p.h_kv = 2;
+  p.mask = MaskType::causal;
+  p.window_right = 0;
+  EXPECT_TRUE(b->supports(p, dev).empty()) << format_verdicts(explain(p, dev, Policy{}));
+  auto refused = [&](Problem q, const std::string& words) {
+    const std::vector<std::string> no = b->supports(q, dev);
+    const bool found = std::any_of(no.begin(), no.end(), [&](const std::string& r) {
+      return r.find(words) != std::string::npos;
+    });
+    EXPECT_TRUE(found) << "expected a reason with \"" << words << "\"";
+  };
+  Problem q = p;
+  q.d_qk = q.d_v = 64;
+  refused(q, "flash_sm90's backward has 128");
+  q = p;
+  q.has_seqlens = true;
+  refused(q, "cu_seqlens (thd, padded batches) is not in flash_sm90's backward yet (cudnn and flash_sm80 run it)");
+  q = p;
+  q.softcap = 30.0;
+  refused(q, "softcap");
+  q = p;
+  q.bias = BiasType::alibi;
+  refused(q, "ALiBi");
+  q = p;
+  q.dropout_p = 0.1;
+  refused(q, "dropout");
+  q = p;
+  q.deterministic = true;
+  refused(q, "deterministic mode");
+  // The forward of the same problem has its own table (d 64 runs there).
+  q = p;
+  q.pass = Pass::forward;
+  q.d_qk = q.d_v = 64;
+  EXPECT_TRUE(b->supports(q, dev).empty());
 }
 
 TEST(Select, ExplainOnSimulatedSm80ListsEveryBackendWithReasons) {
