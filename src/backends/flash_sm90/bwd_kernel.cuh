@@ -41,9 +41,12 @@
 
 namespace attn::flash_sm90 {
 
-// Named barrier (0 is __syncthreads): both consumers, once per query tile,
-// after each wrote its half of dS^T.
+// Named barriers (0 is __syncthreads): both consumers, once per query tile,
+// after each wrote its half of dS^T; both, before the epilogue stages dK and
+// dV where Q and dO were; each consumer alone, before its TMA stores.
 constexpr int kBarDsWritten = 1;
+constexpr int kBarEpilogue = 2;
+constexpr int kBarConsumer0 = 3;  // 3, 4
 
 template <typename T, int kDQK, int kDV>
 __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
@@ -344,24 +347,41 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
   }
 
   // dK (times the softmax scale: dS is the gradient of the scaled scores)
-  // and dV, row key0 + 16 warp + 8 hh + lane / 4: rows this CTA owns (a
-  // partial last tile writes only the sequence's).
-  const int rows_out = min(kN, seq.len_kv - n0);
-  T* const dk_out = static_cast<T*>(bp.dk) + b * bp.dk_batch_stride + (seq.start_kv + n0) * bp.dk_row_stride +
-                    h_kv * bp.dk_head_stride;
-  T* const dv_out = static_cast<T*>(bp.dv) + b * bp.dv_batch_stride + (seq.start_kv + n0) * bp.dv_row_stride +
-                    h_kv * bp.dv_head_stride;
+  // and dV, staged with stmatrix in the Q and dO stages (128 key rows of
+  // 128-byte swizzled blocks each, like the forward's output tile) once both
+  // consumers' last products have read them, then written by TMA stores of
+  // 64 rows per consumer (rows past the tensor's end are not written).
+  // Lane l addresses row l % 8 of matrix l / 8; matrix j holds rows 8 (j % 2)..
+  // of n8 block 2 np + j / 2 (stmatrix.cuh).
+  sm90::named_sync(kBarEpilogue, kConsumerThreads);
+  {
+    const int st_row = wg * 64 + 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7);
+    const float scale = p.scale;
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int r = wg * 64 + 16 * warp + 8 * hr + (lane >> 2);
-    if (r >= rows_out) continue;
+    for (int np = 0; np < ND / 2; ++np) {
+      uint32_t rk[4], rv[4];
 #pragma unroll
-    for (int i = 0; i < ND; ++i) {
-      const int c = 8 * i + 2 * (lane & 3);
-      *reinterpret_cast<uint32_t*>(dk_out + r * bp.dk_row_stride + c) =
-          sm80::pack2<T>(dk[i][2 * hr] * p.scale, dk[i][2 * hr + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(dv_out + r * bp.dv_row_stride + c) = sm80::pack2<T>(dv[i][2 * hr], dv[i][2 * hr + 1]);
+      for (int j = 0; j < 4; ++j) {
+        const int i = 2 * np + j / 2, e0 = 2 * (j % 2);
+        rk[j] = sm80::pack2<T>(dk[i][e0] * scale, dk[i][e0 + 1] * scale);
+        rv[j] = sm80::pack2<T>(dv[i][e0], dv[i][e0 + 1]);
+      }
+      const uint32_t at = sm90::swizzled_offset(kN, st_row, 2 * np + (lane >> 4));
+      sm90::stmatrix_x4(q_s + at, rk[0], rk[1], rk[2], rk[3]);
+      sm90::stmatrix_x4(do_s + at, rv[0], rv[1], rv[2], rv[3]);
     }
+  }
+  sm90::fence_proxy_async();  // the stores above, before the TMA stores read them
+  sm90::named_sync(kBarConsumer0 + wg, 128);
+  if ((tid & 127) == 0) {
+    const int seq_coord = p.packed ? 0 : b, row = static_cast<int>(seq.start_kv) + n0 + wg * 64;
+#pragma unroll
+    for (int cb = 0; cb < kD / 64; ++cb) {
+      sm90::tma_store_4d(&args.dk, q_s + cb * kN * 128 + wg * 64 * 128, cb * 64, row, h_kv, seq_coord);
+      sm90::tma_store_4d(&args.dv, do_s + cb * kN * 128 + wg * 64 * 128, cb * 64, row, h_kv, seq_coord);
+    }
+    sm90::bulk_commit();
+    sm90::bulk_wait<0>();  // the stage stays until the stores have read it
   }
 #endif
 }

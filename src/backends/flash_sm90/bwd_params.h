@@ -1,6 +1,6 @@
 // flash_sm90's backward parameters: flash_sm80's BwdParams (the same problem
 // description and workspace: row terms, the fp32 dQ accumulator, filled by
-// the same host code and passes) plus TMA tensor maps of Q, K, V and dO.
+// the same host code and passes) plus TMA tensor maps of Q, K, V, dO, dK and dV.
 #pragma once
 
 #include <cuda.h>
@@ -12,6 +12,7 @@ namespace attn::flash_sm90 {
 struct Sm90BwdParams {
   CUtensorMap q, dout;  // 4-D (column, token, head, sequence), 128B-swizzled boxes of 64 columns x 64 rows
   CUtensorMap k, v;     // the same, boxes of 64 columns x kBlockN rows
+  CUtensorMap dk, dv;   // the same, boxes of 64 columns x 64 rows (one consumer's)
   flash_sm80::BwdParams p;
 };
 

@@ -1,6 +1,6 @@
 // flash_sm90's backward on the host: flash_sm80's backward parameters and
 // workspace (the same problem description, row terms and fp32 dQ
-// accumulator) plus TMA tensor maps of Q, K, V and dO, then three launches on
+// accumulator) plus TMA tensor maps of Q, K, V, dO, dK and dV, then three launches on
 // the caller's stream: flash_sm80's pre-pass, the table row for (dtype, d_qk,
 // d_v), flash_sm80's dq conversion. No host sync.
 #include <cuda_bf16.h>
@@ -33,6 +33,8 @@ void run(const Problem& p, const BackwardArgs& a, const flash_sm80::BwdParams& k
   args.dout = tile_map(p, a.dout, tokens_q, p.h_q, kDV, Cfg::kBlockM, "dout");
   args.k = tile_map(p, a.in.k, tokens_kv, p.h_kv, kDQK, Cfg::kBlockN, "k");
   args.v = tile_map(p, a.in.v, tokens_kv, p.h_kv, kDV, Cfg::kBlockN, "v");
+  args.dk = tile_map(p, a.dk, tokens_kv, p.h_kv, kDQK, 64, "dk");
+  args.dv = tile_map(p, a.dv, tokens_kv, p.h_kv, kDV, 64, "dv");
   if (k.rows_q > 0) flash_sm80::launch_bwd_prepass<T>(k, kDQK, kDV, stream);
   if (p.s_kv > 0) launch_bwd<T, kDQK, kDV>(args, stream);
   if (k.rows_q > 0) flash_sm80::launch_bwd_convert_dq<T>(k, kDQK, stream);
