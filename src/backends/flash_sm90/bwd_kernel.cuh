@@ -27,6 +27,8 @@
 
 #include <cstdint>
 
+#include "attn/error.h"
+#include "backends/flash_sm80/bwd_config.h"  // bwd_group_chunk
 #include "backends/flash_sm80/bwd_dq_layout.h"
 #include "backends/flash_sm80/fwd_schedule.cuh"
 #include "backends/flash_sm90/bwd_config.h"
@@ -75,7 +77,13 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
   static_assert(8 * (3 + 2 * kS) <= Cfg::kSmemBarriers, "barrier area");
   constexpr int kConsumerThreads = 128 * Cfg::kConsumers;
 
-  const int n = blockIdx.x, h_kv = blockIdx.y, b = blockIdx.z;
+  // Grid (pairs of a chunk, KV tiles, chunks) over (KV head, sequence) pairs
+  // (flash_sm80's d 256 order, bwd_group_chunk()): under a causal mask with
+  // GQA the first KV tiles carry the most work, and a chunk's pairs start
+  // theirs together; otherwise one pair per chunk, each pair's tiles in turn.
+  const int heads_kv = p.h_q / p.h_per_kv, pair = blockIdx.z * bp.group_chunk + blockIdx.x;
+  if (pair >= heads_kv * p.batch) return;  // the last chunk may be short
+  const int n = blockIdx.y, h_kv = pair % heads_kv, b = pair / heads_kv;
   const int n0 = n * kN;
   const flash_sm80::SeqExtent seq = flash_sm80::sequence_extent(p, b);
   // The query tiles that see these keys: a contiguous run, found exactly from
@@ -386,16 +394,22 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
 #endif
 }
 
-// One CTA per (KV tile, KV head, sequence) on the caller's stream.
+// One CTA per (KV tile, KV head, sequence) on the caller's stream, in the
+// chunked order above.
 template <typename T, int kDQK, int kDV>
 void launch_bwd(const Sm90BwdParams& args, cudaStream_t stream) {
   using Cfg = BwdConfig<kDQK, kDV>;
   auto* kernel = flash_bwd_sm90_kernel<T, kDQK, kDV>;
   ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const auto& p = args.p.fwd;
-  const dim3 grid(static_cast<unsigned>((p.s_kv + Cfg::kBlockN - 1) / Cfg::kBlockN),
-                  static_cast<unsigned>(p.h_q / p.h_per_kv), static_cast<unsigned>(p.batch));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(args);
+  const int kv_tiles = (p.s_kv + Cfg::kBlockN - 1) / Cfg::kBlockN, pairs = p.h_q / p.h_per_kv * p.batch;
+  if (kv_tiles > 65535)  // grid y (supports() refuses these first)
+    fail(ErrorKind::unsupported, "flash_sm90's backward takes at most 65535 KV tiles of 128 keys", "max_seqlen_kv",
+         "at most 8388480 keys per sequence", "use another backend (cudnn, flash_sm80) for longer sequences");
+  Sm90BwdParams a = args;
+  a.p.group_chunk = flash_sm80::bwd_group_chunk(p.h_per_kv, p.window_left, p.window_right, p.s_q, kDQK, kDV, pairs);
+  const dim3 grid(a.p.group_chunk, kv_tiles, (pairs + a.p.group_chunk - 1) / a.p.group_chunk);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
   ATTN_CUDA(cudaGetLastError());
 }
 

@@ -82,9 +82,9 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
     if (p.bias == BiasType::alibi) no.push_back("ALiBi" + later);
     if (p.dropout_p > 0) no.push_back("dropout" + later);
     if (p.deterministic) no.push_back("deterministic mode (dQ is added with unordered atomics)" + later);
-    if (p.h_kv > 65535 || p.batch > 65535)
-      no.push_back("more than 65535 KV heads or sequences (the backward's grid): got " + std::to_string(p.h_kv) +
-                   " and " + std::to_string(p.batch));
+    if ((p.s_kv + 127) / 128 > 65535)
+      no.push_back("max_seqlen_kv " + std::to_string(p.s_kv) +
+                   ": the backward's grid takes at most 65535 KV tiles of 128 keys (8388480 keys)");
   }
   for (std::string& reason : detail::flash_kernel_reasons(p, "flash_sm90")) no.push_back(std::move(reason));
   if ((p.s_q + 127) / 128 * p.h_q * p.batch > INT32_MAX)
