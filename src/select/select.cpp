@@ -61,8 +61,9 @@ Verdict judge(const std::string& name, const Problem& p, const DeviceInfo& dev, 
 }
 
 // The preference order, after checking that the policy names known backends.
-std::vector<std::string> checked_order(const DeviceInfo& dev, Pass pass, const Policy& policy) {
-  std::vector<std::string> order = preference_order(dev, pass);
+std::vector<std::string> checked_order(const DeviceInfo& dev, const Problem& p, const Policy& policy,
+                                       std::string* rule = nullptr) {
+  std::vector<std::string> order = preference_order_for(dev, p, rule);
   if (!policy.forced.empty()) require_known(policy.forced, "ATTN_BACKEND (or backend=)", order);
   for (const std::string& d : policy.disabled) require_known(d, "ATTN_DISABLE", order);
   return order;
@@ -80,7 +81,7 @@ Policy Policy::from_env() {
 
 std::vector<Verdict> explain(const Problem& p, const DeviceInfo& dev, const Policy& policy) {
   std::vector<Verdict> verdicts;
-  for (const std::string& name : checked_order(dev, p.pass, policy)) verdicts.push_back(judge(name, p, dev, policy));
+  for (const std::string& name : checked_order(dev, p, policy)) verdicts.push_back(judge(name, p, dev, policy));
   return verdicts;
 }
 
@@ -107,7 +108,8 @@ std::string format_verdicts(const std::vector<Verdict>& verdicts) {
 Selection select_backend(const Problem& p, const DeviceInfo& dev, const Policy& policy) {
   Selection sel;
   sel.device = dev;
-  const std::vector<std::string> order = checked_order(dev, p.pass, policy);
+  std::string rule;  // a measured exception to the device's order, if one applies
+  const std::vector<std::string> order = checked_order(dev, p, policy, &rule);
   const bool all = policy.log_level >= 2;
   std::vector<std::string> skipped;
 
@@ -142,7 +144,8 @@ Selection select_backend(const Problem& p, const DeviceInfo& dev, const Policy& 
       sel.why = "the tensors are in host memory: the CPU reference runs" +
                 std::string(cuda_device_count() == 0 ? " (this machine has no CUDA device)" : "");
     else
-      sel.why = "first supporting backend in " + device_label(dev) + "'s order (" + join(order, " > ") + ")";
+      sel.why = "first supporting backend in " + device_label(dev) + "'s order (" + join(order, " > ") + ")" +
+                (rule.empty() ? "" : ", " + rule);
     if (!skipped.empty()) sel.why += "; skipped: " + join(skipped, "; ");
   }
   if (policy.log_level >= 1)

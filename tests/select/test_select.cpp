@@ -82,6 +82,44 @@ TEST(Select, PreferenceOrderPerArchitecture) {
   for (const auto* order : {&sm90, &sm90_bwd, &sm80, &cpu}) EXPECT_EQ(order->size(), 5u);
 }
 
+// Hopper's backward order moves flash_sm90 first for causal GQA (4+ query
+// heads per KV head), where it measured faster than cuDNN's, and says so;
+// everywhere else cudnn stays first.
+TEST(Select, HopperBackwardPutsFlashSm90FirstForCausalGqa) {
+  const DeviceInfo dev = simulated_device("sm90");
+  Problem p = gpu_problem(128, 128);
+  p.pass = Pass::backward;
+  p.h_q = 16;
+  p.h_kv = 4;
+  p.mask = MaskType::causal;
+  p.window_right = 0;
+  std::string rule;
+  EXPECT_EQ(preference_order_for(dev, p, &rule).front(), "flash_sm90");
+  EXPECT_NE(rule.find("causal GQA"), std::string::npos) << rule;
+  const Selection s = select_backend(p, dev, Policy{});
+  ASSERT_NE(s.backend, nullptr);
+  EXPECT_STREQ(s.backend->name(), "flash_sm90");
+  EXPECT_NE(s.why.find("flash_sm90 first for a causal GQA backward"), std::string::npos) << s.why;
+  auto first = [&](Problem q) { return preference_order_for(dev, q).front(); };
+  Problem q = p;
+  q.h_q = q.h_kv = 16;  // MHA
+  EXPECT_EQ(first(q), "cudnn");
+  q = p;
+  q.h_q = 8;  // GQA 2
+  EXPECT_EQ(first(q), "cudnn");
+  q = p;
+  q.mask = MaskType::no_mask;
+  q.window_right = -1;
+  EXPECT_EQ(first(q), "cudnn");
+  q = p;
+  q.window_left = 256;  // a sliding window: the first KV tiles are not the heavy ones
+  EXPECT_EQ(first(q), "cudnn");
+  q = p;
+  q.pass = Pass::forward;
+  EXPECT_EQ(first(q), "flash_sm90");
+  EXPECT_EQ(preference_order_for(simulated_device("sm80"), p).front(), "flash_sm80");
+}
+
 // flash_sm90's backward: head dim 128 without cu_seqlens, score changes,
 // dropout or the deterministic mode; each refusal names what it lacks and
 // where it runs instead.
