@@ -1,8 +1,9 @@
 // flash_sm90's backward beyond the shared grid (whose d 128 cases it claims
 // too): head dim 128 on fresh random inputs against the fp64 reference, at the
-// edges of its 128-key and 64-query tiles, with GQA and MQA, every mask it
-// runs and windows on both sides, both dtypes; the forward is flash_sm90's
-// too, so the pair runs as a Hopper training step would. Skipped off sm_90.
+// edges of its 128-key and 64-query tiles, with GQA and MQA, every mask and
+// format (packed and padded sequences too), windows on both sides, both
+// dtypes; the forward is flash_sm90's too, so the pair runs as a Hopper
+// training step would. Skipped off sm_90.
 #include <string>
 #include <vector>
 
@@ -43,6 +44,22 @@ std::vector<testing::CaseSpec> cases() {
   add(QkvFormat::bshd, MaskType::no_mask, 1, 300, 1, 4, 2);                  // many queries, one key
   add(QkvFormat::bshd, MaskType::causal, 1, 1024, 1024, 8, 2, {}, DType::f16);  // fp16, GQA 4, many tiles
   add(QkvFormat::bshd, MaskType::no_mask, 2, 512, 640, 4, 4);               // whole tiles, no mask
+  // cu_seqlens: packed sequences (an empty one, length 1, ends inside both
+  // tiles, a sequence whose queries see no key) and padded batches (their
+  // padding rows hold random values, which no gradient may take in).
+  auto packed = [&](MaskType m, std::vector<int64_t> lq, std::vector<int64_t> lkv, Window w = {}) {
+    add(QkvFormat::thd, m, static_cast<int64_t>(lq.size()), 0, 0, 8, 2, w);
+    out.back().seqlens_q = lq;
+    out.back().seqlens_kv = lkv;
+  };
+  packed(MaskType::padding_causal, {300, 0, 1, 77, 129}, {300, 0, 1, 77, 129});
+  packed(MaskType::padding_causal_bottom_right, {200, 5, 64}, {333, 0, 190}, {100, 0});
+  packed(MaskType::padding, {131, 257}, {70, 400});
+  add(QkvFormat::bshd, MaskType::padding_causal, 3, 300, 300, 4, 2);
+  out.back().seqlens_q = out.back().seqlens_kv = {300, 130, 1};
+  add(QkvFormat::sbhd, MaskType::padding, 2, 200, 260, 4, 4);
+  out.back().seqlens_q = {200, 65};
+  out.back().seqlens_kv = {129, 260};
   return out;
 }
 

@@ -120,7 +120,7 @@ TEST(Select, HopperBackwardPutsFlashSm90FirstForCausalGqa) {
   EXPECT_EQ(preference_order_for(simulated_device("sm80"), p).front(), "flash_sm80");
 }
 
-// flash_sm90's backward: head dim 128 without cu_seqlens, score changes,
+// flash_sm90's backward: head dim 128, every format, without score changes,
 // dropout or the deterministic mode; each refusal names what it lacks and
 // where it runs instead.
 TEST(Select, FlashSm90BackwardSaysWhatItRuns) {
@@ -145,11 +145,13 @@ TEST(Select, FlashSm90BackwardSaysWhatItRuns) {
   q.d_qk = q.d_v = 64;
   refused(q, "flash_sm90's backward has 128");
   q = p;
-  q.has_seqlens = true;
-  refused(q, "cu_seqlens (thd, padded batches) is not in flash_sm90's backward yet (cudnn and flash_sm80 run it)");
+  q.has_seqlens = true;  // thd and padded batches run
+  q.qkv_format = QkvFormat::thd;
+  q.mask = MaskType::padding_causal;
+  EXPECT_TRUE(b->supports(q, dev).empty());
   q = p;
   q.softcap = 30.0;
-  refused(q, "softcap");
+  refused(q, "softcap is not in flash_sm90's backward yet (cudnn and flash_sm80 run it)");
   q = p;
   q.bias = BiasType::alibi;
   refused(q, "ALiBi");

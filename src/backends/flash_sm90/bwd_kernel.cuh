@@ -49,6 +49,7 @@ namespace attn::flash_sm90 {
 constexpr int kBarDsWritten = 1;
 constexpr int kBarEpilogue = 2;
 constexpr int kBarConsumer0 = 3;  // 3, 4
+constexpr int kBarCleared = 5;    // both consumers, after clearing rows past a sequence
 
 template <typename T, int kDQK, int kDV>
 __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
@@ -86,6 +87,10 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
   const int n = blockIdx.y, h_kv = pair % heads_kv, b = pair / heads_kv;
   const int n0 = n * kN;
   const flash_sm80::SeqExtent seq = flash_sm80::sequence_extent(p, b);
+  // Key rows this CTA writes: in a padded batch also those past len_kv (dK =
+  // dV = 0 there); in thd the rows past a sequence are the next one's.
+  const int rows_out = p.packed ? min(kN, seq.len_kv - n0) : min(kN, p.s_kv - n0);
+  if (rows_out <= 0) return;
   // The query tiles that see these keys: a contiguous run, found exactly from
   // the superset (as flash_sm80's backward does).
   flash_sm80::QTiles mt = flash_sm80::q_tiles<kM, kN>(p, seq, n0);
@@ -197,8 +202,30 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
 
+  // Rows of a tile past its sequence (thd: the next sequence's tokens; a
+  // padded batch: its padding, possibly not finite) are cleared in shared
+  // memory before any product reads them: a masked score gives P = 0 and
+  // dS = 0, but 0 * NaN is NaN in the products that sum over those rows.
+  // TMA already zero-fills rows past the tensor's end (bshd/sbhd's s), so
+  // only cu_seqlens calls get here. Both consumers clear, then sync.
+  auto clear_rows = [&](uint32_t tile, int rows, int first) {
+    char* const gen = smem + (tile - k_s);
+    for (int idx = tid - 128; idx < (rows - first) * (kD / 8); idx += kConsumerThreads) {
+      const int r = first + idx / (kD / 8), c = idx % (kD / 8);
+      *reinterpret_cast<uint4*>(gen + sm90::swizzled_offset(rows, r, c)) = make_uint4(0, 0, 0, 0);
+    }
+  };
+  const bool padded_kv = (p.packed || seq.len_kv < p.s_kv) && n0 + kN > seq.len_kv;
+  const bool padded_q = p.packed || seq.len_q < p.s_q;
+
   if (has_work) {
     sm90::mbar_wait(kv_full, 0);
+    if (padded_kv) {
+      clear_rows(k_s, kN, max(0, seq.len_kv - n0));
+      clear_rows(v_s, kN, max(0, seq.len_kv - n0));
+      sm90::fence_proxy_async();
+      sm90::named_sync(kBarCleared, kConsumerThreads);
+    }
     const float unit = p.scale_log2;  // scores -> log2 units (score modifications are refused)
     int it = 0;
     for (int hh = 0; hh < p.h_per_kv; ++hh) {  // the group's query heads
@@ -206,6 +233,12 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
         const int stage = it % kS, m0 = m * kM;
         const uint32_t q_tile = q_s + stage * Cfg::kSmemQ, do_tile = do_s + stage * Cfg::kSmemQ;
         sm90::mbar_wait(full(stage), (it / kS) & 1);
+        if (padded_q && m0 + kM > seq.len_q) {
+          clear_rows(q_tile, kM, max(0, seq.len_q - m0));
+          clear_rows(do_tile, kM, max(0, seq.len_q - m0));
+          sm90::fence_proxy_async();
+          sm90::named_sync(kBarCleared, kConsumerThreads);
+        }
 
         // S^T = K.Q^T and dP^T = V.dO^T: this consumer's 64 keys x the tile's
         // 64 queries, committed apart so that P is computed under dP^T's
@@ -381,15 +414,29 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
   }
   sm90::fence_proxy_async();  // the stores above, before the TMA stores read them
   sm90::named_sync(kBarConsumer0 + wg, 128);
-  if ((tid & 127) == 0) {
-    const int seq_coord = p.packed ? 0 : b, row = static_cast<int>(seq.start_kv) + n0 + wg * 64;
+  if (rows_out >= wg * 64 + 64 || !p.packed) {  // TMA writes no row past the tensor's end
+    if ((tid & 127) == 0) {
+      const int seq_coord = p.packed ? 0 : b, row = static_cast<int>(seq.start_kv) + n0 + wg * 64;
 #pragma unroll
-    for (int cb = 0; cb < kD / 64; ++cb) {
-      sm90::tma_store_4d(&args.dk, q_s + cb * kN * 128 + wg * 64 * 128, cb * 64, row, h_kv, seq_coord);
-      sm90::tma_store_4d(&args.dv, do_s + cb * kN * 128 + wg * 64 * 128, cb * 64, row, h_kv, seq_coord);
+      for (int cb = 0; cb < kD / 64; ++cb) {
+        sm90::tma_store_4d(&args.dk, q_s + cb * kN * 128 + wg * 64 * 128, cb * 64, row, h_kv, seq_coord);
+        sm90::tma_store_4d(&args.dv, do_s + cb * kN * 128 + wg * 64 * 128, cb * 64, row, h_kv, seq_coord);
+      }
+      sm90::bulk_commit();
+      sm90::bulk_wait<0>();  // the stage stays until the stores have read it
     }
-    sm90::bulk_commit();
-    sm90::bulk_wait<0>();  // the stage stays until the stores have read it
+  } else {  // thd, the sequence ends inside this consumer's rows: its rows alone, 16 bytes at a time
+    T* const dk_rows = static_cast<T*>(bp.dk) + (seq.start_kv + n0) * bp.dk_row_stride + h_kv * bp.dk_head_stride;
+    T* const dv_rows = static_cast<T*>(bp.dv) + (seq.start_kv + n0) * bp.dv_row_stride + h_kv * bp.dv_head_stride;
+    for (int idx = tid & 127; idx < 64 * (kD / 8); idx += 128) {
+      const int r = wg * 64 + idx / (kD / 8), c = idx % (kD / 8);
+      if (r >= rows_out) continue;
+      const uint32_t at = sm90::swizzled_offset(kN, r, c);
+      *reinterpret_cast<uint4*>(dk_rows + r * bp.dk_row_stride + c * 8) =
+          *reinterpret_cast<const uint4*>(smem + (q_s - k_s) + at);
+      *reinterpret_cast<uint4*>(dv_rows + r * bp.dv_row_stride + c * 8) =
+          *reinterpret_cast<const uint4*>(smem + (do_s - k_s) + at);
+    }
   }
 #endif
 }

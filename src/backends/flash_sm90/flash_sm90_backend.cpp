@@ -77,7 +77,6 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
                  std::to_string(dev.smem_per_block_optin_bytes / 1024) + " KiB");
   if (bwd) {  // the backward's first version: what it does not run yet goes to cudnn or flash_sm80
     const std::string later = " is not in flash_sm90's backward yet (cudnn and flash_sm80 run it)";
-    if (p.has_seqlens) no.push_back("cu_seqlens (thd, padded batches)" + later);
     if (p.softcap > 0) no.push_back("softcap" + later);
     if (p.bias == BiasType::alibi) no.push_back("ALiBi" + later);
     if (p.dropout_p > 0) no.push_back("dropout" + later);
