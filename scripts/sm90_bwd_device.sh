@@ -3,7 +3,7 @@
 # (tests, the attn command, the Python extension; ptxas reports), then
 # flash_sm90's backward: its ptxas report and SASS counts, the GPU tests
 # (FlashSm90Backward, the shared grid's and the cross-pass tests' flash_sm90
-# cases), compute-sanitizer (memcheck, racecheck) on two small backward
+# cases), compute-sanitizer (memcheck, racecheck) on three small backward
 # cases, and bench/compare.py --backend flash_sm90 at d 128 (its backward
 # beside SDPA's cuDNN and flash in the same run). Prints a short table last.
 # Usage there: bash scripts/sm90_bwd_device.sh [compare.py args]   (logs in $OUT)
