@@ -194,6 +194,18 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
   const int wg_key0 = __shfl_sync(0xffffffff, wg, 0) * 64;
   const int key0 = n0 + wg * 64;  // this consumer's first key in the sequence
 
+  // An S^T-shaped accumulator (n8 blocks of query columns) as the A
+  // fragments of a product over those queries: blocks 2 ks and 2 ks + 1 are
+  // k16 step ks (the accumulator's layout per warp is the A fragment's).
+  auto a_fragments = [](const float (&acc)[NS][4], uint32_t (&a)[NS / 2][4]) {
+#pragma unroll
+    for (int ks = 0; ks < NS / 2; ++ks) {
+      a[ks][0] = sm80::pack2<T>(acc[2 * ks][0], acc[2 * ks][1]);
+      a[ks][1] = sm80::pack2<T>(acc[2 * ks][2], acc[2 * ks][3]);
+      a[ks][2] = sm80::pack2<T>(acc[2 * ks + 1][0], acc[2 * ks + 1][1]);
+      a[ks][3] = sm80::pack2<T>(acc[2 * ks + 1][2], acc[2 * ks + 1][3]);
+    }
+  };
   float dk[ND][4], dv[ND][4];
   float(&dk_flat)[kD / 2] = *reinterpret_cast<float(*)[kD / 2]>(&dk);
   float(&dv_flat)[kD / 2] = *reinterpret_cast<float(*)[kD / 2]>(&dv);
@@ -289,16 +301,10 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
               x = (masked && (j < begin || j >= end)) ? 0.f : sm80::fast_exp2(x * unit - lse2);
             }
           }
-        // P^T as wgmma's A fragments (two adjacent n8 blocks are one k16
-        // step), then dV += P^T.dO (dO read MN-major: d is its contiguous dim).
+        // P^T as wgmma's A fragments, then dV += P^T.dO (dO read MN-major:
+        // d is its contiguous dim).
         uint32_t pa[kM / 16][4];
-#pragma unroll
-        for (int ks = 0; ks < kM / 16; ++ks) {
-          pa[ks][0] = sm80::pack2<T>(s[2 * ks][0], s[2 * ks][1]);
-          pa[ks][1] = sm80::pack2<T>(s[2 * ks][2], s[2 * ks][3]);
-          pa[ks][2] = sm80::pack2<T>(s[2 * ks + 1][0], s[2 * ks + 1][1]);
-          pa[ks][3] = sm80::pack2<T>(s[2 * ks + 1][2], s[2 * ks + 1][3]);
-        }
+        a_fragments(s, pa);
         sm90::wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < kM / 16; ++ks)
@@ -317,13 +323,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
             for (int hr = 0; hr < 2; ++hr) dp[i][2 * hr + e] = s[i][2 * hr + e] * (dp[i][2 * hr + e] - delta);
           }
         uint32_t dsa[kM / 16][4];
-#pragma unroll
-        for (int ks = 0; ks < kM / 16; ++ks) {
-          dsa[ks][0] = sm80::pack2<T>(dp[2 * ks][0], dp[2 * ks][1]);
-          dsa[ks][1] = sm80::pack2<T>(dp[2 * ks][2], dp[2 * ks][3]);
-          dsa[ks][2] = sm80::pack2<T>(dp[2 * ks + 1][0], dp[2 * ks + 1][1]);
-          dsa[ks][3] = sm80::pack2<T>(dp[2 * ks + 1][2], dp[2 * ks + 1][3]);
-        }
+        a_fragments(dp, dsa);
 
         // dS^T into this tile's buffer (rows: keys, 64 query columns), with
         // stmatrix: lane l addresses row l % 8 of matrix l / 8, and matrix j
