@@ -1,24 +1,27 @@
 // flash_sm90's backward kernel: FlashAttention's backward on Hopper's
 // asynchronous units (FlashAttention-3's arrangement of the products). One CTA
-// per (KV tile of 128 keys, KV head, sequence) walks, for each query head of
-// the KV head's group (GQA: nothing repeated), the query tiles of 64 rows that
-// see its keys (flash_sm80's tile ranges):
+// per (KV tile of 128 keys, KV head, sequence), in flash_sm80's chunked grid
+// order, walks, for each query head of the KV head's group (GQA: nothing
+// repeated), the query tiles of 64 rows that see its keys (flash_sm80's tile
+// ranges):
 // - warpgroup 0, the producer: one warp loads K and V once, then each query
 //   tile's Q and dO with TMA and its rows' {lse, D} (the pre-pass's row terms)
 //   into a kStages-deep ring guarded by "full" and "empty" mbarriers;
 // - warpgroups 1 and 2, the consumers, 64 keys each. Per query tile:
 //     S^T = K.Q^T and dP^T = V.dO^T on wgmma (both operands in shared memory),
-//     P^T = exp2(S^T scale log2e - lse2), dS^T = P^T (dP^T - D) in registers,
-//     dV += P^T.dO and dK += dS^T.Q with P^T and dS^T as register operands,
+//     P^T = exp2(S^T scale log2e - lse2) under dP^T's product,
+//     dV += P^T.dO (P^T a register operand), dS^T = P^T (dP^T - D) under it,
 //     dS^T to shared memory, then dQ = dS.K: each consumer half of d's
-//     columns over all 128 keys (dS read MN-major), staged in shared memory
-//     in the fp32 accumulator's byte order (flash_sm80's layout and passes);
+//     columns over all 128 keys (dS read MN-major), and dK += dS^T.Q, under
+//     which dQ is staged in shared memory in the fp32 accumulator's byte
+//     order (flash_sm80's layout and passes);
 // - one thread of warpgroup 0's second warp adds each staged dQ tile to the
 //   accumulator with one bulk reduce-add (per-thread red.global adds had the
 //   consumers waiting on the memory pipeline: 0.68-0.73x cuDNN's backward).
 // Computing S^T rather than S puts keys on the accumulator's rows, so P^T and
-// dS^T are already the A operands of dV's and dK's products.
-// dK and dV stay in registers over the whole walk and are written once.
+// dS^T are already the A operands of dV's and dK's products. dK and dV stay
+// in registers over the whole walk and leave by TMA stores. Rows of a tile
+// past its sequence (cu_seqlens) are cleared in shared memory first.
 // The pre-pass (D, dq_accum = 0) and the dq conversion are flash_sm80's.
 #pragma once
 
