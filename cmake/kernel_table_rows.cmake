@@ -7,6 +7,8 @@ function(attn_kernel_table_rows prefix kind table_file source)
   cmake_parse_arguments(ARG "" "" "ARCHITECTURES" ${ARGN})
   # (Read whole: the macro's line continuations would escape file(STRINGS)'s list separators.)
   file(READ ${CMAKE_CURRENT_SOURCE_DIR}/${table_file} table)
+  # A row added to the table reconfigures the build (a new object to compile).
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${table_file})
   string(REGEX MATCHALL "X\\([0-9]+, [0-9]+\\)" rows "${table}")
   string(TOUPPER ${kind} KIND)
   foreach(row IN LISTS rows)

@@ -21,7 +21,7 @@ timeout 400 build-kernels/tests/attn_tests \
   --gtest_filter='FlashSm90Backward*:*BackendGrid*flash_sm90*:CrossPass*' >"$out/gpu_tests.log" 2>&1
 tests_rc=$?
 small_causal="--backend flash_sm90 --backward --format bshd --batch 2 --seqlen 150 --seqlen-kv 260 --heads 4 --kv-heads 2 --head-dim 128 --mask causal_bottom_right"
-small_window="--backend flash_sm90 --backward --format sbhd --batch 1 --seqlen 300 --heads 2 --head-dim 128 --mask no_mask --window 70,20"
+small_window="--backend flash_sm90 --backward --format sbhd --batch 1 --seqlen 300 --heads 2 --head-dim 64 --mask no_mask --window 70,20"
 small_packed="--backend flash_sm90 --backward --format thd --seqlens 130,0,1,200 --heads 4 --kv-heads 2 --head-dim 128 --mask padding_causal"
 memcheck_rc=0 racecheck_rc=0  # sanitize() (device_env.sh) adds to them
 : "${SANITIZE_TIMEOUT:=150}"

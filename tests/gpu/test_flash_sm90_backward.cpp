@@ -1,5 +1,5 @@
 // flash_sm90's backward beyond the shared grid (whose d 128 cases it claims
-// too): head dim 128 on fresh random inputs against the fp64 reference, at the
+// too): head dims 64 and 128 on fresh random inputs against the fp64 reference, at the
 // edges of its 128-key and 64-query tiles, with GQA and MQA, every mask and
 // format (packed and padded sequences too), windows on both sides, both
 // dtypes; the forward is flash_sm90's too, so the pair runs as a Hopper
@@ -14,7 +14,7 @@
 namespace attn {
 namespace {
 
-std::vector<testing::CaseSpec> cases() {
+std::vector<testing::CaseSpec> cases(int64_t d) {
   std::vector<testing::CaseSpec> out;
   auto add = [&](QkvFormat f, MaskType m, int64_t b, int64_t sq, int64_t skv, int64_t hq, int64_t hkv,
                  Window w = {}, DType t = DType::bf16) {
@@ -26,7 +26,7 @@ std::vector<testing::CaseSpec> cases() {
     s.s_kv = skv;
     s.h_q = hq;
     s.h_kv = hkv;
-    s.d_qk = s.d_v = 128;
+    s.d_qk = s.d_v = d;
     s.window = w;
     s.dtype = t;
     s.backward = true;
@@ -71,7 +71,9 @@ TEST(FlashSm90Backward, MatchesTheReference) {
   ATTN_REQUIRE_GPU();
   if (!on_sm90()) GTEST_SKIP() << "flash_sm90 runs on sm_90 only";
   int index = 0;
-  for (const testing::CaseSpec& spec : cases()) {
+  std::vector<testing::CaseSpec> all = cases(64);
+  for (const testing::CaseSpec& spec : cases(128)) all.push_back(spec);
+  for (const testing::CaseSpec& spec : all) {
     SCOPED_TRACE("case " + std::to_string(index) + ": " +
                  describe_problem(testing::problem_of(spec, Pass::backward, Device::cuda(0))));
     ASSERT_TRUE(testing::claims("flash_sm90", spec, Pass::forward));

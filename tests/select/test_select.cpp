@@ -120,7 +120,7 @@ TEST(Select, HopperBackwardPutsFlashSm90FirstForCausalGqa) {
   EXPECT_EQ(preference_order_for(simulated_device("sm80"), p).front(), "flash_sm80");
 }
 
-// flash_sm90's backward: head dim 128, every format, without score changes,
+// flash_sm90's backward: head dims 64 and 128, every format, without score changes,
 // dropout or the deterministic mode; each refusal names what it lacks and
 // where it runs instead.
 TEST(Select, FlashSm90BackwardSaysWhatItRuns) {
@@ -142,8 +142,8 @@ TEST(Select, FlashSm90BackwardSaysWhatItRuns) {
     EXPECT_TRUE(found) << "expected a reason with \"" << words << "\"";
   };
   Problem q = p;
-  q.d_qk = q.d_v = 64;
-  refused(q, "flash_sm90's backward has 128");
+  q.d_qk = q.d_v = 96;
+  refused(q, "flash_sm90's backward has 64, 128");
   q = p;
   q.has_seqlens = true;  // thd and padded batches run
   q.qkv_format = QkvFormat::thd;
@@ -161,10 +161,10 @@ TEST(Select, FlashSm90BackwardSaysWhatItRuns) {
   q = p;
   q.deterministic = true;
   refused(q, "deterministic mode");
-  // The forward of the same problem has its own table (d 64 runs there).
+  // The forward of the same problem has its own table (d 192 runs there).
   q = p;
   q.pass = Pass::forward;
-  q.d_qk = q.d_v = 64;
+  q.d_qk = q.d_v = 192;
   EXPECT_TRUE(b->supports(q, dev).empty());
 }
 

@@ -12,7 +12,7 @@ namespace attn::flash_sm90 {
 // walk the query tiles of kBlockM rows that see their keys, in a
 // kStages-deep ring. Per consumer thread at d 128: dK and dV 64 floats each,
 // S^T and dP^T 32 each, dQ's half 32 (FlashAttention-3's split, 240
-// registers per consumer).
+// registers per consumer); at d 64 half of that for dK, dV and dQ.
 template <int kDQK, int kDV>
 struct BwdConfig {
   static_assert(kDQK == kDV, "the backward's tiles assume d_qk == d_v");
@@ -27,16 +27,27 @@ struct BwdConfig {
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "register file");
   static constexpr int kSmemQ = kBlockM * kDQK * 2;  // one stage; dO the same
   static constexpr int kSmemK = kBlockN * kDQK * 2;  // V the same
-  static constexpr int kSmemDs = kBlockN * kBlockM * 2;  // dS^T, one of two buffers
+  // dQ = dS.K: at d 128 each consumer takes a 64-column half of d over all
+  // 128 keys (both consumers' dS^T, two buffers by tile parity, one fp32
+  // stage); at d 64, whose half would be an n32 product, each takes all of d
+  // over its own 64 keys and adds its own partial dQ (one dS^T buffer, one
+  // stage per consumer): the consumers then never wait for each other.
+  static constexpr bool kDqOverOwnKeys = kDQK == 64;
+  static constexpr int kDsBuffers = kDqOverOwnKeys ? 1 : 2;
+  static constexpr int kDqStages = kDqOverOwnKeys ? kConsumers : 1;
+  static constexpr int kSmemDs = kBlockN * kBlockM * 2;  // dS^T, one buffer
   static constexpr int kSmemTerms = kBlockM * 8;  // {lse2, D} per row, one stage
-  static constexpr int kSmemDq = kBlockM * kDQK * 4;  // a query tile's dQ in fp32, for the bulk reduce-add
+  static constexpr int kSmemDq = kBlockM * kDQK * 4;  // a query tile's dQ in fp32 (one stage), for the bulk reduce-add
   static constexpr int kSmemBarriers = 256;
   static constexpr int kSmemLimit = 227 * 1024;  // per block on sm_90
   // + 1024: the dynamic buffer is aligned up to 1024 bytes (the swizzle's period).
   static constexpr int kSmemBytes =
-      2 * kSmemK + kStages * 2 * kSmemQ + 2 * kSmemDs + kSmemDq + kStages * kSmemTerms + kSmemBarriers + 1024;
+      2 * kSmemK + kStages * 2 * kSmemQ + kDsBuffers * kSmemDs + kDqStages * kSmemDq + kStages * kSmemTerms +
+      kSmemBarriers + 1024;
   static_assert(kSmemBytes <= kSmemLimit, "shared memory");
-  static_assert(kDQK % 128 == 0, "dQ's product splits d in 64-column halves, one per consumer");
+  static_assert(kDqOverOwnKeys || kDQK % 128 == 0, "dQ's product splits d in 64-column halves, one per consumer");
+  // The epilogue stages dK and dV (kBlockN rows each) where the Q and dO stages were.
+  static_assert(kStages * kSmemQ >= kBlockN * kDQK * 2, "dK's staging fits in the Q stages");
 };
 
 }  // namespace attn::flash_sm90

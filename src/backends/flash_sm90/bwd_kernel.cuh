@@ -70,15 +70,17 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
   const uint32_t v_s = k_s + Cfg::kSmemK;
   const uint32_t q_s = v_s + Cfg::kSmemK;          // kS stages
   const uint32_t do_s = q_s + kS * Cfg::kSmemQ;    // kS stages
-  const uint32_t ds_s = do_s + kS * Cfg::kSmemQ;   // two buffers, by query tile parity
-  const uint32_t dq_s = ds_s + 2 * Cfg::kSmemDs;   // one query tile's dQ, fp32
-  const uint32_t terms_s = dq_s + Cfg::kSmemDq;    // kS stages of float2 {lse2, D}
+  const uint32_t ds_s = do_s + kS * Cfg::kSmemQ;   // kDsBuffers, by query tile parity
+  const uint32_t dq_s = ds_s + Cfg::kDsBuffers * Cfg::kSmemDs;    // kDqStages of a tile's dQ, fp32
+  const uint32_t terms_s = dq_s + Cfg::kDqStages * Cfg::kSmemDq;  // kS stages of float2 {lse2, D}
   const uint32_t bars = terms_s + kS * Cfg::kSmemTerms;
   const uint32_t kv_full = bars;
   auto full = [&](int s) { return bars + 8 * (1 + s); };
   auto empty = [&](int s) { return bars + 8 * (1 + kS + s); };
-  const uint32_t dq_full = bars + 8 * (1 + 2 * kS), dq_empty = dq_full + 8;
-  static_assert(8 * (3 + 2 * kS) <= Cfg::kSmemBarriers, "barrier area");
+  constexpr int kDqStages = Cfg::kDqStages;
+  auto dq_full = [&](int q) { return bars + 8 * (1 + 2 * kS + q); };
+  auto dq_empty = [&](int q) { return bars + 8 * (1 + 2 * kS + kDqStages + q); };
+  static_assert(8 * (1 + 2 * kS + 2 * kDqStages) <= Cfg::kSmemBarriers, "barrier area");
   constexpr int kConsumerThreads = 128 * Cfg::kConsumers;
 
   // Grid (pairs of a chunk, KV tiles, chunks) over (KV head, sequence) pairs
@@ -113,8 +115,10 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
       sm90::mbar_init(full(s), 32);  // the producer warp's lanes (row terms), one with the TMA bytes
       sm90::mbar_init(empty(s), kConsumerThreads);
     }
-    sm90::mbar_init(dq_full, kConsumerThreads);
-    sm90::mbar_init(dq_empty, 1);
+    for (int q = 0; q < kDqStages; ++q) {
+      sm90::mbar_init(dq_full(q), kConsumerThreads / kDqStages);  // the consumers that stage it
+      sm90::mbar_init(dq_empty(q), 1);
+    }
     sm90::mbar_init_fence();
   }
   __syncthreads();
@@ -126,14 +130,17 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
       for (int hh = 0; hh < p.h_per_kv; ++hh) {
         float* const dq_rows = bp.dq_accum + ((h_kv * p.h_per_kv + hh) * bp.rows_q + tok0) * kD;
         for (int m = mt.first; m <= mt.last; ++m, ++it) {
-          sm90::mbar_wait(dq_full, it & 1);
           const int rows = min(kM, seq.len_q - m * kM);  // rows past the sequence are not added
-          if (rows > 0) {
-            sm90::bulk_reduce_add_f32(dq_rows + static_cast<int64_t>(m) * kM * kD, dq_s, rows * kD * 4);
-            sm90::bulk_commit();
-            sm90::bulk_wait_read<0>();
+          for (int q = 0; q < kDqStages; ++q) {
+            sm90::mbar_wait(dq_full(q), it & 1);
+            if (rows > 0) {
+              sm90::bulk_reduce_add_f32(dq_rows + static_cast<int64_t>(m) * kM * kD, dq_s + q * Cfg::kSmemDq,
+                                        rows * kD * 4);
+              sm90::bulk_commit();
+              sm90::bulk_wait_read<0>();
+            }
+            sm90::mbar_arrive(dq_empty(q));
           }
-          sm90::mbar_arrive(dq_empty);
         }
       }
       sm90::bulk_wait<0>();
@@ -190,7 +197,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
   sm90::regs_increase<Cfg::kConsumerRegs>();
   constexpr int NS = kM / 8;         // S^T's 8-column blocks (query columns)
   constexpr int ND = kD / 8;         // dK's and dV's
-  constexpr int NQ = kD / 2 / 8;     // this consumer's half of dQ's
+  constexpr int NQ = (Cfg::kDqOverOwnKeys ? kD : kD / 2) / 8;  // this consumer's dQ columns
   const int wg = tid / 128 - 1, lane = tid & 31, warp = (tid / 32) & 3;
   // This warpgroup's first key in the tile, from lane 0's wg: warp-uniform
   // for ptxas, so the descriptors derived from it stay in uniform registers.
@@ -331,10 +338,12 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
         // dS^T into this tile's buffer (rows: keys, 64 query columns), with
         // stmatrix: lane l addresses row l % 8 of matrix l / 8, and matrix j
         // holds rows 8 (j % 2).. of n8 block 2 np + j / 2 (stmatrix.cuh),
-        // which is dsa[np][j]. Two buffers by tile parity: a consumer writes
-        // tile i + 1's while the other may still read tile i's, and it
-        // cannot reach tile i + 2 before the other passed tile i + 1's barrier.
-        const uint32_t ds_tile = ds_s + (it & 1) * Cfg::kSmemDs;
+        // which is dsa[np][j]. Two buffers by tile parity where both
+        // consumers read both halves: a consumer writes tile i + 1's while
+        // the other may still read tile i's, and it cannot reach tile i + 2
+        // before the other passed tile i + 1's barrier. One where each reads
+        // its own rows (kDqOverOwnKeys), after its own last dQ product.
+        const uint32_t ds_tile = ds_s + (Cfg::kDsBuffers == 2 ? (it & 1) * Cfg::kSmemDs : 0);
         {
           const int st_row = wg * 64 + 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
@@ -343,18 +352,29 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
                               dsa[np][1], dsa[np][2], dsa[np][3]);
         }
         sm90::fence_proxy_async();  // the stores above, before wgmma reads them
-        sm90::named_sync(kBarDsWritten, kConsumerThreads);
-
-        // dQ[:, this half] = dS.K[:, this half] over the tile's 128 keys: dS
-        // read MN-major from dS^T (queries contiguous), K MN-major.
         float dq[NQ][4];
-        float(&dq_flat)[kD / 4] = *reinterpret_cast<float(*)[kD / 4]>(&dq);
-        const uint32_t k_half = k_s + (wg_key0 / 64) * (kD / 128) * kN * 128;  // its first 64-column block
-        sm90::wgmma_fence();
+        float(&dq_flat)[NQ * 4] = *reinterpret_cast<float(*)[NQ * 4]>(&dq);
+        if constexpr (Cfg::kDqOverOwnKeys) {
+          // dQ's part from this consumer's keys: dS[:, own keys].K[own keys, :]
+          // (both read MN-major, k steps over its own 64 rows of dS^T and K).
+          sm90::named_sync(kBarConsumer0 + wg, 128);
+          const int ks0 = wg_key0 / 16;
+          sm90::wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < kN / 16; ++ks)
-          sm90::Wgmma<kD / 2, T>::template ss<1, 1>(dq_flat, sm90::mnmajor_descriptor(ds_tile, kN, ks),
-                                                     sm90::mnmajor_descriptor(k_half, kN, ks), ks > 0);
+          for (int ks = 0; ks < 64 / 16; ++ks)
+            sm90::Wgmma<kD, T>::template ss<1, 1>(dq_flat, sm90::mnmajor_descriptor(ds_tile, kN, ks0 + ks),
+                                                   sm90::mnmajor_descriptor(k_s, kN, ks0 + ks), ks > 0);
+        } else {
+          // dQ[:, this half] = dS.K[:, this half] over the tile's 128 keys: dS
+          // read MN-major from dS^T (queries contiguous), K MN-major.
+          sm90::named_sync(kBarDsWritten, kConsumerThreads);
+          const uint32_t k_half = k_s + (wg_key0 / 64) * (kD / 128) * kN * 128;  // its first 64-column block
+          sm90::wgmma_fence();
+#pragma unroll
+          for (int ks = 0; ks < kN / 16; ++ks)
+            sm90::Wgmma<kD / 2, T>::template ss<1, 1>(dq_flat, sm90::mnmajor_descriptor(ds_tile, kN, ks),
+                                                       sm90::mnmajor_descriptor(k_half, kN, ks), ks > 0);
+        }
         sm90::wgmma_commit();
         // dK += dS^T.Q (Q read MN-major) after dQ, so that dQ's staging below runs under it.
 #pragma unroll
@@ -365,23 +385,25 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
         sm90::fence_registers(dq_flat);
 
         // dq[i][2 hh + e]: query row 16 warp + 8 hh + lane / 4 of the tile,
-        // column wg * kD / 2 + 8 i + 2 (lane % 4) + e, staged two floats at a
-        // time at its place in the accumulator's row (bwd_dq_layout.h) once
-        // the previous tile's bulk add has read the stage.
-        sm90::mbar_wait(dq_empty, (it & 1) ^ 1);
+        // column col0 + 8 i + 2 (lane % 4) + e, staged two floats at a time
+        // at its place in the accumulator's row (bwd_dq_layout.h) once the
+        // previous tile's bulk add has read the stage.
+        const int q_stage = Cfg::kDqOverOwnKeys ? wg : 0, col0 = Cfg::kDqOverOwnKeys ? 0 : wg * (kD / 2);
+        const uint32_t dq_stage = dq_s + q_stage * Cfg::kSmemDq;
+        sm90::mbar_wait(dq_empty(q_stage), (it & 1) ^ 1);
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
           const int r = 16 * warp + 8 * hr + (lane >> 2);
 #pragma unroll
           for (int i = 0; i < NQ; ++i) {
-            const int col = flash_sm80::dq_swizzle(tok0 + m0 + r, wg * (kD / 2) + 8 * i + 2 * (lane & 3));
-            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(dq_s + 4u * static_cast<uint32_t>(r * kD + col)),
+            const int col = flash_sm80::dq_swizzle(tok0 + m0 + r, col0 + 8 * i + 2 * (lane & 3));
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(dq_stage + 4u * static_cast<uint32_t>(r * kD + col)),
                          "f"(dq[i][2 * hr]), "f"(dq[i][2 * hr + 1])
                          : "memory");
           }
         }
         sm90::fence_proxy_async();  // the stores above, before the bulk add reads them
-        sm90::mbar_arrive(dq_full);
+        sm90::mbar_arrive(dq_full(q_stage));
         sm90::wgmma_wait<0>();  // dK
         sm90::fence_registers(dk_flat);
         sm90::fence_registers(dv_flat);

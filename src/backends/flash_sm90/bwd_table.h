@@ -6,5 +6,6 @@
 
 // clang-format off
 #define ATTN_FLASH_SM90_BWD_TABLE(X) \
+  X(64, 64)                          \
   X(128, 128)
 // clang-format on
