@@ -41,7 +41,7 @@ const Backend* find_backend(const std::string& name);
 std::vector<std::string> preference_order(const DeviceInfo& dev, Pass pass = Pass::forward);
 // The order for one problem: preference_order()'s for its pass, except where
 // a measured rule moves a backend first (Hopper's backward: flash_sm90 for a
-// causal GQA problem); `rule`, when given, gets that rule's words.
+// causal GQA problem at d 128); `rule`, when given, gets that rule's words.
 std::vector<std::string> preference_order_for(const DeviceInfo& dev, const Problem& p, std::string* rule = nullptr);
 
 // Every known backend's verdict, in preference order; policy adds its own

@@ -43,10 +43,11 @@ std::vector<std::string> preference_order(const DeviceInfo& dev, Pass pass) {
   std::vector<std::string> order;
   if (!dev.device.is_cuda())
     order = {"reference"};
-  else if (dev.sm >= 90 && pass == Pass::backward)  // cudnn first: flash_sm90's backward is 0.92-0.95x cuDNN's
-                                                    // without GQA (docs/PERF.md, "flash_sm90 backward"; the
-                                                    // rule below is the exception); each pass is selected on
-                                                    // its own (tests/gpu/test_cross_pass.cpp)
+  else if (dev.sm >= 90 && pass == Pass::backward)  // cudnn first: flash_sm90's backward is 0.92-1.00x cuDNN's
+                                                    // at d 128 without GQA, 0.71-0.84x at d 64 (docs/PERF.md,
+                                                    // "flash_sm90 backward"; the rule below is the exception);
+                                                    // each pass is selected on its own
+                                                    // (tests/gpu/test_cross_pass.cpp)
     order = {"cudnn", "flash_sm90", "flash_sm80", "unfused"};
   else if (dev.sm >= 90)  // flash_sm90 first: its forward is 1.04x cuDNN's over ANCHORS.md's grid (no point
                           // below 0.929x) and 1.5-1.7x FlexAttention on windows and packed documents (docs/PERF.md,
@@ -63,16 +64,18 @@ std::vector<std::string> preference_order(const DeviceInfo& dev, Pass pass) {
 
 std::vector<std::string> preference_order_for(const DeviceInfo& dev, const Problem& p, std::string* rule) {
   std::vector<std::string> order = preference_order(dev, p.pass);
-  // Hopper's backward under a causal mask (a right bound, no left one) with 4
-  // or more query heads per KV head: flash_sm90's backward runs its heavy
-  // first KV tiles of several heads together (its chunked grid) and measured
-  // 1.00-1.09x cuDNN's at d 128 with GQA 4 (docs/PERF.md), where cuDNN also
-  // sums dK and dV over the group in extra kernels.
-  const bool causal_gqa = p.h_kv > 0 && p.h_q >= 4 * p.h_kv && p.window_right >= 0 && p.window_left < 0;
+  // Hopper's backward at head dim 128 under a causal mask (a right bound, no
+  // left one) with 4 or more query heads per KV head: flash_sm90's backward
+  // runs its heavy first KV tiles of several heads together (its chunked
+  // grid) and measured 1.00-1.09x cuDNN's with GQA 4 (docs/PERF.md), where
+  // cuDNN also sums dK and dV over the group in extra kernels. (At d 64 it
+  // measured 0.80-1.00x there: not moved.)
+  const bool causal_gqa = p.d_qk == 128 && p.d_v == 128 && p.h_kv > 0 && p.h_q >= 4 * p.h_kv &&
+                          p.window_right >= 0 && p.window_left < 0;
   if (dev.device.is_cuda() && dev.sm >= 90 && p.pass == Pass::backward && causal_gqa) {
     order.erase(std::find(order.begin(), order.end(), "flash_sm90"));
     order.insert(order.begin(), "flash_sm90");
-    if (rule) *rule = "flash_sm90 first for a causal GQA backward (4+ query heads per KV head)";
+    if (rule) *rule = "flash_sm90 first for a causal GQA backward at d 128 (4+ query heads per KV head)";
   }
   return order;
 }

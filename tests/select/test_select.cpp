@@ -82,9 +82,9 @@ TEST(Select, PreferenceOrderPerArchitecture) {
   for (const auto* order : {&sm90, &sm90_bwd, &sm80, &cpu}) EXPECT_EQ(order->size(), 5u);
 }
 
-// Hopper's backward order moves flash_sm90 first for causal GQA (4+ query
-// heads per KV head), where it measured faster than cuDNN's, and says so;
-// everywhere else cudnn stays first.
+// Hopper's backward order moves flash_sm90 first for causal GQA at d 128
+// (4+ query heads per KV head), where it measured faster than cuDNN's, and
+// says so; everywhere else cudnn stays first.
 TEST(Select, HopperBackwardPutsFlashSm90FirstForCausalGqa) {
   const DeviceInfo dev = simulated_device("sm90");
   Problem p = gpu_problem(128, 128);
@@ -113,6 +113,9 @@ TEST(Select, HopperBackwardPutsFlashSm90FirstForCausalGqa) {
   EXPECT_EQ(first(q), "cudnn");
   q = p;
   q.window_left = 256;  // a sliding window: the first KV tiles are not the heavy ones
+  EXPECT_EQ(first(q), "cudnn");
+  q = p;
+  q.d_qk = q.d_v = 64;  // measured slower than cuDNN's there
   EXPECT_EQ(first(q), "cudnn");
   q = p;
   q.pass = Pass::forward;
