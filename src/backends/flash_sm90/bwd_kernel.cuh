@@ -167,15 +167,21 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
       const float2* terms = bp.row_terms + h * bp.rows_q + tok0;
       for (int m = mt.first; m <= mt.last; ++m, ++it) {
         const int stage = it % kS, m0 = m * kM;
-        sm90::mbar_wait(empty(stage), ((it / kS) & 1) ^ 1);  // a fresh barrier's "previous phase" is complete
-        // Rows past the sequence get lse2 = +inf: their P is 0.
+        // The tile's row terms are read before its stage is free, so their
+        // latency runs under the wait. Rows past the sequence get lse2 =
+        // +inf: their P is 0.
+        float2 t[kM / 32];
 #pragma unroll
-        for (int r = lane; r < kM; r += 32) {
-          const float2 t = m0 + r < seq.len_q ? terms[m0 + r] : make_float2(INFINITY, 0.f);
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(terms_s + stage * Cfg::kSmemTerms + 8 * r),
-                       "f"(t.x), "f"(t.y)
-                       : "memory");
+        for (int j = 0; j < kM / 32; ++j) {
+          const int r = lane + 32 * j;
+          t[j] = m0 + r < seq.len_q ? terms[m0 + r] : make_float2(INFINITY, 0.f);
         }
+        sm90::mbar_wait(empty(stage), ((it / kS) & 1) ^ 1);  // a fresh barrier's "previous phase" is complete
+#pragma unroll
+        for (int j = 0; j < kM / 32; ++j)
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(terms_s + stage * Cfg::kSmemTerms + 8 * (lane + 32 * j)),
+                       "f"(t[j].x), "f"(t[j].y)
+                       : "memory");
         if (lane == 0) {
           sm90::mbar_arrive_expect_tx(full(stage), 2 * Cfg::kSmemQ);
 #pragma unroll
