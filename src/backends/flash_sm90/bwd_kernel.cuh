@@ -178,10 +178,10 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
         }
         sm90::mbar_wait(empty(stage), ((it / kS) & 1) ^ 1);  // a fresh barrier's "previous phase" is complete
 #pragma unroll
-        for (int j = 0; j < kM / 32; ++j)
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(terms_s + stage * Cfg::kSmemTerms + 8 * (lane + 32 * j)),
-                       "f"(t[j].x), "f"(t[j].y)
-                       : "memory");
+        for (int j = 0; j < kM / 32; ++j) {
+          const uint32_t at = terms_s + stage * Cfg::kSmemTerms + 8 * (lane + 32 * j);
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(t[j].x), "f"(t[j].y) : "memory");
+        }
         if (lane == 0) {
           sm90::mbar_arrive_expect_tx(full(stage), 2 * Cfg::kSmemQ);
 #pragma unroll
@@ -403,8 +403,8 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
 #pragma unroll
           for (int i = 0; i < NQ; ++i) {
             const int col = flash_sm80::dq_swizzle(tok0 + m0 + r, col0 + 8 * i + 2 * (lane & 3));
-            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(dq_stage + 4u * static_cast<uint32_t>(r * kD + col)),
-                         "f"(dq[i][2 * hr]), "f"(dq[i][2 * hr + 1])
+            const uint32_t at = dq_stage + 4u * static_cast<uint32_t>(r * kD + col);
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(dq[i][2 * hr]), "f"(dq[i][2 * hr + 1])
                          : "memory");
           }
         }
