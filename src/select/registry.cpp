@@ -43,7 +43,7 @@ std::vector<std::string> preference_order(const DeviceInfo& dev, Pass pass) {
   std::vector<std::string> order;
   if (!dev.device.is_cuda())
     order = {"reference"};
-  else if (dev.sm >= 90 && pass == Pass::backward)  // cudnn first: flash_sm90's backward is 0.92-1.00x cuDNN's
+  else if (dev.sm >= 90 && pass == Pass::backward)  // cudnn first: flash_sm90's backward is 0.92-1.01x cuDNN's
                                                     // at d 128 without GQA, 0.71-0.84x at d 64 (docs/PERF.md,
                                                     // "flash_sm90 backward"; the rule below is the exception);
                                                     // each pass is selected on its own
@@ -67,9 +67,9 @@ std::vector<std::string> preference_order_for(const DeviceInfo& dev, const Probl
   // Hopper's backward at head dim 128 under a causal mask (a right bound, no
   // left one) with 4 or more query heads per KV head: flash_sm90's backward
   // runs its heavy first KV tiles of several heads together (its chunked
-  // grid) and measured 1.00-1.09x cuDNN's with GQA 4 (docs/PERF.md), where
+  // grid) and measured 1.02-1.09x cuDNN's with GQA 4 (docs/PERF.md), where
   // cuDNN also sums dK and dV over the group in extra kernels. (At d 64 it
-  // measured 0.80-1.00x there: not moved.)
+  // measured 0.85-1.05x there, causal: not moved.)
   const bool causal_gqa = p.d_qk == 128 && p.d_v == 128 && p.h_kv > 0 && p.h_q >= 4 * p.h_kv &&
                           p.window_right >= 0 && p.window_left < 0;
   if (dev.device.is_cuda() && dev.sm >= 90 && p.pass == Pass::backward && causal_gqa) {
