@@ -40,6 +40,15 @@ build_kernels() {
 build_and_stage_python() {
   build_kernels _C && stage_python build-kernels
 }
+# ptxas_report KERNEL: one line per instantiation of the kernel named KERNEL
+# (its template arguments, spill stores, registers) from $out/build.log, as
+# build_kernels writes it (ptxas -v).
+ptxas_report() {
+  grep -E "Compiling entry function '.*$1|spill stores|Used [0-9]+ registers" "$out/build.log" |
+    grep -A2 -E "$1" | grep -v '^--' | paste - - - |
+    sed -E "s/.*$1I([^E]*)E.*(bytes stack frame), ([0-9]+ bytes spill stores).*Used ([0-9]+) registers.*/\1 \3 regs=\4/" |
+    sort -u
+}
 # sanitize NAME "CHECK ARGS" [ENV=VALUE ...]: memcheck and racecheck of one
 # `attn check` case (build-kernels), logs $out/memcheckNAME.log and
 # $out/racecheckNAME.log, each run under ${SANITIZE_TIMEOUT:-75} s; each tool's

@@ -36,9 +36,7 @@ if [ "${ATTN_SM90_SKIP_BENCH:-0}" != 1 ]; then
 fi
 t3=$(date +%s)
 echo "== ptxas (flash_sm90 backward kernels)"
-grep -E "Compiling entry function '.*flash_bwd_sm90_kernel|spill stores|Used [0-9]+ registers" "$out/build.log" |
-  grep -A2 -E "flash_bwd_sm90_kernel" | grep -v '^--' | paste - - - |
-  sed -E "s/.*flash_bwd_sm90_kernelI([^E]*)E.*(bytes stack frame), ([0-9]+ bytes spill stores).*Used ([0-9]+) registers.*/\1 \3 regs=\4/" | sort -u
+ptxas_report flash_bwd_sm90_kernel
 echo "== SASS of the d128 backward: $sass_counts"
 echo "== gpu tests (rc $tests_rc)"
 grep -E "^\[  (PASSED|FAILED) |FAILED|Failure|dq: |dk: |dv: |out: |lse: |case [0-9]+:|grid case" "$out/gpu_tests.log" | head -40
