@@ -237,11 +237,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
   // TMA already zero-fills rows past the tensor's end (bshd/sbhd's s), so
   // only cu_seqlens calls get here. Both consumers clear, then sync.
   auto clear_rows = [&](uint32_t tile, int rows, int first) {
-    char* const gen = smem + (tile - k_s);
-    for (int idx = tid - 128; idx < (rows - first) * (kD / 8); idx += kConsumerThreads) {
-      const int r = first + idx / (kD / 8), c = idx % (kD / 8);
-      *reinterpret_cast<uint4*>(gen + sm90::swizzled_offset(rows, r, c)) = make_uint4(0, 0, 0, 0);
-    }
+    sm90::clear_rows<kD>(smem + (tile - k_s), rows, first, tid - 128, kConsumerThreads);
   };
   const bool padded_kv = (p.packed || seq.len_kv < p.s_kv) && n0 + kN > seq.len_kv;
   const bool padded_q = p.packed || seq.len_q < p.s_q;

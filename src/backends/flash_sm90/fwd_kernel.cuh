@@ -506,11 +506,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     if ((cur.tiles.last + 1) * kN > cur.seq.len_kv && (p.packed || cur.seq.len_kv < p.s_kv)) {
       sm90::mbar_wait(v_full(item_last), item_last_parity);
       const int valid = max(0, cur.seq.len_kv - cur.tiles.last * kN);
-      char* v_gen = smem + (v_s - q_s) + item_last * Cfg::kSmemV;
-      for (int idx = ctid; idx < (kN - valid) * (kDV / 8); idx += kConsumerThreads) {
-        const int r = valid + idx / (kDV / 8), c = idx % (kDV / 8);
-        *reinterpret_cast<uint4*>(v_gen + swizzled_offset(kN, r, c)) = make_uint4(0, 0, 0, 0);
-      }
+      sm90::clear_rows<kDV>(smem + (v_s - q_s) + item_last * Cfg::kSmemV, kN, valid, ctid, kConsumerThreads);
       sm90::fence_proxy_async();
       sm90::named_sync(kBarConsumers, kConsumerThreads);
     }

@@ -26,6 +26,19 @@ __host__ __device__ constexpr uint32_t swizzled_offset(int rows, int r, int chun
   return (chunk / 8) * rows * 128 + r * 128 + (((chunk % 8) ^ (r % 8)) * 16);
 }
 
+// Zeroes rows [first, rows) of such a tile (kCols 2-byte columns) at the
+// generic address `tile`, thread t of `threads` storing every threads-th
+// 16-byte chunk; the caller fences (fence_proxy_async) and syncs before an
+// async read. Rows past a sequence are cleared so, where a product would
+// sum 0 * NaN over them.
+template <int kCols>
+__device__ __forceinline__ void clear_rows(char* tile, int rows, int first, int t, int threads) {
+  for (int idx = t; idx < (rows - first) * (kCols / 8); idx += threads) {
+    const int r = first + idx / (kCols / 8), c = idx % (kCols / 8);
+    *reinterpret_cast<uint4*>(tile + swizzled_offset(rows, r, c)) = make_uint4(0, 0, 0, 0);
+  }
+}
+
 // Descriptor of a 128B-swizzled operand starting at shared address `addr`
 // (bytes; the enclosing block 1024-byte aligned) with the given offsets.
 __host__ __device__ constexpr uint64_t sw128_descriptor(uint32_t addr, uint32_t leading_bytes, uint32_t stride_bytes) {
