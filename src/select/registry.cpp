@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "attn/select.h"
+#include "backends/flash_sm80/bwd_config.h"  // bwd_first_kv_tiles_heavy: the case the chunked grid serves
 #include "backends/flash_sm80/flash_sm80.h"
 #include "backends/flash_sm90/flash_sm90.h"
 #include "backends/reference/reference.h"
@@ -70,8 +71,10 @@ std::vector<std::string> preference_order_for(const DeviceInfo& dev, const Probl
   // grid) and measured 1.02-1.09x cuDNN's with GQA 4 (docs/PERF.md), where
   // cuDNN also sums dK and dV over the group in extra kernels. (At d 64 it
   // measured 0.85-1.05x there, causal: not moved.)
-  const bool causal_gqa = p.d_qk == 128 && p.d_v == 128 && p.h_kv > 0 && p.h_q >= 4 * p.h_kv &&
-                          p.window_right >= 0 && p.window_left < 0;
+  const int64_t h_per_kv = p.h_kv > 0 ? p.h_q / p.h_kv : 0;
+  const bool causal_gqa = p.d_qk == 128 && p.d_v == 128 && h_per_kv >= 4 &&
+                          flash_sm80::bwd_first_kv_tiles_heavy(static_cast<int>(h_per_kv), p.window_left,
+                                                               p.window_right);
   if (dev.device.is_cuda() && dev.sm >= 90 && p.pass == Pass::backward && causal_gqa) {
     order.erase(std::find(order.begin(), order.end(), "flash_sm90"));
     order.insert(order.begin(), "flash_sm90");

@@ -29,6 +29,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "attn/error.h"
 #include "backends/flash_sm80/bwd_config.h"  // bwd_group_chunk
@@ -478,8 +479,10 @@ void launch_bwd(const Sm90BwdParams& args, cudaStream_t stream) {
   const auto& p = args.p.fwd;
   const int kv_tiles = (p.s_kv + Cfg::kBlockN - 1) / Cfg::kBlockN, pairs = p.h_q / p.h_per_kv * p.batch;
   if (kv_tiles > 65535)  // grid y (supports() refuses these first)
-    fail(ErrorKind::unsupported, "flash_sm90's backward takes at most 65535 KV tiles of 128 keys", "max_seqlen_kv",
-         "at most 8388480 keys per sequence", "use another backend (cudnn, flash_sm80) for longer sequences");
+    fail(ErrorKind::unsupported, "flash_sm90's backward takes at most 65535 KV tiles",
+         "max_seqlen_kv " + std::to_string(p.s_kv),
+         "at most " + std::to_string(65535LL * Cfg::kBlockN) + " keys per sequence",
+         "use another backend (cudnn, flash_sm80) for longer sequences");
   Sm90BwdParams a = args;
   a.p.group_chunk = flash_sm80::bwd_group_chunk(p.h_per_kv, p.window_left, p.window_right, p.s_q, kDQK, kDV, pairs);
   const dim3 grid(a.p.group_chunk, kv_tiles, (pairs + a.p.group_chunk - 1) / a.p.group_chunk);

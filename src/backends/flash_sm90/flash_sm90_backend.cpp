@@ -81,9 +81,11 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
     if (p.bias == BiasType::alibi) no.push_back("ALiBi" + later);
     if (p.dropout_p > 0) no.push_back("dropout" + later);
     if (p.deterministic) no.push_back("deterministic mode (dQ is added with unordered atomics)" + later);
-    if ((p.s_kv + 127) / 128 > 65535)
-      no.push_back("max_seqlen_kv " + std::to_string(p.s_kv) +
-                   ": the backward's grid takes at most 65535 KV tiles of 128 keys (8388480 keys)");
+    constexpr int64_t kTileKeys = BwdConfig<128, 128>::kBlockN, kMaxKeys = 65535 * kTileKeys;
+    static_assert(BwdConfig<64, 64>::kBlockN == kTileKeys, "one KV tile size for every backward row");
+    if (p.s_kv > kMaxKeys)
+      no.push_back("max_seqlen_kv " + std::to_string(p.s_kv) + ": the backward's grid takes at most 65535 KV " +
+                   "tiles of " + std::to_string(kTileKeys) + " keys (" + std::to_string(kMaxKeys) + ")");
   }
   for (std::string& reason : detail::flash_kernel_reasons(p, "flash_sm90")) no.push_back(std::move(reason));
   if ((p.s_q + 127) / 128 * p.h_q * p.batch > INT32_MAX)
