@@ -35,6 +35,17 @@ Problem gpu_problem(int64_t d_qk, int64_t d_v) {
   return p;
 }
 
+// A causal backward at d 128 with h_q query heads on h_kv KV heads.
+Problem causal_backward(int64_t h_q, int64_t h_kv) {
+  Problem p = gpu_problem(128, 128);
+  p.pass = Pass::backward;
+  p.h_q = h_q;
+  p.h_kv = h_kv;
+  p.mask = MaskType::causal;
+  p.window_right = 0;
+  return p;
+}
+
 std::string error_of(const std::function<void()>& fn) {
   try {
     fn();
@@ -87,12 +98,7 @@ TEST(Select, PreferenceOrderPerArchitecture) {
 // says so; everywhere else cudnn stays first.
 TEST(Select, HopperBackwardPutsFlashSm90FirstForCausalGqa) {
   const DeviceInfo dev = simulated_device("sm90");
-  Problem p = gpu_problem(128, 128);
-  p.pass = Pass::backward;
-  p.h_q = 16;
-  p.h_kv = 4;
-  p.mask = MaskType::causal;
-  p.window_right = 0;
+  const Problem p = causal_backward(16, 4);
   std::string rule;
   EXPECT_EQ(preference_order_for(dev, p, &rule).front(), "flash_sm90");
   EXPECT_NE(rule.find("causal GQA"), std::string::npos) << rule;
@@ -130,12 +136,7 @@ TEST(Select, FlashSm90BackwardSaysWhatItRuns) {
   const DeviceInfo dev = simulated_device("sm90");
   const Backend* b = find_backend("flash_sm90");
   ASSERT_NE(b, nullptr);
-  Problem p = gpu_problem(128, 128);
-  p.pass = Pass::backward;
-  p.h_q = 8;
-  p.h_kv = 2;
-  p.mask = MaskType::causal;
-  p.window_right = 0;
+  const Problem p = causal_backward(8, 2);
   EXPECT_TRUE(b->supports(p, dev).empty()) << format_verdicts(explain(p, dev, Policy{}));
   auto refused = [&](Problem q, const std::string& words) {
     const std::vector<std::string> no = b->supports(q, dev);
