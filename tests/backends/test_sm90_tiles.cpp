@@ -3,6 +3,7 @@
 // is a sequence's first, where a causal mask makes it cheapest.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -99,6 +100,52 @@ TEST(Sm90Tiles, CausalCostOfTheFirstTilePartial) {
   EXPECT_EQ(causal_tile_products(1024, 192, 128), 27);
   // Where kM = kN the count is the same either way: 1 + 2 + ... + 8.
   EXPECT_EQ(causal_tile_products(1024, 128, 128), 36);
+}
+
+// The walk takes every (sequence, head, tile) once, whatever the section size
+// (the last section may hold fewer pairs), and within a section tile-major.
+TEST(Sm90Tiles, WalkTakesEveryItemOnce) {
+  for (int m_blocks : {1, 3, 16}) {
+    for (int h_q : {1, 5, 16}) {
+      for (int batch : {1, 3}) {
+        const int pairs = h_q * batch;
+        for (int section : {1, 2, 4, 7, pairs}) {
+          SCOPED_TRACE(::testing::Message() << "m_blocks " << m_blocks << " h_q " << h_q << " batch " << batch
+                                            << " section " << section);
+          std::vector<int> seen(pairs * m_blocks, 0);
+          for (int t = 0; t < pairs * m_blocks; ++t) {
+            const WorkItem w = work_item(t, m_blocks, h_q, pairs, section);
+            ASSERT_TRUE(w.b >= 0 && w.b < batch && w.h >= 0 && w.h < h_q && w.tile >= 0 && w.tile < m_blocks);
+            ++seen[(w.b * h_q + w.h) * m_blocks + w.tile];
+            // Inside its section an item comes after every heavier tile of the section's pairs.
+            const int pair = w.b * h_q + w.h, first = pair / section * section;
+            const int n = std::min(section, pairs - first);
+            ASSERT_EQ(t, first * m_blocks + w.tile * n + (pair - first));
+          }
+          for (int i = 0; i < pairs * m_blocks; ++i) ASSERT_EQ(seen[i], 1) << "item " << i;
+        }
+      }
+    }
+  }
+  // Section 1 is one pair's tiles side by side, heaviest (tile 0) first.
+  const WorkItem w = work_item(5, 4, 3, 6, 1);
+  EXPECT_EQ(w.b, 0);
+  EXPECT_EQ(w.h, 1);
+  EXPECT_EQ(w.tile, 1);
+}
+
+TEST(Sm90Tiles, SectionsOnlyUnderACausalMask) {
+  // No mask, a two-sided or a left window: every tile of a pair costs about the same.
+  EXPECT_EQ(fwd_section_pairs(1, -1, -1, 2048, 128, 128, 64), 1);
+  EXPECT_EQ(fwd_section_pairs(1, 255, 0, 2048, 128, 128, 64), 1);
+  EXPECT_EQ(fwd_section_pairs(1, 255, 255, 2048, 128, 128, 64), 1);
+  // Causal: KV heads of 1 MiB (2048 x 256 x 2 bytes), 16 of them in 16 MiB,
+  // 4 query heads each; held to the pairs there are.
+  EXPECT_EQ(fwd_section_pairs(4, -1, 0, 2048, 128, 128, 64), 64);
+  EXPECT_EQ(fwd_section_pairs(4, -1, 0, 2048, 128, 128, 1000), 64);
+  EXPECT_EQ(fwd_section_pairs(1, -1, 0, 2048, 128, 128, 1000), 16);
+  EXPECT_EQ(fwd_section_pairs(1, -1, 0, 16384, 128, 128, 16), 2);  // 8 MiB per KV head
+  EXPECT_EQ(fwd_section_pairs(1, -1, 0, 1 << 20, 256, 256, 16), 1);  // one head over budget: still 1
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "backends/flash_sm90/fwd_config.h"
 #include "backends/flash_sm90/fwd_launch.h"
 #include "backends/flash_sm90/fwd_table.h"
+#include "backends/flash_sm90/fwd_tiles.h"
 #include "backends/flash_sm90/tensor_maps.h"
 #include "core/cuda_check.h"
 #include "core/workspace.h"
@@ -34,6 +35,8 @@ void run(const Problem& p, const ForwardArgs& a, cudaStream_t stream) {
   // The work-item counter: the stream's workspace, zeroed on the stream.
   args.item_counter = static_cast<int*>(detail::workspace(p.device.index, stream, sizeof(int)));
   ATTN_CUDA(cudaMemsetAsync(args.item_counter, 0, sizeof(int), stream));
+  args.section_pairs = fwd_section_pairs(args.p.h_per_kv, args.p.window_left, args.p.window_right, args.p.s_kv,
+                                         kDQK, kDV, args.p.h_q * args.p.batch);
   const int sm_count = query_device(p.device).sm_count;  // cached per device
   if (args.p.dropout_threshold != 0)
     launch_fwd<T, kDQK, kDV, true>(args, sm_count, stream);

@@ -1,8 +1,8 @@
 // flash_sm90's forward kernel: FlashAttention's algorithm on Hopper's
-// asynchronous units. A persistent grid (one CTA per SM) takes the
-// (query tile of 64 rows per consumer, query head, sequence) work items one at a time from a
-// global counter, in an order that puts a sequence's heaviest tiles first; in
-// each CTA:
+// asynchronous units. A persistent grid (one CTA per SM) takes the (query
+// tile of 64 rows per consumer, query head, sequence) work items one at a
+// time from a global counter, in an order that puts the heaviest tiles first
+// (fwd_tiles.h: work_item); in each CTA:
 // - warpgroup 0, the producer: one thread loads Q once and K/V tiles into a
 //   kStages-deep ring with TMA, each stage guarded by a "full" mbarrier (bytes
 //   landed) and an "empty" one (every consumer done reading);
@@ -55,22 +55,6 @@ using sm90::swizzled_offset;
 constexpr int kBarConsumers = 1;
 constexpr int kBarConsumer0 = 2;  // 2..4: each consumer's epilogue
 constexpr int kBarTurn0 = 5;      // 5..7: whose turn it is to issue products
-
-// The work item t: the query tiles of one (sequence, head) side by side, from
-// the last (the heaviest under a causal mask) to the first (fwd_tiles.h), so the CTAs
-// running at once read the same K/V, from L2. (Heads fastest reads K/V from
-// memory once per query tile: memory-bound wherever a tile's work is short.)
-// CTAs take items in this order from a counter, so a CTA that drew light
-// items takes more: no SM idles behind a heavy item while work is left.
-struct WorkItem {
-  int b, h, tile;  // tile: counted from the sequence's end
-};
-template <int kM>
-__device__ __forceinline__ WorkItem work_item(const FwdParams& p, int t) {
-  const int m_blocks = (p.s_q + kM - 1) / kM;
-  const int bh = t / m_blocks;
-  return {bh / p.h_q, bh % p.h_q, t % m_blocks};
-}
 
 // kDropout: the build with dropout's path (Philox bits per tile), run for
 // calls with dropout. Compiled into every call, its bits and code cost d 64
@@ -164,7 +148,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   auto load_item = [&](int t) {
     Item c;
     c.t = t;
-    const WorkItem w = work_item<kM>(p, t);
+    const WorkItem w = work_item(t, (p.s_q + kM - 1) / kM, p.h_q, p.h_q * p.batch, args.section_pairs);
     c.b = w.b;
     c.h = w.h;
     c.seq = flash_sm80::sequence_extent(p, c.b);

@@ -17,6 +17,7 @@ struct Sm90FwdParams {
   CUtensorMap o;        // the same, in boxes of 64 rows (one consumer warpgroup's)
   FwdParams p;
   int* item_counter;  // zeroed before the launch (workspace)
+  int section_pairs;  // the walk's order (fwd_tiles.h: work_item, fwd_section_pairs)
 };
 
 }  // namespace attn::flash_sm90

@@ -38,4 +38,48 @@ ATTN_HOST_DEVICE QueryTile query_tile(int idx, int kM, int len_q, int s_q, bool 
   return t;
 }
 
+// The walk's order: work item t (the t-th a CTA takes from the counter) is
+// query tile `tile` (counted from the sequence's end, as above) of query head
+// h of sequence b. The (sequence, head) pairs go in sections of `section`
+// pairs, and within a section tile-major: every pair's last tile, then every
+// pair's last but one, ... With section 1 that is one pair's tiles side by
+// side, from the heaviest under a causal mask to the lightest, so the CTAs
+// running at once read the same K/V, from L2 (heads fastest would read K/V
+// from memory once per query tile). Under a causal mask that order ends the
+// walk on heavy tiles too, each pair's last (the heaviest) among the final
+// items, where an SM that draws one runs on alone; sections of several pairs
+// put every heavy tile of the section first and end it on light ones, as
+// FlashAttention-3's scheduler does (fwd_section_pairs() sizes them).
+struct WorkItem {
+  int b, h, tile;
+};
+ATTN_HOST_DEVICE WorkItem work_item(int t, int m_blocks, int h_q, int pairs, int section) {
+  const int per_section = section * m_blocks;
+  const int first = t / per_section * section;  // the section's first pair
+  const int left = pairs - first;
+  const int n = left < section ? left : section;  // pairs in this section (the last may hold fewer)
+  const int r = t - first * m_blocks;
+  const int tile = r / n;
+  const int pair = first + (r - tile * n);
+  return {pair / h_q, pair % h_q, tile};
+}
+
+// Pairs per section of the walk: 1 (plain order) unless the tiles of a pair
+// differ in work the way a causal mask makes them (a right bound, no left
+// one: the last tile the heaviest). Then as many pairs as have K/V within
+// about 16 MiB together, so the section's heavy tiles, run side by side,
+// still read their K/V from L2 (h_per_kv query heads share one KV head's
+// s_kv x (d_qk + d_v) x 2 bytes). On the H100 (docs/PERF.md, "The forward's
+// walk in sections"), forward against the plain order: b 4, s 2048, 16 / 4
+// heads, d 128, causal 137 -> 123 us; ANCHORS.md's causal points d 128 4k
+// +5%, d 64 16k +3%, 1k level. 32 MiB lost 6% at d 128 1k (64 pairs of
+// 512 KiB at once), 8 MiB 1% at 16k.
+constexpr int fwd_section_pairs(int h_per_kv, long long window_left, long long window_right, long long s_kv,
+                                int d_qk, int d_v, int pairs) {
+  if (window_right < 0 || window_left >= 0 || pairs < 1) return 1;
+  const long long kv_head_bytes = s_kv * (d_qk + d_v) * 2;
+  const long long n = kv_head_bytes > 0 ? (16LL << 20) / kv_head_bytes * h_per_kv : pairs;
+  return static_cast<int>(n < 1 ? 1 : n > pairs ? pairs : n);
+}
+
 }  // namespace attn::flash_sm90
