@@ -34,11 +34,12 @@ import attn.torch as at
 from attn.layer import apply_rotary_pos_emb
 
 
-def timed_interleaved(fns, warmup, iters):
+def timed_interleaved(fns, warmup, iters, samples=None):
     """{name: median ms} for several callables timed in alternation: sample i
     runs every callable once, in an order that reverses each round, so clock
     and thermal drift over the run fall on all of them alike. fns: {name:
-    (setup, fn)}; setup() runs untimed before each sample (None: nothing)."""
+    (setup, fn)}; setup() runs untimed before each sample (None: nothing).
+    samples: a dict that receives every sample, {name: [ms per round]}."""
     for setup, fn in fns.values():
         if setup:
             setup()
@@ -59,6 +60,8 @@ def timed_interleaved(fns, warmup, iters):
             end.record()
             end.synchronize()
             times[name].append(start.elapsed_time(end))
+    if samples is not None:
+        samples.update(times)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -276,9 +279,15 @@ def bench_transformers(args, report):
 
         def use(impl):
             return lambda: model.set_attn_implementation(impl)
-        t = timed_interleaved({impl: (use(impl), run) for impl in ("attn", "sdpa")}, args.warmup, args.iters)
+        rounds = {}
+        t = timed_interleaved({impl: (use(impl), run) for impl in ("attn", "sdpa")}, args.warmup, args.iters, rounds)
         res["attn_ms"], res["sdpa_ms"] = t["attn"], t["sdpa"]
         res["speedup"] = res["sdpa_ms"] / res["attn_ms"]
+        # The same round's two steps paired: how the speedup spreads, and how often attn's step was the faster.
+        paired = sorted(s / a for a, s in zip(rounds["attn"], rounds["sdpa"]))
+        res["paired_speedup"] = dict(median=statistics.median(paired), q10=paired[len(paired) // 10],
+                                     q90=paired[len(paired) * 9 // 10], attn_faster=sum(r > 1 for r in paired) / len(paired),
+                                     rounds=len(paired))
         if args.profile:  # where the GPU time of one step goes, per implementation
             every = {}
             for impl in ("attn", "sdpa"):
@@ -312,6 +321,7 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--skip-transformers", action="store_true")
+    p.add_argument("--skip-layer", action="store_true", help="only the transformers training step")
     p.add_argument("--profile", action="store_true",
                    help="also list each transformers step's top CUDA kernels (torch.profiler) per implementation")
     args = p.parse_args()
@@ -333,23 +343,25 @@ def main():
         args.skip_transformers = True
     print(f"{report['device']}, torch {report['torch']}, cuDNN {report['cudnn']}, attn backends {report['attn_backends']}")
 
-    bench_layer(args, report)
+    if not args.skip_layer:
+        bench_layer(args, report)
     if not args.skip_transformers:
         bench_transformers(args, report)
 
-    L = report["layer"]
-    print(f"\nLlama-3-8B-shaped layer, b {args.batch} s {args.seq}, bf16, fwd+bwd (median ms; speedup = SDPA / attn)")
-    print(f"| what | attn | PyTorch SDPA cuDNN ({L['sdpa_gqa']}) | speedup |\n| --- | --- | --- | --- |")
-    print(f"| layer | {L['attn_layer_ms']:.3f} | {L['sdpa_cudnn_layer_ms']:.3f} | {L['speedup']:.3f} |")
-    A = L["attention_only"]
-    print(f"| attention only | {A['attn_ms']:.3f} ({A['attn_tflops']:.0f} TFLOP/s) | {A['sdpa_cudnn_ms']:.3f} "
-          f"({A['sdpa_cudnn_tflops']:.0f} TFLOP/s) | {A['speedup']:.3f} |")
-    R = L["rotary_q_and_k"]
-    print(f"| rotary on q and k | {R['attn_fused_ms']:.3f} (fused) | {R['pytorch_unfused_ms']:.3f} (PyTorch ops) "
-          f"| {R['speedup']:.3f} |")
-    print(f"rotary error against float64 (relative Frobenius): fused {R['rel_frobenius_error_vs_float64']['fused']:.2e}, "
-          f"PyTorch ops {R['rel_frobenius_error_vs_float64']['unfused']:.2e}")
-    print(f"layer outputs differ by {L['output_rel_frobenius_diff']:.2e} (relative Frobenius)")
+    if "layer" in report:
+        L = report["layer"]
+        print(f"\nLlama-3-8B-shaped layer, b {args.batch} s {args.seq}, bf16, fwd+bwd (median ms; speedup = SDPA / attn)")
+        print(f"| what | attn | PyTorch SDPA cuDNN ({L['sdpa_gqa']}) | speedup |\n| --- | --- | --- | --- |")
+        print(f"| layer | {L['attn_layer_ms']:.3f} | {L['sdpa_cudnn_layer_ms']:.3f} | {L['speedup']:.3f} |")
+        A = L["attention_only"]
+        print(f"| attention only | {A['attn_ms']:.3f} ({A['attn_tflops']:.0f} TFLOP/s) | {A['sdpa_cudnn_ms']:.3f} "
+              f"({A['sdpa_cudnn_tflops']:.0f} TFLOP/s) | {A['speedup']:.3f} |")
+        R = L["rotary_q_and_k"]
+        print(f"| rotary on q and k | {R['attn_fused_ms']:.3f} (fused) | {R['pytorch_unfused_ms']:.3f} (PyTorch ops) "
+              f"| {R['speedup']:.3f} |")
+        print(f"rotary error against float64 (relative Frobenius): fused {R['rel_frobenius_error_vs_float64']['fused']:.2e}, "
+              f"PyTorch ops {R['rel_frobenius_error_vs_float64']['unfused']:.2e}")
+        print(f"layer outputs differ by {L['output_rel_frobenius_diff']:.2e} (relative Frobenius)")
     if "transformers" in report:
         T = report["transformers"]
         print(f"\ntransformers Llama-style model ({T['model']['layers']} layers, hidden {T['model']['hidden']}), "
@@ -357,6 +369,10 @@ def main():
         print("| case | attn | sdpa | speedup |\n| --- | --- | --- | --- |")
         for r in T["rows"]:
             print(f"| {r['case']} | {r['attn_ms']:.2f} | {r['sdpa_ms']:.2f} | {r['speedup']:.3f} |")
+        for r in T["rows"]:
+            P = r["paired_speedup"]
+            print(f"{r['case']}: speedup per round (sdpa / attn, same round) median {P['median']:.4f}, "
+                  f"10-90% {P['q10']:.4f}-{P['q90']:.4f}; attn faster in {P['attn_faster']:.0%} of {P['rounds']} rounds")
         for r in T["rows"]:
             for impl in ("attn", "sdpa"):
                 if f"{impl}_timeline" in r:

@@ -23,14 +23,20 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=None)
     ap.add_argument("--backward", action="store_true", help="forward + backward through autograd")
     ap.add_argument("--backend", default=None, help="force one attn backend (default: attn's choice)")
+    ap.add_argument("--layout", choices=("bshd", "bhsd"), default="bshd",
+                    help="bhsd: q and k in [b, h, s, d] memory, passed as bshd views, v in [b, s, h, d] "
+                         "(what a transformers model hands its attention function after rotary)")
     ap.add_argument("--peer", choices=("cudnn", "flash"), default="cudnn", help="SDPA's backend to compare with")
     a = ap.parse_args()
     b, h = a.batch or 16384 // a.seqlen, a.heads or 2048 // a.d
     hk = a.kv_heads or h
-    q = torch.randn(b, a.seqlen, h, a.d, device="cuda", dtype=torch.bfloat16, requires_grad=a.backward)
-    k, v = (torch.randn(b, a.seqlen, hk, a.d, device="cuda", dtype=torch.bfloat16, requires_grad=a.backward)
-            for _ in range(2))
-    do = torch.randn_like(q)
+    def make(heads, layout):
+        shape = (b, heads, a.seqlen, a.d) if layout == "bhsd" else (b, a.seqlen, heads, a.d)
+        t = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+        t = t.transpose(1, 2) if layout == "bhsd" else t  # a bshd view either way
+        return t.requires_grad_(a.backward)
+    q, k, v = make(h, a.layout), make(hk, a.layout), make(hk, "bshd")
+    do = torch.randn(q.shape, device="cuda", dtype=torch.bfloat16)  # bshd, as from the output projection
     mask = "causal" if a.causal else "no_mask"
 
     def run_attn():
@@ -57,7 +63,7 @@ def main():
             for _ in range(a.calls):
                 fn()
             torch.cuda.synchronize()
-        print(f"== {name}: d {a.d} seqlen {a.seqlen} causal {a.causal}, {a.calls} calls")
+        print(f"== {name}: d {a.d} seqlen {a.seqlen} causal {a.causal}, {a.layout}, {a.calls} calls")
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=16, max_name_column_width=70))
 
 
