@@ -2,6 +2,9 @@
 #include "backends/common/device_reasons.h"
 
 #include <cstdint>
+#include <string>
+
+#include "attn/error.h"
 
 namespace attn::detail {
 
@@ -15,6 +18,11 @@ std::vector<std::string> gpu_device_reasons(const Problem& p, const DeviceInfo& 
     no.push_back("this build has kernels for sm_80 (runs on sm_8x) and sm_90a; the device is sm" +
                  std::to_string(dev.sm));
   return no;
+}
+
+void fail_missing_table_row(const Problem& p, const char* what, const char* table) {
+  fail(ErrorKind::runtime, std::string(what) + " for this head dim", std::to_string(p.d_qk) + "/" + std::to_string(p.d_v),
+       std::string("a row of ") + table, "report this: supports() should have refused the call");
 }
 
 std::vector<std::string> flash_kernel_reasons(const Problem& p, const char* backend) {

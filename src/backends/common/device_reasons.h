@@ -20,4 +20,9 @@ std::vector<std::string> gpu_device_reasons(const Problem& p, const DeviceInfo& 
 // `backend` names the caller in the reasons.
 std::vector<std::string> flash_kernel_reasons(const Problem& p, const char* backend);
 
+// A flash kernel table has no row for p's head dims (d_qk/d_v), which
+// supports() should have refused: a bug in attn, reported as one. `what`
+// names the kernel ("flash_sm90 has no backward kernel"), `table` the table.
+[[noreturn]] void fail_missing_table_row(const Problem& p, const char* what, const char* table);
+
 }  // namespace attn::detail

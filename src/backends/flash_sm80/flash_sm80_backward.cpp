@@ -6,10 +6,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <string>
-
 #include "attn/backend.h"
-#include "attn/error.h"
+#include "backends/common/device_reasons.h"  // fail_missing_table_row
 #include "backends/flash_sm80/bwd_config.h"
 #include "backends/flash_sm80/bwd_launch.h"
 #include "backends/flash_sm80/bwd_table.h"
@@ -81,9 +79,7 @@ void run(const Problem& p, const BwdParams& k, cudaStream_t stream) {
   const int64_t optin = query_device(p.device).smem_per_block_optin_bytes;
   if (k.rows_q > 0) launch_bwd_prepass<T>(k, dqk, dv, stream);
   if (p.s_kv > 0 && !dispatch<T>(p, k, optin, stream))  // supports() refuses these; reaching here is a bug in attn
-    fail(ErrorKind::runtime, "flash_sm80 has no backward kernel for this head dim",
-         std::to_string(p.d_qk) + "/" + std::to_string(p.d_v), "a row of bwd_table.h",
-         "report this: supports() should have refused the call");
+    detail::fail_missing_table_row(p, "flash_sm80 has no backward kernel", "bwd_table.h");
   if (k.rows_q > 0) launch_bwd_convert_dq<T>(k, dqk, stream);
 }
 

@@ -9,8 +9,8 @@
 #include <cmath>
 
 #include "attn/backend.h"  // query_device
-#include "attn/error.h"
 #include "attn/philox.h"
+#include "backends/common/device_reasons.h"  // fail_missing_table_row
 #include "backends/flash_sm80/flash_sm80.h"
 #include "backends/flash_sm80/fwd_config.h"
 #include "backends/flash_sm80/fwd_launch.h"
@@ -128,9 +128,7 @@ void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) {
   const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, k, optin, stream)
                                           : dispatch<__half>(p, k, optin, stream);
   if (!ran)  // supports() refuses these; reaching here is a bug in attn
-    fail(ErrorKind::runtime, "flash_sm80 has no kernel for this head dim",
-         std::to_string(p.d_qk) + "/" + std::to_string(p.d_v), "a row of fwd_table.h",
-         "report this: supports() should have refused the call");
+    detail::fail_missing_table_row(p, "flash_sm80 has no kernel", "fwd_table.h");
 }
 
 }  // namespace attn::flash_sm80

@@ -7,10 +7,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <string>
-
 #include "attn/backend.h"
-#include "attn/error.h"
+#include "backends/common/device_reasons.h"  // fail_missing_table_row
 #include "backends/flash_sm80/bwd_launch.h"
 #include "backends/flash_sm90/bwd_config.h"
 #include "backends/flash_sm90/bwd_launch.h"
@@ -62,9 +60,7 @@ void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx)
   const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, args, k, stream)
                                           : dispatch<__half>(p, args, k, stream);
   if (!ran)  // supports() refuses these; reaching here is a bug in attn
-    fail(ErrorKind::runtime, "flash_sm90 has no backward kernel for this head dim",
-         std::to_string(p.d_qk) + "/" + std::to_string(p.d_v), "a row of bwd_table.h",
-         "report this: supports() should have refused the call");
+    detail::fail_missing_table_row(p, "flash_sm90 has no backward kernel", "bwd_table.h");
 }
 
 }  // namespace attn::flash_sm90

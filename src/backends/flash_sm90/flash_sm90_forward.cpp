@@ -5,10 +5,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <string>
-
 #include "attn/backend.h"
-#include "attn/error.h"
+#include "backends/common/device_reasons.h"  // fail_missing_table_row
 #include "backends/flash_sm80/host_params.h"
 #include "backends/flash_sm90/flash_sm90.h"
 #include "backends/flash_sm90/fwd_config.h"
@@ -65,9 +63,7 @@ void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) {
   const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, args, stream)
                                           : dispatch<__half>(p, args, stream);
   if (!ran)  // supports() refuses these; reaching here is a bug in attn
-    fail(ErrorKind::runtime, "flash_sm90 has no kernel for this head dim",
-         std::to_string(p.d_qk) + "/" + std::to_string(p.d_v), "a row of fwd_table.h",
-         "report this: supports() should have refused the call");
+    detail::fail_missing_table_row(p, "flash_sm90 has no kernel", "fwd_table.h");
 }
 
 }  // namespace attn::flash_sm90
