@@ -4,8 +4,7 @@
 // tensor pipe's rate for this instruction, an upper bound for any mma.sync
 // kernel. Warps per SM vary: flash_sm80's forward runs 8 (two CTAs of 4).
 //
-//   build/mma_peak   (CMake target attn_mma_peak; or alone:
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a tools/mma_peak/mma_peak.cu -o /tmp/mma_peak)
+//   build/mma_peak   (CMake target attn_mma_peak)
 //
 // Prints TFLOP/s per warps-per-SM count (median of 5 timed launches after a
 // warm-up; CUDA events) and the SM clock the kernel saw.
@@ -14,17 +13,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 
-#define CHECK(call)                                                                          \
-  do {                                                                                       \
-    cudaError_t e_ = (call);                                                                 \
-    if (e_ != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
+#include "attn/error.h"
+#include "core/cuda_check.h"  // ATTN_CUDA
 
 constexpr int kChains = 8;  // independent accumulators per warp: hides the HMMA latency
 
@@ -52,12 +44,14 @@ __global__ void hmma_loop(float* out, long long* cycles, int iters) {
   if (threadIdx.x == 0) cycles[blockIdx.x] = stop - start;
 }
 
-int main() {
+namespace {
+
+void run() {
   int sms = 0, device = 0;
-  CHECK(cudaGetDevice(&device));
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  ATTN_CUDA(cudaGetDevice(&device));
+  ATTN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   cudaDeviceProp prop{};
-  CHECK(cudaGetDeviceProperties(&prop, device));
+  ATTN_CUDA(cudaGetDeviceProperties(&prop, device));
   std::printf("%s, %d SMs\n", prop.name, sms);
   std::printf("warps/SM  TFLOP/s  SM clock (GHz)  FLOP/clk/SM\n");
   const int iters = 1 << 14;
@@ -66,34 +60,46 @@ int main() {
     const int blocks = sms, threads = warps * 32;
     float* out = nullptr;
     long long* cycles = nullptr;
-    CHECK(cudaMalloc(&out, sizeof(float) * blocks * threads));
-    CHECK(cudaMalloc(&cycles, sizeof(long long) * blocks));
+    ATTN_CUDA(cudaMalloc(&out, sizeof(float) * blocks * threads));
+    ATTN_CUDA(cudaMalloc(&cycles, sizeof(long long) * blocks));
     cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
+    ATTN_CUDA(cudaEventCreate(&e0));
+    ATTN_CUDA(cudaEventCreate(&e1));
     hmma_loop<<<blocks, threads>>>(out, cycles, iters);  // warm-up (clocks up)
-    CHECK(cudaGetLastError());
+    ATTN_CUDA(cudaGetLastError());
     std::vector<float> ms;
     for (int r = 0; r < 5; ++r) {
-      CHECK(cudaEventRecord(e0));
+      ATTN_CUDA(cudaEventRecord(e0));
       hmma_loop<<<blocks, threads>>>(out, cycles, iters);
-      CHECK(cudaEventRecord(e1));
-      CHECK(cudaEventSynchronize(e1));
+      ATTN_CUDA(cudaGetLastError());
+      ATTN_CUDA(cudaEventRecord(e1));
+      ATTN_CUDA(cudaEventSynchronize(e1));
       float t = 0.f;
-      CHECK(cudaEventElapsedTime(&t, e0, e1));
+      ATTN_CUDA(cudaEventElapsedTime(&t, e0, e1));
       ms.push_back(t);
     }
     std::sort(ms.begin(), ms.end());
     const double flops = 2.0 * 16 * 8 * 16 * kChains * double(iters) * warps * blocks;
     long long cyc = 0;
-    CHECK(cudaMemcpy(&cyc, cycles, sizeof(cyc), cudaMemcpyDeviceToHost));
+    ATTN_CUDA(cudaMemcpy(&cyc, cycles, sizeof(cyc), cudaMemcpyDeviceToHost));
     const double sec = ms[2] * 1e-3;
     const double ghz = cyc / sec / 1e9;  // the in-kernel cycle count over the launch's time
     std::printf("%8d  %7.1f  %14.2f  %11.0f\n", warps, flops / sec / 1e12, ghz, flops / blocks / cyc);
-    CHECK(cudaFree(out));
-    CHECK(cudaFree(cycles));
-    CHECK(cudaEventDestroy(e0));
-    CHECK(cudaEventDestroy(e1));
+    ATTN_CUDA(cudaFree(out));
+    ATTN_CUDA(cudaFree(cycles));
+    ATTN_CUDA(cudaEventDestroy(e0));
+    ATTN_CUDA(cudaEventDestroy(e1));
+  }
+}
+
+}  // namespace
+
+int main() {
+  try {
+    run();
+  } catch (const attn::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
   }
   return 0;
 }
