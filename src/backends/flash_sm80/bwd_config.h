@@ -3,7 +3,13 @@
 // Plain C++: no CUDA needed to include it.
 #pragma once
 
+#include "backends/flash/heuristics.h"
+
 namespace attn::flash_sm80 {
+
+using flash::bwd_clamp_group_chunk;
+using flash::bwd_first_kv_tiles_heavy;
+using flash::bwd_group_chunk;
 
 // One CTA owns kBlockN keys of one (sequence, KV head) and walks the query
 // tiles (kBlockM rows) that see them, for every query head of the KV head's
@@ -150,11 +156,6 @@ constexpr bool bwd_uses_dropout_build(long long optin, bool dropout) {
 // and with it their sm_90a loops' registers (the choice spilled 4-20 B).
 // A macro, as the ones above, so that the kernel can test it too.
 #define ATTN_SM80_BWD_KV_ORDER_CHOSEN(dqk) ((dqk) <= 64 || (dqk) == 128)
-// Whether the first KV tiles carry the most work: GQA under a causal mask
-// (a right bound, no left one), the case both grid orders here serve.
-constexpr bool bwd_first_kv_tiles_heavy(int h_per_kv, long long window_left, long long window_right) {
-  return h_per_kv > 1 && window_right >= 0 && window_left < 0;
-}
 constexpr bool bwd_kv_tiles_slowest(int d_qk, int h_per_kv, long long window_left, long long window_right) {
   return ATTN_SM80_BWD_KV_ORDER_CHOSEN(d_qk) && bwd_first_kv_tiles_heavy(h_per_kv, window_left, window_right);
 }
@@ -173,20 +174,6 @@ constexpr bool bwd_kv_tiles_slowest(int d_qk, int h_per_kv, long long window_lef
 // Its cost: MHA at d 256 (one pair per chunk) is 0.3-1.2% slower than with
 // the plain grid, whose indices were blockIdx itself (2026-11-24d, call 9).
 #define ATTN_SM80_BWD_CHUNKED_GRID(dqk) ((dqk) == 256)
-// `chunk` pairs per chunk held to what the grid takes: at least 1, and
-// enough that at most 65535 chunks (grid z) cover the pairs; at most pairs.
-constexpr int bwd_clamp_group_chunk(long long chunk, int pairs) {
-  const long long fewest = (pairs + 65534LL) / 65535;
-  chunk = chunk > pairs ? pairs : chunk;
-  return static_cast<int>(chunk < fewest ? fewest : chunk < 1 ? 1 : chunk);
-}
-constexpr int bwd_group_chunk(int h_per_kv, long long window_left, long long window_right, long long s_q,
-                              int d_qk, int d_v, int pairs) {
-  const long long pair_bytes = static_cast<long long>(h_per_kv) * s_q * (d_qk + d_v) * 2;
-  const bool heavy = bwd_first_kv_tiles_heavy(h_per_kv, window_left, window_right) && pair_bytes > 0;
-  return bwd_clamp_group_chunk(heavy ? (32LL << 20) / pair_bytes : 1, pairs);
-}
-
 template <int kDQK, int kDV>
 constexpr int bwd_smem_bytes(long long optin, bool dropout) {
   if constexpr (ATTN_SM80_BWD_DROPOUT_APART(kDQK))

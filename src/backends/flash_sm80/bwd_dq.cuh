@@ -10,19 +10,19 @@
 //   reduce-add (cp.reduce.async.bulk). The reds had stalled the warps: a
 //   register that an in-flight red still reads cannot be written, and the
 //   load/store unit throttles them (docs/PERF.md, "dQ by bulk add").
-// The accumulator's byte order: bwd_dq_layout.h.
+// The accumulator's byte order: flash/dq_layout.h.
 #pragma once
 
 #include <cstdint>
 
-#include "backends/flash_sm80/bwd_dq_layout.h"
+#include "backends/flash/dq_layout.h"
 
 namespace attn::flash_sm80 {
 
 // Walks a warp's dQ accumulator as the pairs it holds: add(r, c, x, y) for
 // acc rows r = row0 + 16 ma + 8 half + lane / 4 and the two columns from
 // col0 + 8 na + 2 (lane % 4), c being their place in the accumulator row of
-// workspace token t0 + r (bwd_dq_layout.h). A thread's rows are 8 apart, so
+// workspace token t0 + r (flash/dq_layout.h). A thread's rows are 8 apart, so
 // they share one swizzle key.
 template <int MA, int NA, class Add>
 __device__ __forceinline__ void for_each_dq_pair(const float (&acc)[MA][NA][4], int64_t t0, int row0, int col0,
@@ -35,7 +35,7 @@ __device__ __forceinline__ void for_each_dq_pair(const float (&acc)[MA][NA][4], 
       const int r = row0 + 16 * ma + 8 * h + (lane >> 2);
 #pragma unroll
       for (int na = 0; na < NA; ++na)
-        add(r, dq_column<NA>(col0, na, sw, lane), acc[ma][na][2 * h], acc[ma][na][2 * h + 1]);
+        add(r, flash::dq_column<NA>(col0, na, sw, lane), acc[ma][na][2 * h], acc[ma][na][2 * h + 1]);
     }
 }
 

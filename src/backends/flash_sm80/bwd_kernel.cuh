@@ -19,12 +19,15 @@
 
 #include "backends/flash_sm80/bwd_config.h"
 #include "backends/flash_sm80/bwd_dq.cuh"
-#include "backends/flash_sm80/bwd_params.h"
+#include "backends/flash/params.h"
 #include "backends/flash_sm80/bwd_scores.cuh"
-#include "backends/flash_sm80/fwd_epilogue.cuh"
-#include "backends/flash_sm80/fwd_loads.cuh"
-#include "backends/flash_sm80/fwd_schedule.cuh"
-#include "backends/flash_sm80/fwd_softmax.cuh"
+#include "backends/flash/epilogue.cuh"
+#include "backends/flash_sm80/tile_loads.cuh"
+#include "backends/flash/sequence.cuh"
+#include "backends/flash/dropout_bits.cuh"
+#include "backends/flash/mask.cuh"
+#include "backends/flash/online_softmax.cuh"
+#include "backends/flash/score_mods.cuh"
 #include "attn/error.h"
 #include "core/cuda_check.h"
 #include "kernels/sm80/cp_async.cuh"
@@ -35,9 +38,9 @@ namespace attn::flash_sm80 {
 
 template <typename T, int kDQK, int kDV, bool kDropoutBuild>
 __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
-    flash_bwd_kernel(const __grid_constant__ BwdParams bp) {
+    flash_bwd_kernel(const __grid_constant__ flash::BwdParams bp) {
   using Cfg = BwdConfig<kDQK, kDV, kDropoutBuild>;
-  const FwdParams& p = bp.fwd;
+  const flash::FwdParams& p = bp.fwd;
   constexpr int kM = Cfg::kBlockM, kN = Cfg::kBlockN, kThreads = Cfg::kThreads;
   constexpr int MAS = Cfg::kMAS, NAS = Cfg::kNAS;
   using QTile = sm80::SwizzledTile<kM, kDQK>;
@@ -78,7 +81,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
     b = kv_slowest ? blockIdx.y : blockIdx.z;
   }
   const int n0 = n * kN;
-  const SeqExtent seq = sequence_extent(p, b);
+  const flash::SeqExtent seq = flash::sequence_extent(p, b);
   // Key rows this CTA writes: in a padded batch also those past len_kv (dk =
   // dv = 0 there); in thd the rows past a sequence belong to the next one.
   const int rows_out = p.packed ? min(kN, seq.len_kv - n0) : min(kN, p.s_kv - n0);
@@ -108,9 +111,9 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
 
   // The query tiles that see these keys: a contiguous run (both ends of a
   // row's key range grow with the row), found exactly from the superset.
-  QTiles mt = q_tiles<kM, kN>(p, seq, n0);
+  flash::QTiles mt = flash::q_tiles<kM, kN>(p, seq, n0);
   auto sees = [&](int m) {
-    const KvTiles kt = kv_tiles<kM, kN>(p, seq, m * kM);
+    const flash::KvTiles kt = flash::kv_tiles<kM, kN>(p, seq, m * kM);
     return kt.first <= n && n <= kt.last;
   };
   while (mt.first <= mt.last && !sees(mt.first)) ++mt.first;
@@ -121,7 +124,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
   // (one turn per KV tile in kv_tiles()'s range) cannot stall on a gap.
   // (Found before the branch below: inside it, ptxas spilled in the loops of
   // three more builds: sm_90a d 64 and d 96, sm_80 d 128.)
-  const QTiles unmasked = unmasked_q_tiles<kM, kN>(p, seq, n0);
+  const flash::QTiles unmasked = flash::unmasked_q_tiles<kM, kN>(p, seq, n0);
   if (mt.first <= mt.last) {
     const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + (seq.start_kv + n0) * p.k_row_stride +
                  h_kv * p.k_head_stride;
@@ -183,7 +186,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
       const uint32_t bh = static_cast<uint32_t>(b) * static_cast<uint32_t>(p.h_q) + static_cast<uint32_t>(h);
       RowTerms<MAS> rt;
       rt.load(bp.row_terms + h * bp.rows_q + tok0 + m0, row0_s, rows, lane);
-      KeepBits<MAS, NAS> keep;
+      flash::KeepBits<MAS, NAS> keep;
       if (dropout) keep.compute_paired(p, bh, m0 + row0_s, n0 + col0_s, lane);
 
       // This tile's Q and dO are the only loads in flight. The barrier makes
@@ -219,13 +222,13 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
         score_mods_bwd(s, dp, p, slope, m0 + row0_s, n0 + col0_s, seq.shift, lane);
       }
       if (m < unmasked.first || m > unmasked.last) {
-        if constexpr (Cfg::kMaskBits) apply_mask_bits(s, p, seq, m0 + row0_s, n0 + col0_s, lane);
-        else apply_mask_by_key(s, p, seq, m0 + row0_s, n0 + col0_s, lane);
+        if constexpr (Cfg::kMaskBits) flash::apply_mask_bits(s, p, seq, m0 + row0_s, n0 + col0_s, lane);
+        else flash::apply_mask_by_key(s, p, seq, m0 + row0_s, n0 + col0_s, lane);
       }
       if (dropout) probabilities_and_grads<true>(s, dp, rt, keep, p, unit);
       else probabilities_and_grads<false>(s, dp, rt, keep, p, unit);
-      stage_block<T, PTile>(p_smem, s, 1.f, row0_s, col0_s, lane);
-      stage_block<T, PTile>(ds_smem, dp, 1.f, row0_s, col0_s, lane);
+      flash::stage_block<T, PTile>(p_smem, s, 1.f, row0_s, col0_s, lane);
+      flash::stage_block<T, PTile>(ds_smem, dp, 1.f, row0_s, col0_s, lane);
       __syncthreads();
 
       auto dv_product = [&] {
@@ -244,7 +247,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
         float* const dq_rows = bp.dq_accum + (h * bp.rows_q + tok0 + m0) * kDQK;
         if (bp.dq_semaphore) {
           int* sem = bp.dq_semaphore + (static_cast<int64_t>(b) * p.h_q + h) * bp.m_tiles + m;
-          wait_turn(sem, n - kv_tiles<kM, kN>(p, seq, m0).first, tid);
+          wait_turn(sem, n - flash::kv_tiles<kM, kN>(p, seq, m0).first, tid);
           add_dq<kDQK>(dq_rows, tok0 + m0, dq, row0_q, col0_q, rows, lane);
           pass_turn(sem, tid);
         } else {
@@ -271,15 +274,15 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
   if (bp.dq_bulk) dq_bulk_wait_read();  // shared memory stays until the last bulk add has read it
 #endif
   __syncthreads();
-  stage_block<T, KTile>(k_smem, dk, p.scale, row0_k, col0_k, lane);
-  stage_block<T, VTile>(v_smem, dv, 1.f, row0_v, col0_v, lane);
+  flash::stage_block<T, KTile>(k_smem, dk, p.scale, row0_k, col0_k, lane);
+  flash::stage_block<T, VTile>(v_smem, dv, 1.f, row0_v, col0_v, lane);
   __syncthreads();
   T* dk_out = static_cast<T*>(bp.dk) + b * bp.dk_batch_stride + (seq.start_kv + n0) * bp.dk_row_stride +
               h_kv * bp.dk_head_stride;
   T* dv_out = static_cast<T*>(bp.dv) + b * bp.dv_batch_stride + (seq.start_kv + n0) * bp.dv_row_stride +
               h_kv * bp.dv_head_stride;
-  store_tile<KTile, kN, kThreads>(dk_out, bp.dk_row_stride, k_smem, rows_out, tid);
-  store_tile<VTile, kN, kThreads>(dv_out, bp.dv_row_stride, v_smem, rows_out, tid);
+  flash::store_tile<KTile, kN, kThreads>(dk_out, bp.dk_row_stride, k_smem, rows_out, tid);
+  flash::store_tile<VTile, kN, kThreads>(dv_out, bp.dv_row_stride, v_smem, rows_out, tid);
 }
 
 // Whether this instantiation adds dQ by bulk reduce on the current device:
@@ -313,7 +316,7 @@ bool bwd_dq_bulk() {
 
 // The grid's order: bwd_config.h's rule, or for A/B runs the one that
 // ATTN_SM80_BWD_ORDER=kv_slowest|kv_fastest names (on the rows that choose).
-inline bool launch_kv_tiles_slowest(int d_qk, const FwdParams& p) {
+inline bool launch_kv_tiles_slowest(int d_qk, const flash::FwdParams& p) {
   static const bool fastest = env_is("ATTN_SM80_BWD_ORDER", "kv_fastest");
   static const bool slowest = env_is("ATTN_SM80_BWD_ORDER", "kv_slowest");
   if (fastest || slowest) return slowest && ATTN_SM80_BWD_KV_ORDER_CHOSEN(d_qk);
@@ -321,17 +324,17 @@ inline bool launch_kv_tiles_slowest(int d_qk, const FwdParams& p) {
 }
 
 // d 256's chunk (bwd_config.h), or for A/B runs ATTN_SM80_BWD_GROUP_CHUNK=N.
-inline int launch_group_chunk(const FwdParams& p, int d_qk, int d_v, int pairs) {
+inline int launch_group_chunk(const flash::FwdParams& p, int d_qk, int d_v, int pairs) {
   static const char* forced = std::getenv("ATTN_SM80_BWD_GROUP_CHUNK");
   if (forced) return bwd_clamp_group_chunk(std::atoi(forced), pairs);
   return bwd_group_chunk(p.h_per_kv, p.window_left, p.window_right, p.s_q, d_qk, d_v, pairs);
 }
 
 template <typename T, int kDQK, int kDV, bool kDropoutBuild>
-void launch_bwd(const BwdParams& params, cudaStream_t stream) {
+void launch_bwd(const flash::BwdParams& params, cudaStream_t stream) {
   using Cfg = BwdConfig<kDQK, kDV, kDropoutBuild>;
   auto* kernel = flash_bwd_kernel<T, kDQK, kDV, kDropoutBuild>;
-  BwdParams p = params;
+  flash::BwdParams p = params;
   if (!Cfg::kDropout && p.fwd.dropout_threshold)  // the dispatch picks the dropout build for dropout
     fail(ErrorKind::runtime, "flash_sm80's main backward build of this head dim has no dropout path", "dropout",
          "the row's dropout build", "report this: bwd_uses_dropout_build() should have chosen it");

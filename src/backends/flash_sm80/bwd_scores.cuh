@@ -5,15 +5,18 @@
 //   s   = scale q.k, softcap (dP' *= 1 - tanh^2, its derivative), ALiBi, mask
 //   P   = exp(s - lse)          (0 for rows with lse = -inf: they see no key)
 //   dS  = P * dP',  and P * z is what dV needs.
-// Register layout as in fwd_softmax.cuh: s[ma][na][2 * half + e] is row
+// Register layout as in flash/mask.cuh: s[ma][na][2 * half + e] is row
 // row0 + 16 ma + 8 half + lane / 4, column n0 + 8 na + 2 (lane % 4) + e.
 #pragma once
 
 #include <cstdint>
 
-#include "backends/flash_sm80/bwd_params.h"
-#include "backends/flash_sm80/fwd_epilogue.cuh"
-#include "backends/flash_sm80/fwd_softmax.cuh"
+#include "backends/flash/params.h"
+#include "backends/flash/epilogue.cuh"
+#include "backends/flash/dropout_bits.cuh"
+#include "backends/flash/mask.cuh"
+#include "backends/flash/online_softmax.cuh"
+#include "backends/flash/score_mods.cuh"
 #include "kernels/sm80/mma.cuh"
 
 namespace attn::flash_sm80 {
@@ -51,7 +54,7 @@ struct RowTerms {
 // tile in the d 128 loop).
 template <bool kDropout, int MA, int NA>
 __device__ __forceinline__ void dp_minus_delta(float (&dp)[MA][NA][4], const RowTerms<MA>& rt,
-                                               const KeepBits<MA, NA>& keep, const FwdParams& p) {
+                                               const flash::KeepBits<MA, NA>& keep, const flash::FwdParams& p) {
 #pragma unroll
   for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
@@ -60,22 +63,22 @@ __device__ __forceinline__ void dp_minus_delta(float (&dp)[MA][NA][4], const Row
       for (int e = 0; e < 4; ++e) {
         float d = dp[ma][na][e];
         if constexpr (kDropout) {
-          const int b = KeepBits<MA, NA>::bit(ma, na, e);
+          const int b = flash::KeepBits<MA, NA>::bit(ma, na, e);
           d = ((keep.word[b / 32] >> (b % 32)) & 1u) ? d * p.dropout_scale : 0.f;
         }
         dp[ma][na][e] = d - rt.delta[ma][e >> 1];
       }
 }
 
-// The forward's score changes (fwd_softmax.cuh's apply_score_mods, the same
+// The forward's score changes (flash/score_mods.cuh's apply_score_mods, the same
 // operations so that P matches the forward's lse), and softcap's derivative
 // 1 - tanh^2 folded into dP'. Scores end in log2 units.
 template <int MA, int NA>
-__device__ __forceinline__ void score_mods_bwd(float (&s)[MA][NA][4], float (&dp)[MA][NA][4], const FwdParams& p,
+__device__ __forceinline__ void score_mods_bwd(float (&s)[MA][NA][4], float (&dp)[MA][NA][4], const flash::FwdParams& p,
                                                float slope, int row0, int n0, int shift, int lane) {
-  for_each_score<MA, NA>(row0, n0, lane, [&](int ma, int na, int e, int i, int j) {
+  flash::for_each_score<MA, NA>(row0, n0, lane, [&](int ma, int na, int e, int i, int j) {
     float softcap_grad;
-    s[ma][na][e] = modified_score(s[ma][na][e], p, slope, i, j, shift, softcap_grad);
+    s[ma][na][e] = flash::modified_score(s[ma][na][e], p, slope, i, j, shift, softcap_grad);
     if (p.softcap > 0.f) dp[ma][na][e] *= softcap_grad;
   });
 }
@@ -83,8 +86,8 @@ __device__ __forceinline__ void score_mods_bwd(float (&s)[MA][NA][4], float (&dp
 // s -> P = exp2(unit * s - lse2); dp -> dS = P * dp; s -> P * z (dropout).
 template <bool kDropout, int MA, int NA>
 __device__ __forceinline__ void probabilities_and_grads(float (&s)[MA][NA][4], float (&dp)[MA][NA][4],
-                                                        const RowTerms<MA>& rt, const KeepBits<MA, NA>& keep,
-                                                        const FwdParams& p, float unit) {
+                                                        const RowTerms<MA>& rt, const flash::KeepBits<MA, NA>& keep,
+                                                        const flash::FwdParams& p, float unit) {
 #pragma unroll
   for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
@@ -95,21 +98,11 @@ __device__ __forceinline__ void probabilities_and_grads(float (&s)[MA][NA][4], f
         dp[ma][na][e] *= pr;
         float pz = pr;
         if constexpr (kDropout) {
-          const int b = KeepBits<MA, NA>::bit(ma, na, e);
+          const int b = flash::KeepBits<MA, NA>::bit(ma, na, e);
           pz = ((keep.word[b / 32] >> (b % 32)) & 1u) ? pr * p.dropout_scale : 0.f;
         }
         s[ma][na][e] = pz;
       }
-}
-
-// stage_block (fwd_epilogue.cuh) with one scale for every row.
-template <typename T, class Tile, int MA, int NA>
-__device__ __forceinline__ void stage_block(char* smem, const float (&acc)[MA][NA][4], float scale, int row0,
-                                            int col0, int lane) {
-  float row_scale[MA][2];
-#pragma unroll
-  for (int ma = 0; ma < MA; ++ma) row_scale[ma][0] = row_scale[ma][1] = scale;
-  stage_block<T, Tile>(smem, acc, row_scale, row0, col0, lane);
 }
 
 }  // namespace attn::flash_sm80

@@ -7,6 +7,7 @@
 #include "attn/error.h"
 #include "attn/philox.h"
 #include "backends/common/device_reasons.h"
+#include "backends/flash/backend_adapter.h"
 #include "backends/flash_sm80/flash_sm80.h"
 #include "backends/flash_sm80/bwd_config.h"
 #include "backends/flash_sm80/bwd_table.h"
@@ -15,8 +16,6 @@
 
 namespace attn::flash_sm80 {
 namespace {
-
-std::string kib(int64_t bytes) { return std::to_string(bytes / 1024) + " KiB"; }
 
 // Shared memory of the pass's table row for (d_qk, d_v) on a device allowing
 // `optin` bytes per block (the forward's d 256 has a narrow build and the
@@ -38,49 +37,18 @@ int64_t smem_bytes_for(Pass pass, int64_t d_qk, int64_t d_v, int64_t optin, bool
   return 0;
 }
 
-std::string head_dim_list(Pass pass) {
-  std::string s;
-#define ATTN_LIST_ROW(dqk, dv) s += std::string(s.empty() ? "" : ", ") + (dqk == dv ? #dqk : #dqk "/" #dv);
-  if (pass == Pass::forward) {
-    ATTN_FLASH_SM80_FWD_TABLE(ATTN_LIST_ROW)
-  } else {
-    ATTN_FLASH_SM80_BWD_TABLE(ATTN_LIST_ROW)
-  }
-#undef ATTN_LIST_ROW
-  return s;
-}
-
-class FlashSm80Backend final : public Backend {
- public:
-  const char* name() const override { return "flash_sm80"; }
-
-  std::vector<std::string> supports(const Problem& p, const DeviceInfo& dev) const override {
-    return obstacles(p, dev);
-  }
-
-  void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) const override {
-    flash_sm80::forward(p, args, ctx);
-  }
-  void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx) const override {
-    flash_sm80::backward(p, args, ctx);
-  }
-};
-
 }  // namespace
 
 std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
   std::vector<std::string> no = detail::gpu_device_reasons(p, dev);
   if (!p.device.is_cuda()) return no;
-  const char* pass = p.pass == Pass::forward ? "forward" : "backward";
   const int64_t smem = smem_bytes_for(p.pass, p.d_qk, p.d_v, dev.smem_per_block_optin_bytes,
                                       dropout_threshold(p.dropout_p) != 0);  // the dispatch's test
-  if (smem == 0)
-    no.push_back("head_dim " + std::to_string(p.d_qk) + "/" + std::to_string(p.d_v) + " has no " + pass +
-                 " kernel; flash_sm80 has " + head_dim_list(p.pass));
-  else if (dev.smem_per_block_optin_bytes > 0 && smem > dev.smem_per_block_optin_bytes)
-    no.push_back("head_dim " + std::to_string(p.d_qk) + "/" + std::to_string(p.d_v) + " needs " + kib(smem) +
-                 " of shared memory per block in the " + pass + "; sm" + std::to_string(dev.sm) + " allows " +
-                 kib(dev.smem_per_block_optin_bytes));
+  const bool fwd = p.pass == Pass::forward;
+  for (std::string& reason :
+       fwd ? flash::head_dim_reasons(p, dev, "flash_sm80", smem, {ATTN_FLASH_SM80_FWD_TABLE(ATTN_FLASH_HEAD_DIMS)})
+           : flash::head_dim_reasons(p, dev, "flash_sm80", smem, {ATTN_FLASH_SM80_BWD_TABLE(ATTN_FLASH_HEAD_DIMS)}))
+    no.push_back(std::move(reason));
   if (p.pass == Pass::backward && dev.global_mem_bytes > 0) {
     // The fp32 dQ accumulator is twice dq's size in 16-bit types (FlashAttention-2's too).
     const int64_t ws = backward_workspace_bytes(p);
@@ -88,7 +56,7 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
       no.push_back("the backward needs " + std::to_string(ws >> 20) + " MiB of workspace (fp32 dQ), over a quarter of the device's " +
                    std::to_string(dev.global_mem_bytes >> 20) + " MiB");
   }
-  for (std::string& reason : detail::flash_kernel_reasons(p, "flash_sm80")) no.push_back(std::move(reason));
+  for (std::string& reason : flash::kernel_reasons(p, "flash_sm80")) no.push_back(std::move(reason));
   if (p.h_q > 65535 || p.batch > 65535)
     no.push_back("more than 65535 heads or sequences (the kernel's grid dimensions)");
   // d 256's backward grid has its KV tiles in the y dimension (bwd_config.h, ATTN_SM80_BWD_CHUNKED_GRID).
@@ -100,7 +68,7 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
 }
 
 const Backend& backend() {
-  static const FlashSm80Backend instance;
+  static const flash::FlashBackend instance({"flash_sm80", obstacles, forward, backward});
   return instance;
 }
 

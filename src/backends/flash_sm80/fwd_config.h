@@ -43,7 +43,7 @@ struct FwdConfig {
   static constexpr int kThreads = kWarps * 32;
   // d 128's wide build (S and O fill 192 registers) spilled 44 B in its tile
   // loop on sm_80: a load and a store of three running sums per tile. With
-  // the sums kept one per lane (fwd_softmax.cuh, kQuadSums) it reloaded
+  // the sums kept one per lane (flash/online_softmax.cuh, kQuadSums) it reloaded
   // three held values per tile (20 B); with the K/V copies' addresses also
   // rebuilt per tile (kRebuildCopyAddressesSm80), 0 B. sm_90a's loop has
   // 0 B either way, and there the rebuilt addresses cost 3% of the H100's

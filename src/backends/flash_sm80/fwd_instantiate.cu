@@ -17,8 +17,8 @@ static_assert(false ATTN_FLASH_SM80_FWD_TABLE(ATTN_IS_ROW), "ATTN_FWD_DQK/DV is 
 #undef ATTN_IS_ROW
 
 #define ATTN_INSTANTIATE(build)                                                                             \
-  template void launch_fwd<__nv_bfloat16, ATTN_FWD_DQK, ATTN_FWD_DV, build>(const FwdParams&, cudaStream_t); \
-  template void launch_fwd<__half, ATTN_FWD_DQK, ATTN_FWD_DV, build>(const FwdParams&, cudaStream_t);
+  template void launch_fwd<__nv_bfloat16, ATTN_FWD_DQK, ATTN_FWD_DV, build>(const flash::FwdParams&, cudaStream_t); \
+  template void launch_fwd<__half, ATTN_FWD_DQK, ATTN_FWD_DV, build>(const flash::FwdParams&, cudaStream_t);
 ATTN_INSTANTIATE(FwdBuild::wide)
 #if ATTN_SM80_FWD_NARROW(ATTN_FWD_DQK)
 ATTN_INSTANTIATE(FwdBuild::narrow)

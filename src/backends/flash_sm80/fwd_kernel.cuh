@@ -1,8 +1,9 @@
 // flash_sm80's forward kernel: FlashAttention-2's algorithm on mma.sync. One
 // CTA per (128-row query tile, query head, sequence); it wires the stages:
-// schedule (fwd_schedule.cuh) -> loads (fwd_loads.cuh) -> S = Q.K^T
-// (warp_gemm.cuh) -> softmax with masks and dropout (fwd_softmax.cuh) ->
-// O += P.V -> epilogue (fwd_epilogue.cuh). Head dims and dtype are template
+// schedule (flash/sequence.cuh) -> loads (tile_loads.cuh) -> S = Q.K^T
+// (warp_gemm.cuh) -> score changes, mask, online softmax and dropout (flash/score_mods.cuh,
+// mask.cuh, online_softmax.cuh, dropout_bits.cuh) ->
+// O += P.V -> epilogue (flash/epilogue.cuh). Head dims and dtype are template
 // parameters; every other feature is a run-time value tested per tile.
 #pragma once
 
@@ -11,11 +12,14 @@
 #include <cstdint>
 
 #include "backends/flash_sm80/fwd_config.h"
-#include "backends/flash_sm80/fwd_epilogue.cuh"
-#include "backends/flash_sm80/fwd_loads.cuh"
-#include "backends/flash_sm80/fwd_params.h"
-#include "backends/flash_sm80/fwd_schedule.cuh"
-#include "backends/flash_sm80/fwd_softmax.cuh"
+#include "backends/flash/epilogue.cuh"
+#include "backends/flash_sm80/tile_loads.cuh"
+#include "backends/flash/params.h"
+#include "backends/flash/sequence.cuh"
+#include "backends/flash/dropout_bits.cuh"
+#include "backends/flash/mask.cuh"
+#include "backends/flash/online_softmax.cuh"
+#include "backends/flash/score_mods.cuh"
 #include "attn/error.h"
 #include "core/cuda_check.h"
 #include "kernels/sm80/cp_async.cuh"
@@ -26,7 +30,7 @@ namespace attn::flash_sm80 {
 
 template <typename T, int kDQK, int kDV, FwdBuild kBuild>
 __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
-    flash_fwd_kernel(const __grid_constant__ FwdParams p) {
+    flash_fwd_kernel(const __grid_constant__ flash::FwdParams p) {
   using Cfg = FwdConfig<kDQK, kDV, kBuild>;
   constexpr int kM = Cfg::kBlockM, kN = Cfg::kBlockN, kThreads = Cfg::kThreads;
   constexpr int MA = Cfg::kRowBlocks, NA = Cfg::kColBlocksS, NO = Cfg::kColBlocksO;
@@ -44,7 +48,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
   // Schedule. Heavy (late, for causal) query tiles first: shorter tail.
   const int b = blockIdx.z, h = blockIdx.y;
   const int m0 = (gridDim.x - 1 - blockIdx.x) * kM;
-  const SeqExtent seq = sequence_extent(p, b);
+  const flash::SeqExtent seq = flash::sequence_extent(p, b);
   // Rows of this tile in the sequence, and rows it writes: a padded batch
   // (bshd/sbhd with cu_seqlens) also gets out = 0, lse = -inf on its padding
   // rows; in thd the rows past a sequence belong to the next one.
@@ -68,9 +72,9 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
                            h * p.lse_head_stride
                      : nullptr;
 
-  const KvTiles tiles = rows > 0 ? kv_tiles<kM, kN>(p, seq, m0) : KvTiles{};
+  const flash::KvTiles tiles = rows > 0 ? flash::kv_tiles<kM, kN>(p, seq, m0) : flash::KvTiles{};
   if (tiles.last < tiles.first) {  // no row of this tile sees a key
-    store_zeros<kDV, kM, kThreads>(out, p.o_row_stride, rows_out, tid);
+    flash::store_zeros<kDV, kM, kThreads>(out, p.o_row_stride, rows_out, tid);
     if (lse)
       for (int r = tid; r < rows_out; r += kThreads) lse[r * p.lse_row_stride] = -INFINITY;
     return;
@@ -88,7 +92,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
   const float slope = p.alibi ? p.alibi[b * p.alibi_batch_stride + h * p.alibi_head_stride] : 0.f;
   const uint32_t bh = static_cast<uint32_t>(b) * static_cast<uint32_t>(p.h_q) + static_cast<uint32_t>(h);
 
-  OnlineSoftmax<MA, Cfg::kQuadSums> softmax;
+  flash::OnlineSoftmax<MA, Cfg::kQuadSums> softmax;
   float o[MA][NO][4];
 #pragma unroll
   for (int ma = 0; ma < MA; ++ma)
@@ -113,7 +117,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
     load_tile<VTile, kN, kThreads>(v_s, v + n0 * p.v_row_stride, p.v_row_stride, seq.len_kv - n0, copy_tid);
     sm80::cp_async_commit();
 
-    KeepBits<MA, NA> keep;
+    flash::KeepBits<MA, NA> keep;
     if (dropout) keep.compute_paired(p, bh, m0 + warp_row, n0, lane);
 
     float s[MA][NA][4];
@@ -134,8 +138,8 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
       sm80::cp_async_commit();
     }
 
-    if (p.score_mods) apply_score_mods(s, p, slope, m0 + warp_row, n0, seq.shift, lane);
-    if (!(n0 >= tiles.all_begin && n0 + kN <= tiles.all_end)) apply_mask(s, p, seq, m0 + warp_row, n0, lane);
+    if (p.score_mods) flash::apply_score_mods(s, p, slope, m0 + warp_row, n0, seq.shift, lane);
+    if (!(n0 >= tiles.all_begin && n0 + kN <= tiles.all_end)) flash::apply_mask(s, p, seq, m0 + warp_row, n0, lane);
     softmax.step(s, o, unit);
     if (dropout) keep.apply(s);
 
@@ -155,7 +159,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
       }
   // Q's shared memory is free: every warp passed the last barrier after its
   // last Q.K^T. Each warp stages its own rows; the barrier makes them visible.
-  stage_block<T, OTile>(q_smem, o, inv, warp_row, 0, lane);
+  flash::stage_block<T, OTile>(q_smem, o, inv, warp_row, 0, lane);
   if (lse && (lane & 3) == 0)
 #pragma unroll
     for (int ma = 0; ma < MA; ++ma)
@@ -165,12 +169,12 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
         if (r < rows_out) lse[r * p.lse_row_stride] = row_lse[ma][hh];
       }
   __syncthreads();
-  store_tile<OTile, kM, kThreads>(out, p.o_row_stride, q_smem, rows_out, tid);
+  flash::store_tile<OTile, kM, kThreads>(out, p.o_row_stride, q_smem, rows_out, tid);
 }
 
 // Launches the kernel for one instantiation on the caller's stream.
 template <typename T, int kDQK, int kDV, FwdBuild kBuild>
-void launch_fwd(const FwdParams& p, cudaStream_t stream) {
+void launch_fwd(const flash::FwdParams& p, cudaStream_t stream) {
   using Cfg = FwdConfig<kDQK, kDV, kBuild>;
   auto* kernel = flash_fwd_kernel<T, kDQK, kDV, kBuild>;
   if (!Cfg::kDropout && p.dropout_threshold)  // fwd_build() picks the row's dropout build

@@ -5,12 +5,12 @@
 #include <cuda_runtime.h>
 
 #include "backends/flash_sm80/fwd_config.h"
-#include "backends/flash_sm80/fwd_params.h"
+#include "backends/flash/params.h"
 
 namespace attn::flash_sm80 {
 
 // kBuild: which of the row's builds (fwd_config.h).
 template <typename T, int kDQK, int kDV, FwdBuild kBuild>
-void launch_fwd(const FwdParams& p, cudaStream_t stream);
+void launch_fwd(const flash::FwdParams& p, cudaStream_t stream);
 
 }  // namespace attn::flash_sm80

@@ -33,8 +33,8 @@
 
 #include "attn/error.h"
 #include "backends/flash_sm80/bwd_config.h"  // bwd_group_chunk
-#include "backends/flash_sm80/bwd_dq_layout.h"
-#include "backends/flash_sm80/fwd_schedule.cuh"
+#include "backends/flash/dq_layout.h"
+#include "backends/flash/sequence.cuh"
 #include "backends/flash_sm90/bwd_config.h"
 #include "backends/flash_sm90/bwd_params.h"
 #include "core/cuda_check.h"
@@ -61,8 +61,8 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = BwdConfig<kDQK, kDV>;
   constexpr int kD = kDQK, kM = Cfg::kBlockM, kN = Cfg::kBlockN, kS = Cfg::kStages;
-  const flash_sm80::BwdParams& bp = args.p;
-  const flash_sm80::FwdParams& p = bp.fwd;
+  const flash::BwdParams& bp = args.p;
+  const flash::FwdParams& p = bp.fwd;
 
   extern __shared__ char smem_raw[];
   // TMA and wgmma assume tiles start on the swizzle's 1024-byte period.
@@ -92,16 +92,16 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
   if (pair >= heads_kv * p.batch) return;  // the last chunk may be short
   const int n = blockIdx.y, h_kv = pair % heads_kv, b = pair / heads_kv;
   const int n0 = n * kN;
-  const flash_sm80::SeqExtent seq = flash_sm80::sequence_extent(p, b);
+  const flash::SeqExtent seq = flash::sequence_extent(p, b);
   // Key rows this CTA writes: in a padded batch also those past len_kv (dK =
   // dV = 0 there); in thd the rows past a sequence are the next one's.
   const int rows_out = p.packed ? min(kN, seq.len_kv - n0) : min(kN, p.s_kv - n0);
   if (rows_out <= 0) return;
   // The query tiles that see these keys: a contiguous run, found exactly from
   // the superset (as flash_sm80's backward does).
-  flash_sm80::QTiles mt = flash_sm80::q_tiles<kM, kN>(p, seq, n0);
+  flash::QTiles mt = flash::q_tiles<kM, kN>(p, seq, n0);
   auto sees = [&](int m) {
-    const flash_sm80::KvTiles kt = flash_sm80::kv_tiles<kM, kN>(p, seq, m * kM);
+    const flash::KvTiles kt = flash::kv_tiles<kM, kN>(p, seq, m * kM);
     return kt.first <= n && n <= kt.last;
   };
   while (mt.first <= mt.last && !sees(mt.first)) ++mt.first;
@@ -291,8 +291,8 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
         // a row's range grow with the row, so the first and last rows decide).
         // P = 0 where masked, so dS = P (dP - D) is 0 there too.
         const int last_row = min(m0 + kM, seq.len_q) - 1;
-        const bool masked = last_row < m0 || flash_sm80::row_key_begin(p, seq, last_row) > key0 ||
-                            flash_sm80::row_key_end(p, seq, m0) < key0 + 64;
+        const bool masked = last_row < m0 || flash::row_key_begin(p, seq, last_row) > key0 ||
+                            flash::row_key_end(p, seq, m0) < key0 + 64;
         const float2* terms = reinterpret_cast<const float2*>(smem + (terms_s - k_s) + stage * Cfg::kSmemTerms);
         const int j0 = key0 + 16 * warp + (lane >> 2);  // this thread's first key (and j0 + 8)
 #pragma unroll
@@ -304,8 +304,8 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
             int begin = 0, end = seq.len_kv;
             if (masked) {
               const bool valid = m0 + c < seq.len_q;
-              begin = valid ? flash_sm80::row_key_begin(p, seq, m0 + c) : 0;
-              end = valid ? flash_sm80::row_key_end(p, seq, m0 + c) : 0;
+              begin = valid ? flash::row_key_begin(p, seq, m0 + c) : 0;
+              end = valid ? flash::row_key_end(p, seq, m0 + c) : 0;
             }
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
 
         // dq[i][2 hh + e]: query row 16 warp + 8 hh + lane / 4 of the tile,
         // column col0 + 8 i + 2 (lane % 4) + e, staged two floats at a time
-        // at its place in the accumulator's row (bwd_dq_layout.h) once the
+        // at its place in the accumulator's row (flash/dq_layout.h) once the
         // previous tile's bulk add has read the stage.
         const int q_stage = Cfg::kDqOverOwnKeys ? wg : 0, col0 = Cfg::kDqOverOwnKeys ? 0 : wg * (kD / 2);
         const uint32_t dq_stage = dq_s + q_stage * Cfg::kSmemDq;
@@ -399,7 +399,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
           const int r = 16 * warp + 8 * hr + (lane >> 2);
 #pragma unroll
           for (int i = 0; i < NQ; ++i) {
-            const int col = flash_sm80::dq_swizzle(tok0 + m0 + r, col0 + 8 * i + 2 * (lane & 3));
+            const int col = flash::dq_swizzle(tok0 + m0 + r, col0 + 8 * i + 2 * (lane & 3));
             const uint32_t at = dq_stage + 4u * static_cast<uint32_t>(r * kD + col);
             asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(dq[i][2 * hr]), "f"(dq[i][2 * hr + 1])
                          : "memory");
@@ -484,7 +484,7 @@ void launch_bwd(const Sm90BwdParams& args, cudaStream_t stream) {
          "at most " + std::to_string(65535LL * Cfg::kBlockN) + " keys per sequence",
          "use another backend (cudnn, flash_sm80) for longer sequences");
   Sm90BwdParams a = args;
-  a.p.group_chunk = flash_sm80::bwd_group_chunk(p.h_per_kv, p.window_left, p.window_right, p.s_q, kDQK, kDV, pairs);
+  a.p.group_chunk = flash::bwd_group_chunk(p.h_per_kv, p.window_left, p.window_right, p.s_q, kDQK, kDV, pairs);
   const dim3 grid(a.p.group_chunk, kv_tiles, (pairs + a.p.group_chunk - 1) / a.p.group_chunk);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
   ATTN_CUDA(cudaGetLastError());

@@ -5,7 +5,7 @@
 
 #include <cuda.h>
 
-#include "backends/flash_sm80/bwd_params.h"
+#include "backends/flash/params.h"
 
 namespace attn::flash_sm90 {
 
@@ -13,7 +13,7 @@ struct Sm90BwdParams {
   CUtensorMap q, dout;  // 4-D (column, token, head, sequence), 128B-swizzled boxes of 64 columns x 64 rows
   CUtensorMap k, v;     // the same, boxes of 64 columns x kBlockN rows
   CUtensorMap dk, dv;   // the same, boxes of 64 columns x 64 rows (one consumer's)
-  flash_sm80::BwdParams p;
+  flash::BwdParams p;
 };
 
 }  // namespace attn::flash_sm90

@@ -15,6 +15,12 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev);
 void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx);
 void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx);
 
+// Whether Hopper's backward order should put flash_sm90 first for p, where
+// it measured faster than cuDNN: head dim 128 under a causal shape with 4 or
+// more query heads per KV head. `rule` (if given) gets the sentence selection
+// reports.
+bool leads_backward(const Problem& p, std::string* rule);
+
 const Backend& backend();
 
 }  // namespace attn::flash_sm90

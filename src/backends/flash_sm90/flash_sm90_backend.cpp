@@ -6,6 +6,8 @@
 
 #include "attn/error.h"
 #include "backends/common/device_reasons.h"
+#include "backends/flash/backend_adapter.h"
+#include "backends/flash/heuristics.h"
 #include "backends/flash_sm90/bwd_config.h"
 #include "backends/flash_sm90/bwd_table.h"
 #include "backends/flash_sm90/flash_sm90.h"
@@ -32,32 +34,6 @@ int64_t smem_bytes_for(Pass pass, int64_t d_qk, int64_t d_v) {
   return bytes;
 }
 
-std::string head_dim_list(Pass pass) {
-  std::string s;
-#define ATTN_LIST_ROW(dqk, dv) s += std::string(s.empty() ? "" : ", ") + (dqk == dv ? #dqk : #dqk "/" #dv);
-  if (pass == Pass::forward) {
-    ATTN_FLASH_SM90_FWD_TABLE(ATTN_LIST_ROW)
-  } else {
-    ATTN_FLASH_SM90_BWD_TABLE(ATTN_LIST_ROW)
-  }
-#undef ATTN_LIST_ROW
-  return s;
-}
-
-class FlashSm90Backend final : public Backend {
- public:
-  const char* name() const override { return "flash_sm90"; }
-  std::vector<std::string> supports(const Problem& p, const DeviceInfo& dev) const override {
-    return obstacles(p, dev);
-  }
-  void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) const override {
-    flash_sm90::forward(p, args, ctx);
-  }
-  void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx) const override {
-    flash_sm90::backward(p, args, ctx);
-  }
-};
-
 }  // namespace
 
 std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
@@ -66,15 +42,11 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
   if (dev.sm != 90)
     no.push_back("sm" + std::to_string(dev.sm) + ": flash_sm90 is built for sm_90a (H100/H200) only");
   const bool bwd = p.pass == Pass::backward;
-  const char* pass = bwd ? "backward" : "forward";
   const int64_t smem = smem_bytes_for(p.pass, p.d_qk, p.d_v);
-  if (smem == 0)
-    no.push_back("head_dim " + std::to_string(p.d_qk) + "/" + std::to_string(p.d_v) + " has no " + pass +
-                 " kernel; flash_sm90's " + pass + " has " + head_dim_list(p.pass));
-  else if (dev.smem_per_block_optin_bytes > 0 && smem > dev.smem_per_block_optin_bytes)
-    no.push_back("head_dim " + std::to_string(p.d_qk) + "/" + std::to_string(p.d_v) + " needs " +
-                 std::to_string(smem / 1024) + " KiB of shared memory per block; the device allows " +
-                 std::to_string(dev.smem_per_block_optin_bytes / 1024) + " KiB");
+  for (std::string& reason :
+       bwd ? flash::head_dim_reasons(p, dev, "flash_sm90", smem, {ATTN_FLASH_SM90_BWD_TABLE(ATTN_FLASH_HEAD_DIMS)})
+           : flash::head_dim_reasons(p, dev, "flash_sm90", smem, {ATTN_FLASH_SM90_FWD_TABLE(ATTN_FLASH_HEAD_DIMS)}))
+    no.push_back(std::move(reason));
   if (bwd) {  // the backward's first version: what it does not run yet goes to cudnn or flash_sm80
     const std::string later = " is not in flash_sm90's backward yet (cudnn and flash_sm80 run it)";
     if (p.softcap > 0) no.push_back("softcap" + later);
@@ -87,14 +59,25 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
       no.push_back("max_seqlen_kv " + std::to_string(p.s_kv) + ": the backward's grid takes at most 65535 KV " +
                    "tiles of " + std::to_string(kTileKeys) + " keys (" + std::to_string(kMaxKeys) + ")");
   }
-  for (std::string& reason : detail::flash_kernel_reasons(p, "flash_sm90")) no.push_back(std::move(reason));
+  for (std::string& reason : flash::kernel_reasons(p, "flash_sm90")) no.push_back(std::move(reason));
   if ((p.s_q + 127) / 128 * p.h_q * p.batch > INT32_MAX)
     no.push_back("more than 2^31 work items (128-row query tiles x heads x sequences)");
   return no;
 }
 
+bool leads_backward(const Problem& p, std::string* rule) {
+  // Its chunked grid runs the heavy first KV tiles of several heads together,
+  // where cuDNN also sums dK and dV over the group in extra kernels (at d 64
+  // cuDNN stays ahead).
+  const int64_t h_per_kv = p.h_kv > 0 ? p.h_q / p.h_kv : 0;
+  const bool yes = p.d_qk == 128 && p.d_v == 128 && h_per_kv >= 4 &&
+                   flash::bwd_first_kv_tiles_heavy(static_cast<int>(h_per_kv), p.window_left, p.window_right);
+  if (yes && rule) *rule = "flash_sm90 first for a causal GQA backward at d 128 (4+ query heads per KV head)";
+  return yes;
+}
+
 const Backend& backend() {
-  static const FlashSm90Backend instance;
+  static const flash::FlashBackend instance({"flash_sm90", obstacles, forward, backward});
   return instance;
 }
 

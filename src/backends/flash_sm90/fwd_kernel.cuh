@@ -14,7 +14,7 @@
 //   Q.K^T runs beside tile i-1's P.V, and the consumers take turns issuing
 //   them (FlashAttention-3's intra-warpgroup overlap and ping-pong).
 // KV tiles run from the first to the last, and only the tiles some row can
-// see (fwd_schedule.cuh): a window costs its width. (Last to first put a
+// see (flash/sequence.cuh): a window costs its width. (Last to first put a
 // causal diagonal's masked softmax at the item's start, where no P.V of the
 // consumer's runs under it: d 128 1k causal 0.94 -> 0.98 of cuDNN, five
 // packed documents 1.43-1.51x -> 1.50-1.57x FlexAttention; PERF.md v15.)
@@ -28,9 +28,12 @@
 
 #include <cstdint>
 
-#include "backends/flash_sm80/fwd_epilogue.cuh"
-#include "backends/flash_sm80/fwd_schedule.cuh"
-#include "backends/flash_sm80/fwd_softmax.cuh"
+#include "backends/flash/epilogue.cuh"
+#include "backends/flash/sequence.cuh"
+#include "backends/flash/dropout_bits.cuh"
+#include "backends/flash/mask.cuh"
+#include "backends/flash/online_softmax.cuh"
+#include "backends/flash/score_mods.cuh"
 #include "backends/flash_sm90/fwd_config.h"
 #include "backends/flash_sm90/fwd_params.h"
 #include "backends/flash_sm90/fwd_tiles.h"
@@ -44,10 +47,10 @@
 
 namespace attn::flash_sm90 {
 
-using flash_sm80::KeepBits;
-using flash_sm80::KvTiles;
-using flash_sm80::OnlineSoftmax;
-using flash_sm80::SeqExtent;
+using flash::KeepBits;
+using flash::KvTiles;
+using flash::OnlineSoftmax;
+using flash::SeqExtent;
 
 using sm90::swizzled_offset;
 
@@ -151,13 +154,13 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
     const WorkItem w = work_item(t, (p.s_q + kM - 1) / kM, p.h_q, p.h_q * p.batch, args.section_pairs);
     c.b = w.b;
     c.h = w.h;
-    c.seq = flash_sm80::sequence_extent(p, c.b);
+    c.seq = flash::sequence_extent(p, c.b);
     const QueryTile q = query_tile(w.tile, kM, c.seq.len_q, p.s_q, p.packed);
     c.m0 = q.m0;
     c.row_begin = q.row_begin;
     c.rows = q.rows;
     c.rows_out = q.rows_out;
-    c.tiles = q.has_rows() ? flash_sm80::kv_tiles<kM, kN>(p, c.seq, c.m0) : KvTiles{};
+    c.tiles = q.has_rows() ? flash::kv_tiles<kM, kN>(p, c.seq, c.m0) : KvTiles{};
     return c;
   };
   if (tid < 128) {  // producer warpgroup
@@ -277,7 +280,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
         ++taken;
         return c;
       }
-      flash_sm80::store_zeros<kDV, kM, kConsumerThreads>(out_rows(c) + c.row_begin * p.o_row_stride,
+      flash::store_zeros<kDV, kM, kConsumerThreads>(out_rows(c) + c.row_begin * p.o_row_stride,
                                                          p.o_row_stride, c.rows_out - c.row_begin, ctid);
       if (p.lse)
         for (int r = c.row_begin + ctid; r < c.rows_out; r += kConsumerThreads)
@@ -308,7 +311,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   // Scores of the tile at key n0 -> probabilities (score mods, mask,
   // softmax), and O's rescale factor per row.
   auto probabilities = [&](const Item& c, float slope, int n0) {
-    if (p.score_mods) flash_sm80::apply_score_mods(s, p, slope, c.m0 + row0, n0, c.seq.shift, lane);
+    if (p.score_mods) flash::apply_score_mods(s, p, slope, c.m0 + row0, n0, c.seq.shift, lane);
     if (!(n0 >= c.tiles.all_begin && n0 + kN <= c.tiles.all_end)) {
       // Where no row's first key lies past n0 (every causal tile), only
       // the ends cut: the mask tests those alone, and only where this
@@ -320,16 +323,16 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       // moved d 256 from 48 to 92 B of spills.)
       if (n0 >= c.tiles.all_begin) {
         if (Cfg::kConsumers == 2) {
-          flash_sm80::apply_mask<false>(s, p, c.seq, c.m0 + row0, n0, lane);
-        } else if (flash_sm80::row_keys(p, c.seq, c.m0 + wg_row0()).end < n0 + kN) {
+          flash::apply_mask<false>(s, p, c.seq, c.m0 + row0, n0, lane);
+        } else if (flash::row_keys(p, c.seq, c.m0 + wg_row0()).end < n0 + kN) {
           // Where this consumer's last row sees nothing of the tile's right
           // half (a diagonal in its left half: at 1k causal, half of the
           // masked consumer tiles), the softmax runs on the left half alone
           // and the right half's probabilities are 0.
           const int r_last = min(c.rows, wg_row0() + 64) - 1;
-          if (flash_sm80::row_keys(p, c.seq, c.m0 + r_last).end <= n0 + kN / 2) {
+          if (flash::row_keys(p, c.seq, c.m0 + r_last).end <= n0 + kN / 2) {
             auto& s_left = *reinterpret_cast<float(*)[1][NA / 2][4]>(&s);
-            flash_sm80::apply_mask_bits<false>(s_left, p, c.seq, c.m0 + row0, n0, lane);
+            flash::apply_mask_bits<false>(s_left, p, c.seq, c.m0 + row0, n0, lane);
             softmax.update(s_left, unit, correction);
 #pragma unroll
             for (int na = NA / 2; na < NA; ++na)
@@ -337,10 +340,10 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
               for (int e = 0; e < 4; ++e) s[0][na][e] = 0.f;
             return;
           }
-          flash_sm80::apply_mask_bits<false>(s, p, c.seq, c.m0 + row0, n0, lane);
+          flash::apply_mask_bits<false>(s, p, c.seq, c.m0 + row0, n0, lane);
         }
       } else {
-        flash_sm80::apply_mask(s, p, c.seq, c.m0 + row0, n0, lane);
+        flash::apply_mask(s, p, c.seq, c.m0 + row0, n0, lane);
       }
     }
     softmax.update(s, unit, correction);
@@ -386,7 +389,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   auto consumer_tiles = [&](const Item& c) {
     const int r0 = wg_row0(), r_end = min(c.rows, r0 + 64);
     if (max(c.row_begin, r0) >= r_end) return 1;
-    const int key_end = flash_sm80::row_keys(p, c.seq, c.m0 + r_end - 1).end;
+    const int key_end = flash::row_keys(p, c.seq, c.m0 + r_end - 1).end;
     const int own_last = max(c.tiles.first, min(c.tiles.last, (key_end - 1) / kN));
     return own_last - c.tiles.first + 1;
   };

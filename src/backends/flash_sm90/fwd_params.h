@@ -6,11 +6,11 @@
 
 #include <cuda.h>
 
-#include "backends/flash_sm80/fwd_params.h"
+#include "backends/flash/params.h"
 
 namespace attn::flash_sm90 {
 
-using flash_sm80::FwdParams;
+using flash::FwdParams;
 
 struct Sm90FwdParams {
   CUtensorMap q, k, v;  // 4-D (column, token, head, sequence), 128B-swizzled boxes of 64 columns

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "attn/mask_rule.h"  // ATTN_HOST_DEVICE
+#include "backends/flash/heuristics.h"
 
 namespace attn::flash_sm90 {
 
@@ -76,9 +77,9 @@ ATTN_HOST_DEVICE WorkItem work_item(int t, int m_blocks, int h_q, int pairs, int
 // 512 KiB at once), 8 MiB 1% at 16k.
 constexpr int fwd_section_pairs(int h_per_kv, long long window_left, long long window_right, long long s_kv,
                                 int d_qk, int d_v, int pairs) {
-  if (window_right < 0 || window_left >= 0 || pairs < 1) return 1;
+  if (!flash::causal_shape(window_left, window_right) || pairs < 1) return 1;
   const long long kv_head_bytes = s_kv * (d_qk + d_v) * 2;
-  const long long n = kv_head_bytes > 0 ? (16LL << 20) / kv_head_bytes * h_per_kv : pairs;
+  const long long n = kv_head_bytes > 0 ? flash::units_in_l2_budget(16LL << 20, kv_head_bytes) * h_per_kv : pairs;
   return static_cast<int>(n < 1 ? 1 : n > pairs ? pairs : n);
 }
 

@@ -1,14 +1,14 @@
 // See tensor_maps.h.
 #include "backends/flash_sm90/tensor_maps.h"
 
-#include "backends/flash_sm80/host_params.h"
+#include "backends/flash/params_build.h"
 #include "kernels/sm90/tma_map.h"
 
 namespace attn::flash_sm90 {
 
 CUtensorMap tile_map(const Problem& p, const TensorView& t, int64_t tokens, int64_t heads, int64_t cols,
                      int box_rows, const char* name) {
-  const flash_sm80::Strides st = flash_sm80::strides_of(t, p.qkv_format);
+  const flash::Strides st = flash::strides_of(t, p.qkv_format);
   const bool packed = p.qkv_format == QkvFormat::thd;
   sm90::TileMapShape s;
   s.base = t.data;

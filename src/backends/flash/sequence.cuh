@@ -7,11 +7,11 @@
 #include <cstdint>
 
 #include "attn/mask_rule.h"
-#include "backends/flash_sm80/fwd_params.h"
-#include "backends/flash_sm80/tile_ranges.h"
+#include "backends/flash/params.h"
+#include "backends/flash/tile_ranges.h"
 #include "core/sequence_bounds.h"
 
-namespace attn::flash_sm80 {
+namespace attn::flash {
 
 __device__ __forceinline__ SeqExtent sequence_extent(const FwdParams& p, int b) {
   SeqExtent s;
@@ -32,4 +32,4 @@ __device__ __forceinline__ SeqExtent sequence_extent(const FwdParams& p, int b) 
   return s;
 }
 
-}  // namespace attn::flash_sm80
+}  // namespace attn::flash

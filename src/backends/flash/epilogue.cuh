@@ -8,7 +8,7 @@
 
 #include "kernels/sm80/mma.cuh"
 
-namespace attn::flash_sm80 {
+namespace attn::flash {
 
 // Writes a warp's accumulator block (16 MA rows from row0, a multiple of 8;
 // NA blocks of 8 columns from col0, a multiple of 8 NA as every warp layout
@@ -38,6 +38,16 @@ __device__ __forceinline__ void stage_block(char* smem, const float (&acc)[MA][N
     }
 }
 
+// stage_block with one scale for every row (the backward's P, dS, dK, dV).
+template <typename T, class Tile, int MA, int NA>
+__device__ __forceinline__ void stage_block(char* smem, const float (&acc)[MA][NA][4], float scale, int row0, int col0,
+                                            int lane) {
+  float row_scale[MA][2];
+#pragma unroll
+  for (int ma = 0; ma < MA; ++ma) row_scale[ma][0] = row_scale[ma][1] = scale;
+  stage_block<T, Tile>(smem, acc, row_scale, row0, col0, lane);
+}
+
 // Copies rows [0, valid_rows) of the staged tile to dst (row r at dst + r * row_stride).
 template <class Tile, int kRows, int kThreads, typename T>
 __device__ __forceinline__ void store_tile(T* dst, int64_t row_stride, const char* smem, int valid_rows, int tid) {
@@ -61,4 +71,4 @@ __device__ __forceinline__ void store_zeros(T* dst, int64_t row_stride, int vali
   }
 }
 
-}  // namespace attn::flash_sm80
+}  // namespace attn::flash

@@ -7,9 +7,9 @@
 #include <cstdint>
 
 #include "attn/mask_rule.h"
-#include "backends/flash_sm80/fwd_params.h"
+#include "backends/flash/params.h"
 
-namespace attn::flash_sm80 {
+namespace attn::flash {
 
 template <typename Int>
 ATTN_HOST_DEVICE Int lesser(Int a, Int b) { return a < b ? a : b; }
@@ -132,4 +132,4 @@ ATTN_HOST_DEVICE QTiles unmasked_q_tiles(const FwdParams& p, const SeqExtent& s,
   return t;
 }
 
-}  // namespace attn::flash_sm80
+}  // namespace attn::flash

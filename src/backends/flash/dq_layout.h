@@ -14,7 +14,7 @@
 
 #include "attn/mask_rule.h"  // ATTN_HOST_DEVICE
 
-namespace attn::flash_sm80 {
+namespace attn::flash {
 
 // Where column c of token t's accumulator row lies in that row.
 ATTN_HOST_DEVICE constexpr int dq_swizzle(int64_t t, int c) { return c ^ ((static_cast<int>(t) & 3) << 3); }
@@ -32,4 +32,4 @@ ATTN_HOST_DEVICE constexpr int dq_column(int col0, int na, int sw, int lane) {
     return ((col0 + 8 * na) ^ (sw << 3)) + 2 * (lane & 3);
 }
 
-}  // namespace attn::flash_sm80
+}  // namespace attn::flash

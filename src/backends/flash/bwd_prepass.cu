@@ -15,12 +15,12 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "backends/flash_sm80/bwd_dq_layout.h"
-#include "backends/flash_sm80/bwd_launch.h"
-#include "backends/flash_sm80/fwd_softmax.cuh"  // kLog2e
+#include "backends/flash/bwd_prepass.h"
+#include "backends/flash/dq_layout.h"
+#include "backends/flash/score_mods.cuh"  // kLog2e
 #include "core/cuda_check.h"
 
-namespace attn::flash_sm80 {
+namespace attn::flash {
 namespace {
 
 constexpr int kThreads = 256;  // per block
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kThreads)
   const float4* acc = reinterpret_cast<const float4*>(p.dq_accum + (h * p.rows_q + t) * d_qk);
   const float s = p.fwd.scale;
   for (int c = lane; c < d_qk / 8; c += lanes) {
-    const int at = dq_swizzle(t, 8 * c) / 4;  // chunk c's place in the row (bwd_dq_layout.h)
+    const int at = dq_swizzle(t, 8 * c) / 4;  // chunk c's place in the row (flash/dq_layout.h)
     const float4 a = acc[at], b = acc[at + 1];
     *reinterpret_cast<uint4*>(dq + 8 * c) = make_uint4(pack_pair<T>(a.x * s, a.y * s), pack_pair<T>(a.z * s, a.w * s),
                                                        pack_pair<T>(b.x * s, b.y * s), pack_pair<T>(b.z * s, b.w * s));
@@ -150,4 +150,4 @@ template void launch_bwd_prepass<__half>(const BwdParams&, int, int, cudaStream_
 template void launch_bwd_convert_dq<__nv_bfloat16>(const BwdParams&, int, cudaStream_t);
 template void launch_bwd_convert_dq<__half>(const BwdParams&, int, cudaStream_t);
 
-}  // namespace attn::flash_sm80
+}  // namespace attn::flash

@@ -1,4 +1,4 @@
-// flash_sm80's tile ranges (tile_ranges.h) against the mask rule row by row:
+// The flash library's tile ranges (tile_ranges.h) against the mask rule row by row:
 // the query tiles that kv_tiles() says see a KV tile include every tile that
 // does and form one run inside q_tiles()'s superset, and a tile that
 // unmasked_q_tiles() exempts from the per-element mask has every valid row
@@ -11,7 +11,7 @@
 #include <string>
 
 #include "attn/mask_rule.h"
-#include "backends/flash_sm80/tile_ranges.h"
+#include "backends/flash/tile_ranges.h"
 
 namespace attn::flash_sm80 {
 namespace {
@@ -24,15 +24,15 @@ struct Case {
     return "len_q " + std::to_string(len_q) + " len_kv " + std::to_string(len_kv) + (bottom_right ? " br" : " tl") +
            " window " + std::to_string(left) + "," + std::to_string(right);
   }
-  FwdParams params() const {
-    FwdParams p;
+  flash::FwdParams params() const {
+    flash::FwdParams p;
     p.window_left = left;
     p.window_right = right;
     p.bottom_right = bottom_right;
     return p;
   }
-  SeqExtent extent() const {
-    SeqExtent s;
+  flash::SeqExtent extent() const {
+    flash::SeqExtent s;
     s.len_q = len_q;
     s.len_kv = len_kv;
     s.shift = alignment_shift<int>(bottom_right, len_q, len_kv);
@@ -43,13 +43,13 @@ struct Case {
 template <int kM, int kN>
 void check(const Case& c) {
   SCOPED_TRACE(c.name() + " kM " + std::to_string(kM) + " kN " + std::to_string(kN));
-  const FwdParams p = c.params();
-  const SeqExtent s = c.extent();
+  const flash::FwdParams p = c.params();
+  const flash::SeqExtent s = c.extent();
   auto keys = [&](int i) { return visible_keys<int64_t>(i, s.len_q, s.len_kv, s.shift, c.left, c.right); };
   const int m_tiles = (c.len_q + kM - 1) / kM, n_tiles = (c.len_kv + kN - 1) / kN;
   for (int n = 0; n < n_tiles; ++n) {
     const int n0 = n * kN, n1 = n0 + kN;
-    const QTiles superset = q_tiles<kM, kN>(p, s, n0), unmasked = unmasked_q_tiles<kM, kN>(p, s, n0);
+    const flash::QTiles superset = flash::q_tiles<kM, kN>(p, s, n0), unmasked = flash::unmasked_q_tiles<kM, kN>(p, s, n0);
     int first_seen = -1, last_seen = -1;
     for (int m = 0; m < m_tiles; ++m) {
       const int m0 = m * kM, rows_end = std::min(m0 + kM, c.len_q);
@@ -63,7 +63,7 @@ void check(const Case& c) {
       // The backward walks the query tiles kv_tiles() says see n (a superset
       // of those that do: it counts rows past the keys' end as seeing them);
       // they must form one run, or its deterministic counters would stall.
-      const KvTiles kt = kv_tiles<kM, kN>(p, s, m0);
+      const flash::KvTiles kt = flash::kv_tiles<kM, kN>(p, s, m0);
       const bool walked = kt.first <= n && n <= kt.last;
       if (sees) ASSERT_TRUE(walked) << "kv_tiles misses query tile " << m << ", KV tile " << n;
       if (!walked) continue;
@@ -113,11 +113,11 @@ TEST(Sm80TileRanges, MatchTheMaskRuleOnRandomProblems) {
 // included.
 void check_row_key_bounds(const Case& c) {
   SCOPED_TRACE(c.name());
-  const FwdParams p = c.params();
-  const SeqExtent s = c.extent();
+  const flash::FwdParams p = c.params();
+  const flash::SeqExtent s = c.extent();
   for (int i = 0; i < c.len_q; ++i) {
-    const KeyRange<int> keys = row_keys(p, s, i);
-    const int begin = row_key_begin(p, s, i), end = row_key_end(p, s, i);
+    const KeyRange<int> keys = flash::row_keys(p, s, i);
+    const int begin = flash::row_key_begin(p, s, i), end = flash::row_key_end(p, s, i);
     for (int j = -2; j <= c.len_kv + 2; ++j) {
       if (j >= keys.begin) ASSERT_EQ(j < end, keys.contains(j)) << "row " << i << ", key " << j << ", end " << end;
       ASSERT_EQ(begin <= j && j < end, keys.contains(j)) << "row " << i << ", key " << j << ", bounds " << begin
@@ -148,7 +148,7 @@ TEST(Sm80TileRanges, RowKeyBoundsMatchTheRule) {
 // before `end`, and they are the first ones.
 TEST(Sm80TileRanges, AccumulatorPrefixCountsTheVisibleElements) {
   for (int end = -40; end <= 200; ++end) {
-    const int count = accumulator_prefix(end);
+    const int count = flash::accumulator_prefix(end);
     for (int k = 0; k < 48; ++k) {
       const int column = 8 * (k / 2) + k % 2;
       ASSERT_EQ(column < end, k < count) << "end " << end << ", element " << k;

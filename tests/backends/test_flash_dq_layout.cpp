@@ -1,4 +1,4 @@
-// flash_sm80's dQ accumulator layout (bwd_dq_layout.h): the permutation of a
+// The flash library's dQ accumulator layout (dq_layout.h): the permutation of a
 // row's chunks is a bijection that keeps 8-float chunks whole (the convert
 // pass reads two float4 per chunk), the per-fragment form dq_column equals
 // dq_swizzle for every warp column split of every backward build (read off
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "backends/flash_sm80/bwd_config.h"
-#include "backends/flash_sm80/bwd_dq_layout.h"
+#include "backends/flash/dq_layout.h"
 #include "backends/flash_sm80/bwd_table.h"
 
 namespace attn::flash_sm80 {
@@ -20,11 +20,11 @@ TEST(Sm80DqLayout, EachRowIsAPermutationOfWholeChunks) {
     for (int64_t t = 0; t < 9; ++t) {
       std::vector<int> hits(d, 0);
       for (int c = 0; c < d; ++c) {
-        const int at = dq_swizzle(t, c);
+        const int at = flash::dq_swizzle(t, c);
         ASSERT_GE(at, 0);
         ASSERT_LT(at, d) << "d " << d << " t " << t << " c " << c;
         ++hits[at];
-        EXPECT_EQ(at - at % 8, dq_swizzle(t, c - c % 8)) << "chunk of c " << c << " split";
+        EXPECT_EQ(at - at % 8, flash::dq_swizzle(t, c - c % 8)) << "chunk of c " << c << " split";
         EXPECT_EQ(at / 32, c / 32) << "columns leave their 128 bytes";
       }
       for (int x : hits) ASSERT_EQ(x, 1) << "d " << d << " t " << t;
@@ -41,7 +41,7 @@ int column_mismatches() {
       for (int lane = 0; lane < 32; ++lane)
         for (int na = 0; na < NA; ++na) {
           const int col0 = w * 8 * NA;
-          bad += dq_column<NA>(col0, na, static_cast<int>(t & 3), lane) != dq_swizzle(t, col0 + 8 * na + 2 * (lane & 3));
+          bad += flash::dq_column<NA>(col0, na, static_cast<int>(t & 3), lane) != flash::dq_swizzle(t, col0 + 8 * na + 2 * (lane & 3));
         }
   return bad;
 }
@@ -58,7 +58,7 @@ void check_build(const char* name) {
   for (int64_t t0 = 0; t0 < 4; ++t0)
     for (int c = 0; c < Cfg::kHeadDimQK; c += 8) {
       int per_group[4] = {0, 0, 0, 0};
-      for (int i = 0; i < 8; ++i) ++per_group[(dq_swizzle(t0 + i, c) / 8) % 4];
+      for (int i = 0; i < 8; ++i) ++per_group[(flash::dq_swizzle(t0 + i, c) / 8) % 4];
       for (int g : per_group) EXPECT_EQ(g, 2) << "t0 " << t0 << " column " << c;
     }
 }

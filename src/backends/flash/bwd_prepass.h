@@ -1,0 +1,19 @@
+// The backward's two light passes around either backend's main kernel
+// (bwd_prepass.cu): the rows' terms before it, dQ's conversion after it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backends/flash/params.h"
+
+namespace attn::flash {
+
+// D = rowsum(dO * O) and lse in log2 units per (query head, token), and dq_accum = 0.
+template <typename T>
+void launch_bwd_prepass(const BwdParams& p, int d_qk, int d_v, cudaStream_t stream);
+
+// dq = softmax_scale * dq_accum in T and the caller's strides.
+template <typename T>
+void launch_bwd_convert_dq(const BwdParams& p, int d_qk, cudaStream_t stream);
+
+}  // namespace attn::flash

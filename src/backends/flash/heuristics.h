@@ -1,0 +1,49 @@
+// Scheduling heuristics both flash backends share: the mask shape whose
+// first KV tiles (and last query tiles) carry the most work, and how many
+// (sequence, head) pairs keep their K/V or Q/dO within an L2 budget.
+// Plain C++: the host chooses with them, the CPU tests check them.
+#pragma once
+
+namespace attn::flash {
+
+// A right bound and no left one (causal, bottom-right causal; not a band):
+// a query tile's keys grow with its row, so the last query tile is the
+// heaviest and the first KV tile is seen by the most query tiles.
+constexpr bool causal_shape(long long window_left, long long window_right) {
+  return window_right >= 0 && window_left < 0;
+}
+
+// How many units of `unit_bytes` fit an L2 budget of `budget_bytes` (the
+// data CTAs running side by side read together); 0 when unit_bytes is 0.
+constexpr long long units_in_l2_budget(long long budget_bytes, long long unit_bytes) {
+  return unit_bytes > 0 ? budget_bytes / unit_bytes : 0;
+}
+
+// The backward's first KV tiles carry the most work: GQA under a causal
+// shape, where each CTA of those tiles walks most query tiles for every head
+// of its group.
+constexpr bool bwd_first_kv_tiles_heavy(int h_per_kv, long long window_left, long long window_right) {
+  return h_per_kv > 1 && causal_shape(window_left, window_right);
+}
+
+// The backward's chunked grid (pairs of a chunk, KV tiles, chunks): (KV
+// head, sequence) pairs in chunks, the KV tiles slowest within a chunk. Under
+// bwd_first_kv_tiles_heavy the heavy first KV tiles of a chunk's pairs start
+// together, and only the chunk's Q/dO rows are in flight: chunks of about
+// 32 MiB of them (h_per_kv x s_q x (d_qk + d_v) x 2 bytes per pair);
+// otherwise one pair per chunk.
+// `chunk` pairs per chunk held to what the grid takes: at least 1, and
+// enough that at most 65535 chunks (grid z) cover the pairs; at most pairs.
+constexpr int bwd_clamp_group_chunk(long long chunk, int pairs) {
+  const long long fewest = (pairs + 65534LL) / 65535;
+  chunk = chunk > pairs ? pairs : chunk;
+  return static_cast<int>(chunk < fewest ? fewest : chunk < 1 ? 1 : chunk);
+}
+constexpr int bwd_group_chunk(int h_per_kv, long long window_left, long long window_right, long long s_q, int d_qk,
+                              int d_v, int pairs) {
+  const long long pair_bytes = static_cast<long long>(h_per_kv) * s_q * (d_qk + d_v) * 2;
+  const bool heavy = bwd_first_kv_tiles_heavy(h_per_kv, window_left, window_right) && pair_bytes > 0;
+  return bwd_clamp_group_chunk(heavy ? units_in_l2_budget(32LL << 20, pair_bytes) : 1, pairs);
+}
+
+}  // namespace attn::flash

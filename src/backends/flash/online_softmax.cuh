@@ -1,0 +1,135 @@
+// The online softmax over a row's tiles of scores: running max and sum,
+// scores -> probabilities, O's rescale factor, and at the end 1 / sum and lse.
+//
+// Register layout (mma.cuh): s[ma][na][2 * half + e] is row
+// row0 + 16 ma + 8 half + lane / 4, column n0 + 8 na + 2 (lane % 4) + e.
+#pragma once
+
+#include "backends/flash/score_mods.cuh"  // kLn2
+#include "kernels/sm80/mma.cuh"
+
+namespace attn::flash {
+
+// Running max (in score units: times `unit` gives log2 units) and this
+// thread's part of the running sum, per owned row. The quad's four parts are
+// added once, at the end.
+// kQuadSums (MA = 2: four rows per thread, four lanes per quad): each tile's
+// row sums are completed across the quad at once, and lane k of the quad
+// keeps row k's running sum alone: one register for the sums instead of
+// four, for a loop whose S and O fill 192 registers (flash_sm80's wide
+// forward at d 128 spilled three of the four to local memory, a load and a
+// store each per tile; fwd_config.h). Eight shuffles per tile more.
+template <int MA, bool kQuadSums = false>
+struct OnlineSoftmax {
+  static_assert(!kQuadSums || MA == 2, "one row per lane of the quad");
+  static constexpr int kSumRows = kQuadSums ? 1 : MA;
+  float max[MA][2];
+  float sum[kSumRows][2];  // kQuadSums: sum[0][0] is row lane % 4's (ma = k / 2, half k % 2)
+
+  __device__ __forceinline__ OnlineSoftmax() {
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) max[ma][h] = -INFINITY;
+#pragma unroll
+    for (int ma = 0; ma < kSumRows; ++ma) sum[ma][0] = sum[ma][1] = 0.f;
+  }
+
+  // kQuadSums: of four per-row values (the quad's rows), this lane's row's.
+  __device__ __forceinline__ static float lane_row(const float (&v)[MA][2]) {
+    const int k = threadIdx.x & 3;
+    return k < 2 ? (k == 0 ? v[0][0] : v[0][1]) : (k == 2 ? v[MA - 1][0] : v[MA - 1][1]);
+  }
+
+  // s -> exp2(unit * s - unit * new max); O's rows rescaled to the new max.
+  // A row that has seen only -inf keeps max -inf and uses 0 as its base, so
+  // exp2(-inf) = 0 and no NaN appears.
+  template <int NA, int NO>
+  __device__ __forceinline__ void step(float (&s)[MA][NA][4], float (&o)[MA][NO][4], float unit) {
+    float correction[MA][2];
+    update(s, unit, correction);
+    rescale(o, correction);
+  }
+
+  // The scores' half of step(): the new running max and sum, s -> probabilities,
+  // and per row the factor O must be multiplied by (flash_sm90 applies it
+  // later, once the previous tile's P.V has left O's registers).
+  template <int NA>
+  __device__ __forceinline__ void update(float (&s)[MA][NA][4], float unit, float (&correction)[MA][2]) {
+    [[maybe_unused]] float tile_sum[MA][2];  // kQuadSums: each row's sum over this tile
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float m = max[ma][h];
+#pragma unroll
+        for (int na = 0; na < NA; ++na) m = fmaxf(m, fmaxf(s[ma][na][2 * h], s[ma][na][2 * h + 1]));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        const float base = m == -INFINITY ? 0.f : m * unit;
+        correction[ma][h] = sm80::fast_exp2(max[ma][h] * unit - base);
+        max[ma][h] = m;
+        float part = kQuadSums ? 0.f : sum[ma][h] * correction[ma][h];
+#pragma unroll
+        for (int na = 0; na < NA; ++na)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pr = sm80::fast_exp2(s[ma][na][2 * h + e] * unit - base);
+            s[ma][na][2 * h + e] = pr;
+            part += pr;
+          }
+        if constexpr (kQuadSums) {
+          part += __shfl_xor_sync(0xffffffffu, part, 1);
+          tile_sum[ma][h] = part + __shfl_xor_sync(0xffffffffu, part, 2);
+        } else {
+          sum[ma][h] = part;
+        }
+      }
+    if constexpr (kQuadSums) sum[0][0] = sum[0][0] * lane_row(correction) + lane_row(tile_sum);
+  }
+
+  // A row whose max did not change has correction exactly 1: where that holds
+  // for every row of the warp, O is left as it is (the same bits, without
+  // MA x NO x 4 multiplies; once the running max settles, most tiles).
+  template <int NO>
+  __device__ __forceinline__ static void rescale(float (&o)[MA][NO][4], const float (&correction)[MA][2]) {
+    bool changed = false;
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma) changed |= correction[ma][0] != 1.f || correction[ma][1] != 1.f;
+    if (!__any_sync(0xffffffffu, changed)) return;
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int no = 0; no < NO; ++no) {
+          o[ma][no][2 * h] *= correction[ma][h];
+          o[ma][no][2 * h + 1] *= correction[ma][h];
+        }
+  }
+
+  // Completes the quad's sums; returns per row 1 / sum (0 for a row that saw
+  // no key: out = 0) times `out_scale`, and writes lse (natural log) when wanted.
+  __device__ __forceinline__ void finish(float (&inv)[MA][2], float (&lse)[MA][2], float unit, float out_scale) {
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float l;
+        if constexpr (kQuadSums) {
+          l = __shfl_sync(0xffffffffu, sum[0][0], (threadIdx.x & 28) | (2 * ma + h));
+        } else {
+          l = sum[ma][h];
+          l += __shfl_xor_sync(0xffffffffu, l, 1);
+          l += __shfl_xor_sync(0xffffffffu, l, 2);
+        }
+        // The fast reciprocal and log (2 ulp; 2^-21 absolute near 1): l >= 1
+        // once a key is seen (the row max contributes exp2(0)), and these sit
+        // on the path from the last product to the store.
+        inv[ma][h] = l > 0.f ? __fdividef(out_scale, l) : 0.f;
+        lse[ma][h] = l > 0.f ? max[ma][h] * unit * kLn2 + __logf(l) : -INFINITY;
+      }
+  }
+};
+
+}  // namespace attn::flash
