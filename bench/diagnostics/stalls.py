@@ -1,12 +1,14 @@
 """Where a flash kernel's warps wait, instruction by instruction.
 
-Two roles, both used by scripts/sm80_stalls_device.sh on the device:
+Two roles, both used by the `profile` and `stalls` suites of
+scripts/device.sh on the device:
 
   stalls.py run IMPL PASS D SEQLEN
       one problem (bf16, batch 16384/SEQLEN, heads 2048/D, non-causal) three
       times, so that ncu can profile the third call's kernel: IMPL is "attn"
-      (flash_sm80 through attn.torch) or "fa2" (PyTorch SDPA's flash backend);
-      PASS is "fwd" or "bwd".
+      (the backend $ATTN_STALLS_BACKEND, default flash_sm80, through
+      attn.torch), "fa2" (PyTorch SDPA's flash backend) or "cudnn" (SDPA's
+      cuDNN backend); PASS is "fwd" or "bwd".
   stalls.py report SOURCE_CSV DETAILS_CSV
       reads ncu's source page (--page source --csv --print-source sass) and
       details page of that profile and prints the kernel's time, its stall
