@@ -71,8 +71,9 @@ def report(source_csv, details_csv):
         details = []
     for row in details:
         name = row.get("Metric Name", "")
-        if name in ("Duration", "Registers Per Thread", "Warp Cycles Per Issued Instruction", "Issue Slots Busy") \
-                or name.startswith("Stall") or "Stall" in name:
+        if name in ("Duration", "Registers Per Thread", "Warp Cycles Per Issued Instruction", "Issue Slots Busy",
+                    "SM Busy", "Compute (SM) Throughput", "Memory Throughput", "Executed Ipc Active") \
+                or "Stall" in name:
             print(f"  {row.get('Section Name', '')[:18]:18} {name[:48]:48} {row.get('Metric Value', '')} "
                   f"{row.get('Metric Unit', '')}")
     rows = rows_of(source_csv, '"Address"')
