@@ -5,7 +5,7 @@ measures it), and the host's time to issue one call. When the events' time is
 above the kernels' sum, the stream has gaps (launch latency, a host that
 cannot keep up); when the host's time is above the events', the host is the limit.
 
-    python bench/profile_fwd.py [--backend flash_sm90] [--points 64:1024:T,128:1024:F]
+    python3 bench/diagnostics/profile_fwd.py [--backend flash_sm90] [--points 64:1024:T,128:1024:F]
 """
 import argparse
 import collections

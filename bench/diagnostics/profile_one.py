@@ -1,7 +1,7 @@
 """Which GPU kernels one attention call launches, and for how long: attn
 against PyTorch's SDPA (cuDNN backend, or FlashAttention-2 with --peer flash)
 on one ANCHORS point, under torch.profiler.
-Usage: python3 bench/profile_one.py [--d 128 --seqlen 1024 --causal --peer flash]"""
+Usage: python3 bench/diagnostics/profile_one.py [--d 128 --seqlen 1024 --causal --peer flash]"""
 import argparse
 
 import torch

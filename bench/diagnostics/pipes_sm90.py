@@ -9,7 +9,7 @@ executed instructions per opcode. A diagnostic run by hand on the device:
                                           (ncu --page source --csv --print-source sass)
 
 e.g. ncu --clock-control none -k regex:flash_fwd_sm90 --launch-skip 2 --launch-count 1
---section SourceCounters -o /tmp/s python3 bench/pipes_sm90.py run attn 64 1024 T
+--section SourceCounters -o /tmp/s python3 bench/diagnostics/pipes_sm90.py run attn 64 1024 T
 (-k regex:cudnn with IMPL cudnn). Findings: docs/PERF.md, "v16".
 """
 import csv
@@ -54,13 +54,6 @@ def report(path):
                     print(f"   {k:75s} {vals[k]}")
 
 
-if __name__ == "__main__":
-    if sys.argv[1] == "run":
-        run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "T")
-    elif sys.argv[1] == "report":
-        report(sys.argv[2])
-
-
 def ops(path):
     """Executed warp instructions per opcode, from ncu's source page (SASS)."""
     import collections
@@ -88,5 +81,10 @@ def ops(path):
         print(f"   {op:34s} {n:12.0f} {n / total:6.1%}")
 
 
-if __name__ == "__main__" and sys.argv[1] == "ops":
-    ops(sys.argv[2])
+if __name__ == "__main__":
+    if sys.argv[1] == "run":
+        run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "T")
+    elif sys.argv[1] == "report":
+        report(sys.argv[2])
+    elif sys.argv[1] == "ops":
+        ops(sys.argv[2])

@@ -1,12 +1,14 @@
 """Where a flash kernel's warps wait, instruction by instruction.
 
-Two roles, both used by scripts/sm80_stalls_device.sh on the device:
+Two roles, both used by the `profile` and `stalls` suites of
+scripts/device.sh on the device:
 
   stalls.py run IMPL PASS D SEQLEN
       one problem (bf16, batch 16384/SEQLEN, heads 2048/D, non-causal) three
       times, so that ncu can profile the third call's kernel: IMPL is "attn"
-      (flash_sm80 through attn.torch) or "fa2" (PyTorch SDPA's flash backend);
-      PASS is "fwd" or "bwd".
+      (the backend $ATTN_STALLS_BACKEND, default flash_sm80, through
+      attn.torch), "fa2" (PyTorch SDPA's flash backend) or "cudnn" (SDPA's
+      cuDNN backend); PASS is "fwd" or "bwd".
   stalls.py report SOURCE_CSV DETAILS_CSV
       reads ncu's source page (--page source --csv --print-source sass) and
       details page of that profile and prints the kernel's time, its stall
@@ -69,8 +71,9 @@ def report(source_csv, details_csv):
         details = []
     for row in details:
         name = row.get("Metric Name", "")
-        if name in ("Duration", "Registers Per Thread", "Warp Cycles Per Issued Instruction", "Issue Slots Busy") \
-                or name.startswith("Stall") or "Stall" in name:
+        if name in ("Duration", "Registers Per Thread", "Warp Cycles Per Issued Instruction", "Issue Slots Busy",
+                    "SM Busy", "Compute (SM) Throughput", "Memory Throughput", "Executed Ipc Active") \
+                or "Stall" in name:
             print(f"  {row.get('Section Name', '')[:18]:18} {name[:48]:48} {row.get('Metric Value', '')} "
                   f"{row.get('Metric Unit', '')}")
     rows = rows_of(source_csv, '"Address"')
