@@ -46,6 +46,13 @@
 #                             --backend BACKEND $COMPARE_ARGS, timed against the
 #                             same-run peers. No correctness checks: the winner
 #                             goes through its backend's suite.
+#   builds [BACKEND ...]      [build-kernels, build-base] this tree against the
+#                             library in .carry/base (prepare_device.sh --base
+#                             REV): per flash kernel object, whether its SASS is
+#                             the same and the two ptxas reports side by side;
+#                             then bench/diagnostics/ab_builds.py (both builds in
+#                             one process, an A/A pair) for each BACKEND
+#                             (default flash_sm90 flash_sm80), $AB_BUILDS_ARGS.
 #   cp                        [build-ext] multi-GPU (kind nvidia-h200-x2 or
 #                             nvidia-h100-x2): the context-parallel tests under
 #                             torchrun (300 s), bench/cp.py (240 s, two GPUs or
@@ -97,6 +104,7 @@ sanitize [TARGET ...]     compute-sanitizer over attn check cases, .py files or 
 flash_sm80 [COMPARE ...]  flash_sm80: ptxas, tests, sanitizers, HMMA count, compare.py
 flash_sm90 [COMPARE ...]  flash_sm90 ($ATTN_PASS fwd/bwd/both): ptxas, SASS, checks, tests, sanitizers, compare.py
 ab BACKEND VARIANT ...    A/B of .variants/ folders, compare.py ($COMPARE_ARGS) or $AB_BENCH per variant
+builds [BACKEND ...]      this tree against .carry/base: SASS and ptxas per kernel, ab_builds.py timing
 cp                        multi-GPU: context-parallel tests under torchrun, bench/cp.py
 python_bench              bench/overhead.py and bench/layer.py ($ATTN_BENCH)
 profile [PASS:D ...]      ncu metrics of a backend's kernel beside its peer's ($ATTN_STALLS_BACKEND)
@@ -499,6 +507,64 @@ suite_stalls() {
   return 0
 }
 
+# ---- builds ----------------------------------------------------------------------
+# normalized_sass OBJECT: its instructions without addresses and encodings,
+# one per line (kernel names left out: a type's namespace is in them).
+normalized_sass() {
+  cuobjdump -sass "$1" 2>/dev/null | sed -nE 's#^\s+/\*[0-9a-f]{4,}\*/\s*##p' |
+    sed -E 's#\s*/\* 0x[0-9a-f]+ \*/##; s#\s+# #g'
+}
+suite_builds() {
+  [ -f .carry/base/CMakeLists.txt ] || { fail base "no .carry/base: run prepare_device.sh --base REV here"; return 1; }
+  note base "$(cat .carry/base/commit 2>/dev/null)"
+  BUILD_LOG=$log/build.log build_attn kernels _C || return 1
+  local new=$build
+  build=build-base
+  cmake -S .carry/base -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PWD/.carry" \
+    -DATTN_BUILD_PYTHON=ON -DATTN_BUILD_TESTS=OFF -DATTN_BUILD_TOOLS=OFF -DATTN_WITH_CUDNN=OFF \
+    -DATTN_PTXAS_VERBOSE=ON >"$log/configure-base.log" 2>&1 || { verdict configure 1 build-base; return 1; }
+  BUILD_LOG=$log/build-base.log BUILD_KEY=build-base build_targets _C || return 1
+  # SASS per kernel object (a row of a kernel table), by its object library's name.
+  local same=0 differ=0 o name
+  : >"$log/sass.txt"
+  while IFS= read -r o; do
+    name=$(basename "$(dirname "$(dirname "$o")")")  # attn_flash_sm90_fwd_128_128.dir
+    local b
+    b=$(find build-base -path "*/$name/*" -name '*.o' | head -1)
+    if [ -z "$b" ]; then echo "new   $name" >>"$log/sass.txt"; continue; fi
+    if cmp -s <(normalized_sass "$o") <(normalized_sass "$b"); then
+      same=$((same + 1)); echo "same  $name" >>"$log/sass.txt"
+    else
+      differ=$((differ + 1))
+      echo "DIFF  $name: $(diff <(normalized_sass "$b") <(normalized_sass "$o") | grep -c '^[<>]') lines" >>"$log/sass.txt"
+    fi
+  done < <(find "$new" -path '*attn_flash_*' -name '*.o' | sort)
+  note sass "$same objects the same, $differ differ ($log/sass.txt)"
+  # ptxas per kernel: base then this tree.
+  BUILD_LOG=$log/build-base.log ptxas_report flash_ >"$log/ptxas-base.txt"
+  BUILD_LOG=$log/build.log ptxas_report flash_ >"$log/ptxas-new.txt"
+  diff "$log/ptxas-base.txt" "$log/ptxas-new.txt" >"$log/ptxas-diff.txt"
+  note ptxas "$(grep -c '^>' "$log/ptxas-diff.txt") of $(wc -l <"$log/ptxas-new.txt") kernel lines differ ($log/ptxas-diff.txt)"
+  # Both builds staged as packages attn and attn_base.
+  stage_python "$new"
+  rm -rf /tmp/py-base && mkdir -p /tmp/py-base && cp -r .carry/base/python/attn /tmp/py-base/attn_base &&
+    cp build-base/python/_C*.so /tmp/py-base/attn_base/
+  local backends=("$@") backend rc
+  [ ${#backends[@]} -gt 0 ] || backends=(flash_sm90 flash_sm80)
+  for backend in "${backends[@]}"; do
+    # shellcheck disable=SC2086  # AB_BUILDS_ARGS is a list of arguments
+    PYTHONPATH=/tmp/py:/tmp/py-base timeout "${AB_TIMEOUT:-300}" python3 bench/diagnostics/ab_builds.py \
+      --backend "$backend" --out "$log" ${AB_BUILDS_ARGS:-} >"$log/ab-$backend.log" 2>&1
+    rc=$?
+    grep -E '^(fwd|bwd) ' "$log/ab-$backend.log"
+    verdict "ab $backend" $rc "$(grep '^summary' "$log/ab-$backend.log")"
+  done
+  echo "== SASS"
+  cat "$log/sass.txt"
+  echo "== ptxas (< base, > this tree)"
+  grep '^[<>]' "$log/ptxas-diff.txt" | head -40
+}
+
 # ---- dispatch --------------------------------------------------------------------
 # Each suite runs in a subshell (its variables, and ab's changes to src/, end
 # with it); "+" separates suites; the same suite may come twice.
@@ -511,7 +577,7 @@ plan_add() {  # plan_add SUITE [ARGS ...]: checks the suite's arguments, then ad
       [ $# -eq 0 ] || { echo "device.sh: $s takes no arguments (got: $*); separate suites with +" >&2; return 2; } ;;
     ab)
       [ $# -ge 2 ] || { echo "device.sh: ab needs BACKEND VARIANT ... (got: $*)" >&2; return 2; } ;;
-    sanitize | flash_sm80 | flash_sm90 | profile | stalls) ;;
+    sanitize | flash_sm80 | flash_sm90 | profile | stalls | builds) ;;
     *) echo "device.sh: no suite '$s'; the suites:" >&2 && suites_help >&2 && return 2 ;;
   esac
   plan_suites+=("$s")
