@@ -84,7 +84,7 @@ def main():
               f"(worst {worst['pass']} d{worst['d']} {worst['seqlen']} causal={worst['causal']}), "
               f"A/A {min(r['aa'] for r in rows):.3f}-{max(r['aa'] for r in rows):.3f}")
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, f"ab_builds-{args.backend}-{'+'.join(passes)}.json"), "w") as f:
+    with open(os.path.join(args.out, f"ab_builds-{args.backend}-{'-'.join(passes)}.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "backend": args.backend, "rows": rows}, f, indent=1)
 
 
