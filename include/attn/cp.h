@@ -17,9 +17,11 @@
 // the same day, are checked on the CPU only), and ran 128k tokens (h32 d128
 // causal, fwd+bwd) at 1.87x one GPU (bench/cp.py, docs/PERF.md). Not yet:
 // padding masks in bshd/sbhd, bias/ALiBi/arbitrary masks, dropout (each is
-// refused with a reason), the unsplit fallback in C++: Python's cp_fallback
-// (attn/cp.py, docs/CP.md) runs batches that break the rule, and padded
-// bshd/sbhd, by gathering K/V over torch.distributed (CPU-tested over gloo).
+// refused with a reason), the unsplit fallback's passes in C++: its plan is
+// here (uses_fallback, fallback_piece, rank_positions), its passes are
+// Python's cp_fallback (attn/cp.py, docs/CP.md), which runs batches that break
+// the rule, and padded bshd/sbhd, by gathering K/V over torch.distributed
+// (CPU-tested over gloo).
 //
 // Local tensors: bshd [b, 2c, h, d] / sbhd [2c, b, h, d] hold chunk r then chunk
 // 2cp-1-r of each sequence (c = s / (2cp)); thd holds, per sequence, its chunk r
@@ -35,9 +37,45 @@
 
 namespace attn::cp {
 
+// The index of the first sequence whose length is not a multiple of 2*cp
+// (length 1 included), or -1 when every sequence keeps the rule.
+int64_t first_rule_breaker(const std::vector<int64_t>& lengths, int cp);
+
+// The fix line's second half: how a caller runs a batch that breaks the rule
+// unsplit instead. Callers with their own spelling (Python's shard/unshard and
+// calls: cp_fallback=True) pass theirs.
+inline constexpr const char* kAllowFallback =
+    "allow the fallback that runs such a batch without splitting it (Python: cp_fallback=True)";
+
 // Throws attn::Error (value) naming the first sequence whose length is not a
-// multiple of 2*cp (length 1 included): the rule, the length and the fixes.
-void check_lengths(const std::vector<int64_t>& lengths, int cp);
+// multiple of 2*cp (length 1 included): the rule, the length and the fixes
+// ("pad the sequence to a multiple of 2*cp, or " + allow_fallback).
+void check_lengths(const std::vector<int64_t>& lengths, int cp, const std::string& allow_fallback = kAllowFallback);
+
+// The unsplit fallback (docs/CP.md, "The fallback"; run by Python's
+// cp_fallback=True): all or nothing. With the fallback allowed, one sequence
+// that breaks the rule sends the whole batch into the fallback layout; without
+// it, such a batch is check_lengths's error. False: the ring's chunks.
+bool uses_fallback(const std::vector<int64_t>& lengths, int cp, bool allow_fallback,
+                   const std::string& allow_fallback_fix = kAllowFallback);
+
+// The fallback's piece of a sequence of `length` rows on `rank`: rows
+// [rank*length/cp, (rank+1)*length/cp), contiguous; pieces differ by at most
+// one row and are empty where length < cp.
+struct Piece {
+  int64_t begin, end;
+};
+Piece fallback_piece(int64_t length, int rank, int cp);
+
+// The rows `rank` holds of sequences packed one after another (thd; for
+// bshd/sbhd pass one sequence: positions along s), as global positions in the
+// order they sit in its local tensors: chunks r and 2cp-1-r of each sequence
+// (fallback false: every length must keep the rule), or each sequence's
+// fallback piece.
+std::vector<int64_t> rank_positions(const std::vector<int64_t>& lengths, int rank, int cp, bool fallback);
+
+// How many rows each rank holds in the fallback layout (the sum of its pieces), rank order.
+std::vector<int64_t> fallback_rows(const std::vector<int64_t>& lengths, int cp);
 
 // The two chunks rank r holds, in the order they sit in its local tensors.
 struct Chunks {

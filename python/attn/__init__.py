@@ -15,13 +15,13 @@ autograd, a torch.library custom op and TransformerEngine-style modules.
 
 from __future__ import annotations
 
-import atexit
 import functools
 from dataclasses import dataclass
 from typing import Any, Iterator, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _C
 from . import _arrays
+from . import _keywords
 from ._C import BackendUnavailableError, ExecutionError
 
 __version__ = "0.1.0"
@@ -40,96 +40,7 @@ __all__ = [
     "ExecutionError",
 ]
 
-_U64 = 1 << 64
-
-
-# ---- options ---------------------------------------------------------------
-
-
-def _mask_name(mask: Optional[str]) -> str:
-    """TransformerEngine spellings too: "padding,causal", "causal,padding", "causal_padding"."""
-    if mask is None:
-        return "no_mask"
-    if not isinstance(mask, str):
-        raise TypeError(f"attn: mask must be a string such as \"causal\", got {type(mask).__name__}")
-    name = mask.replace(",", "_")
-    if name == "causal_padding":
-        name = "padding_causal"
-    if name == "causal_bottom_right_padding":
-        name = "padding_causal_bottom_right"
-    return name
-
-
-def _window(window: Any) -> Tuple[int, int]:
-    if window is None:
-        return (-1, -1)
-    try:
-        left, right = window
-        return (int(left), int(right))
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"attn: window must be a pair (left, right), -1 for an unbounded side; got {window!r}"
-        ) from None
-
-
-def _uint(value: Any, name: str, limit: int = _U64) -> int:
-    v = int(value)
-    if not 0 <= v < limit:
-        raise ValueError(f"attn: {name} must be an integer in [0, {limit}), got {value!r}")
-    return v
-
-
-_PLAIN = (str, int, float, bool, type(None))
-_OPTIONS_CACHE: dict = {}
-atexit.register(_OPTIONS_CACHE.clear)  # before interpreter teardown, which nanobind checks for live objects
-
-
-def _options(*args: Any) -> _C.Options:
-    """_build_options(*args), cached: building the Options object costs a few
-    microseconds of attribute calls per call, and a model repeats the same few
-    keyword sets. Only plain values are keys (a tensor-valued scale could change
-    in place); the C++ side never modifies an Options it is given."""
-    if not all(type(a) in _PLAIN or (type(a) is tuple and all(type(x) in _PLAIN for x in a)) for a in args):
-        return _build_options(*args)
-    o = _OPTIONS_CACHE.get(args)
-    if o is None:
-        o = _build_options(*args)
-        if len(_OPTIONS_CACHE) >= 256:  # e.g. a fresh dropout seed per call
-            _OPTIONS_CACHE.clear()
-        _OPTIONS_CACHE[args] = o
-    return o
-
-
-def _build_options(
-    qkv_format: str,
-    mask: Optional[str],
-    window: Any,
-    softmax_scale: Optional[float],
-    softcap: float,
-    max_seqlen_q: Optional[int],
-    max_seqlen_kv: Optional[int],
-    dropout_p: float,
-    seed: int,
-    offset: int,
-    deterministic: bool,
-    check_seqlens: bool,
-) -> _C.Options:
-    o = _C.Options()
-    if not isinstance(qkv_format, str):
-        raise TypeError(f"attn: qkv_format must be \"bshd\", \"sbhd\" or \"thd\", got {qkv_format!r}")
-    o.qkv_format = qkv_format
-    o.mask = _mask_name(mask)
-    o.window = _window(window)
-    o.softmax_scale = None if softmax_scale is None else float(softmax_scale)
-    o.softcap = float(softcap)
-    o.max_seqlen_q = 0 if max_seqlen_q is None else int(max_seqlen_q)  # 0: derive from cu_seqlens
-    o.max_seqlen_kv = 0 if max_seqlen_kv is None else int(max_seqlen_kv)
-    o.dropout_p = float(dropout_p)
-    o.seed = _uint(seed, "seed")
-    o.offset = _uint(offset, "offset")  # the core checks offset < 2^32 with its own message
-    o.deterministic = bool(deterministic)
-    o.check_seqlens = bool(check_seqlens)
-    return o
+_options = _keywords.options  # the core's Options from the keywords (cached); bench/overhead.py calls it here
 
 
 # ---- shapes of outputs -----------------------------------------------------
@@ -232,19 +143,12 @@ def forward(
         if shape is not None:
             lse = _arrays.empty(q, shape, "float32")
     d = _arrays.as_dlpack
-    if cp is not None:  # context parallelism (attn/cp.py): this rank's shards over cp's ring
-        from . import cp as _cp
-        _cp.refuse_unsupported(cu_seqlens_q, cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
-                               attn_mask=attn_mask)
-        plan = _cp._route(cp, cp_fallback, q, k, v, qkv_format, cu_seqlens_q, _mask_name(mask), _window(window),
-                          dropout_p)
-        if plan is not None:  # the batch breaks the 2*cp rule: unsplit, K/V gathered
-            _cp.fallback_forward(cp, plan, q, k, v, out, lse, qkv_format, _mask_name(mask), _window(window),
-                                 softmax_scale=softmax_scale, softcap=softcap, backend=backend,
-                                 disable=list(disable), stream=stream, deterministic=deterministic)
-            return (out, lse) if return_lse else out
-        _cp._forward(cp, opts, d(q), d(k), d(v), out, lse, None if cu_seqlens_q is None else d(cu_seqlens_q),
-                     backend, list(disable), _stream(q, stream))
+    if cp is not None:
+        # Context parallelism: cp, an attn.cp.Communicator, runs the call on this
+        # rank's shards (attn.cp is built on this module and imports it, never the reverse).
+        _keywords.check_cp_inputs(cu_seqlens_q, cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
+                                  attn_mask=attn_mask)
+        cp._forward(opts, cp_fallback, q, k, v, out, lse, cu_seqlens_q, backend, list(disable), _stream(q, stream))
         out = _arrays.finish(q, out)
         return (out, _arrays.finish(q, lse)) if return_lse else out
     _C.forward(
@@ -315,19 +219,11 @@ def backward(
     if want_dbias and dbias is None:
         dbias = _arrays.empty(bias, _arrays.shape_of(bias))
     d = _arrays.as_dlpack
-    if cp is not None:  # context parallelism (attn/cp.py)
-        from . import cp as _cp
-        _cp.refuse_unsupported(cu_seqlens_q, cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
-                               attn_mask=attn_mask, dbias=dbias)
-        plan = _cp._route(cp, cp_fallback, q, k, v, qkv_format, cu_seqlens_q, _mask_name(mask), _window(window),
-                          dropout_p)
-        if plan is not None:
-            _cp.fallback_backward(cp, plan, q, k, v, out, dout, lse, dq, dk, dv, qkv_format, _mask_name(mask),
-                                  _window(window), softmax_scale=softmax_scale, softcap=softcap, backend=backend,
-                                  disable=list(disable), stream=stream, deterministic=deterministic)
-            return dq, dk, dv
-        _cp._backward(cp, opts, d(q), d(k), d(v), d(out), d(dout), d(lse), dq, dk, dv,
-                      None if cu_seqlens_q is None else d(cu_seqlens_q), backend, list(disable), _stream(q, stream))
+    if cp is not None:  # context parallelism: as in forward
+        _keywords.check_cp_inputs(cu_seqlens_q, cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
+                                  attn_mask=attn_mask, dbias=dbias)
+        cp._backward(opts, cp_fallback, q, k, v, out, dout, lse, dq, dk, dv, cu_seqlens_q, backend, list(disable),
+                     _stream(q, stream))
         return tuple(_arrays.finish(q, g) for g in (dq, dk, dv))
     _C.backward(
         opts, d(q), d(k), d(v), d(out), d(dout), d(lse), d(dq), d(dk), d(dv), d(dbias),

@@ -12,6 +12,13 @@ lets a batch that breaks the 2*cp rule run without splitting: each rank holds
 a contiguous piece of every sequence, K/V are all-gathered over the
 Communicator's process group, and each rank computes its own query rows with
 one ordinary attn call (docs/CP.md, "The fallback").
+
+The rule and both layouts (which sequences break the rule, whether a batch
+takes the fallback, each rank's chunks or piece) come from the C++ core
+(attn/cp.h) through attn._C; this module moves the tensors. It is built on
+attn's functional API and imports it; attn.forward, attn.backward and
+attn.torch.attention reach this module only through the Communicator they are
+given (cp=), so no module of attn imports this one.
 """
 from __future__ import annotations
 
@@ -19,6 +26,8 @@ import socket
 from typing import Any, Dict, Optional
 
 from . import _C
+from . import _arrays
+from . import _keywords
 
 __all__ = ["Communicator", "shard", "unshard", "attention", "plan", "available"]
 
@@ -94,6 +103,37 @@ class Communicator:
             _C.cp_comm_destroy(self.handle, self.rank, self.size)
             self.handle = 0
 
+    # ---- calls made with cp=self: attn.forward, attn.backward, attn.torch.attention ----
+
+    def _forward(self, opts: Any, cp_fallback: bool, q: Any, k: Any, v: Any, out: Any, lse: Any, cu_seqlens_q: Any,
+                 backend: Any, disable: list, stream: int) -> None:
+        """out (and lse) of this rank's shards: the ring, or the fallback where the batch takes it.
+        attn.forward has refused the inputs neither takes (_keywords.check_cp_inputs)."""
+        plan = _route(self, cp_fallback, opts, q, k, v, cu_seqlens_q)
+        if plan is not None:  # the batch breaks the 2*cp rule: unsplit, K/V gathered
+            fallback_forward(self, plan, opts, q, k, v, out, lse, backend, disable, stream)
+            return
+        _need_ring(self)
+        d = _arrays.as_dlpack
+        _C.cp_forward(opts, d(q), d(k), d(v), out, lse, d(cu_seqlens_q), self.handle, self.rank, self.size, backend,
+                      disable, stream)
+
+    def _backward(self, opts: Any, cp_fallback: bool, q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any,
+                  dq: Any, dk: Any, dv: Any, cu_seqlens_q: Any, backend: Any, disable: list, stream: int) -> None:
+        """dq, dk, dv of this rank's shards, by the same route as the forward."""
+        plan = _route(self, cp_fallback, opts, q, k, v, cu_seqlens_q)
+        if plan is not None:
+            fallback_backward(self, plan, opts, q, k, v, out, dout, lse, dq, dk, dv, backend, disable, stream)
+            return
+        _need_ring(self)
+        d = _arrays.as_dlpack
+        _C.cp_backward(opts, d(q), d(k), d(v), d(out), d(dout), d(lse), dq, dk, dv, d(cu_seqlens_q), self.handle,
+                       self.rank, self.size, backend, disable, stream)
+
+    def _attention(self, q: Any, k: Any, v: Any, **kw: Any) -> Any:
+        """attn.torch.attention(..., cp=self): this module's attention()."""
+        return attention(q, k, v, cp=self, **kw)
+
 
 def _shared_gpu(everyone: list) -> Optional[str]:
     """Given each rank's (host, device), why NCCL cannot span them (two ranks on one GPU), or None."""
@@ -118,34 +158,9 @@ def _lengths(x: Any, qkv_format: str, cu_seqlens: Any) -> list:
     return [int(seq)] * int(batch)
 
 
-def _first_breaker(lengths: list, cp: int) -> Optional[tuple]:
-    """(index, length) of the first sequence whose length is not a multiple of 2*cp, or None."""
-    for i, n in enumerate(lengths):
-        if n % (2 * cp):
-            return i, n
-    return None
-
-
-def _check_rule(lengths: list, cp: int) -> None:
-    bad = _first_breaker(lengths, cp)
-    if bad is not None:
-        i, n = bad
-        raise ValueError(
-            f"attn: sequence {i} cannot be split for context parallelism over {cp} ranks\n"
-            f"  got:      length {n}\n"
-            f"  expected: every sequence length divisible by 2*cp = {2 * cp}\n"
-            f"  fix:      pad the sequence to a multiple of {2 * cp}, or pass cp_fallback=True (to shard, "
-            f"unshard and the call, on every rank) to run the batch unsplit with K/V gathered to every rank")
-
-
-def _uses_fallback(lengths: list, cp: int, cp_fallback: bool) -> bool:
-    """The fallback layout is all or nothing: with cp_fallback, one sequence
-    that breaks the rule sends the whole batch unsplit (bshd/sbhd sequences
-    share one length anyway; for thd it keeps one code path per call)."""
-    if not cp_fallback:
-        _check_rule(lengths, cp)
-        return False
-    return _first_breaker(lengths, cp) is not None
+# The fix line of the rule's error, as this module's callers allow the fallback.
+_ALLOW_FALLBACK = ("pass cp_fallback=True (to shard, unshard and the call, on every rank) to run the batch "
+                   "unsplit with K/V gathered to every rank")
 
 
 def _padded_refusal(qkv_format: str) -> ValueError:
@@ -165,28 +180,20 @@ def _fallback_layout(x_lengths: list, qkv_format: str, cu_seqlens: Any, size: in
         if not cp_fallback:
             raise _padded_refusal(qkv_format)
         return True
-    return _uses_fallback(x_lengths, size, cp_fallback)
+    # All or nothing: with cp_fallback, one sequence that breaks the rule sends
+    # the whole batch unsplit; without it, that sequence is the rule's error.
+    return _C.cp_uses_fallback(x_lengths, size, cp_fallback, _ALLOW_FALLBACK)
 
 
-def _piece(n: int, rank: int, size: int) -> tuple:
-    """The fallback's rows [begin, end) of a length-n sequence on `rank`: contiguous, sizes differ by at most 1."""
-    return rank * n // size, (rank + 1) * n // size
+def _sequences(lengths: list, qkv_format: str) -> list:
+    """The sequences a layout cuts: thd's packed ones, or one bshd/sbhd sequence (every one is cut alike along s)."""
+    return lengths if qkv_format == "thd" else lengths[:1]
 
 
 def _positions(lengths: list, qkv_format: str, rank: int, cp: int, fallback: bool = False) -> list:
     """Global positions (thd: tokens) of this rank's rows, in local order:
     chunks r and 2cp-1-r of each sequence, or (fallback) its contiguous piece."""
-    pos, start = [], 0
-    for n in (lengths if qkv_format == "thd" else lengths[:1]):
-        if fallback:
-            begin, end = _piece(n, rank, cp)
-            pos += range(start + begin, start + end)
-        else:
-            c = n // (2 * cp)
-            first, second = rank, 2 * cp - 1 - rank
-            pos += [start + first * c + i for i in range(c)] + [start + second * c + i for i in range(c)]
-        start += n
-    return pos
+    return _C.cp_rank_positions(_sequences(lengths, qkv_format), rank, cp, fallback)
 
 
 def _inverse_order(lengths: list, qkv_format: str, size: int, fallback: bool) -> Any:
@@ -266,25 +273,10 @@ def unshard(parts: Any, comm: Any = None, *, qkv_format: str = "bshd", cu_seqlen
 
 def plan(comm: Any, lengths: list, *, mask: str = "causal", window: Any = (-1, -1), qkv_format: str = "bshd") -> str:
     """The CP plan in words: chunks per rank, block calls and steps skipped."""
-    from . import _options, _mask_name  # noqa: F401  (the same option parsing as attn.forward)
-
     size = comm.size if hasattr(comm, "size") else int(comm)
-    opts = _options(qkv_format, mask, window, None, 0.0, None, None, 0.0, 0, 0, False, True)
+    opts = _keywords.options(qkv_format, mask, window, None, 0.0, None, None, 0.0, 0, 0, False, True)
     chunk = lengths[0] // (2 * size) if qkv_format != "thd" and lengths else 0
     return _C.cp_plan(opts, size, chunk)
-
-
-def refuse_unsupported(cu_seqlens_q: Any, cu_seqlens_kv: Any, **tensors: Any) -> None:
-    """The ring passes q, k, v and cu_seqlens_q only: any other tensor given
-    with cp= would be ignored, so it is an error instead."""
-    given = [name for name, t in tensors.items() if t is not None]
-    if cu_seqlens_kv is not None and cu_seqlens_kv is not cu_seqlens_q:
-        given.append("cu_seqlens_kv (keys use cu_seqlens_q's lengths)")
-    if given:
-        raise ValueError(
-            "attn: context parallelism (cp=) cannot take " + ", ".join(given) + "\n"
-            "  expected: q, k, v (and cu_seqlens_q for thd) of self-attention\n"
-            "  fix:      run this call without cp=, or drop what is listed")
 
 
 def _need_ring(comm: Any) -> None:
@@ -298,22 +290,9 @@ def _need_ring(comm: Any) -> None:
             "  fix:      run on GPUs with NCCL; cp_fallback=True only helps batches that break the 2*cp rule")
 
 
-def _forward(comm: Any, opts: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, cu_seqlens: Any, backend: Any,
-             disable: list, stream: int) -> None:
-    _need_ring(comm)
-    _C.cp_forward(opts, q, k, v, out, lse, cu_seqlens, comm.handle, comm.rank, comm.size, backend, disable, stream)
-
-
-def _backward(comm: Any, opts: Any, q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any, dk: Any,
-              dv: Any, cu_seqlens: Any, backend: Any, disable: list, stream: int) -> None:
-    _need_ring(comm)
-    _C.cp_backward(opts, q, k, v, out, dout, lse, dq, dk, dv, cu_seqlens, comm.handle, comm.rank, comm.size,
-                   backend, disable, stream)
-
-
 # ---- cp_fallback: a batch that breaks the rule runs unsplit -------------------
 
-_CAUSAL = ("causal", "causal_bottom_right", "padding_causal", "padding_causal_bottom_right")
+_CAUSAL = _keywords.CAUSAL_MASKS
 _THD_MASKS = ("no_mask", "padding") + _CAUSAL
 _DENSE_MASKS = ("no_mask", "causal", "causal_bottom_right")
 _PADDED_MASKS = ("padding", "padding_causal", "padding_causal_bottom_right")
@@ -332,16 +311,14 @@ class _Fallback:
         self.lengths, self.counts, self.true_lengths, self.why = lengths, counts, true_lengths, why
 
 
-def _route(comm: Any, cp_fallback: bool, q: Any, k: Any, v: Any, qkv_format: str, cu_seqlens: Any, mask: str,
-           window: tuple, dropout_p: float) -> Optional[_Fallback]:
-    """attn.forward/backward's choice for cp=: None runs the ring, else the fallback's plan."""
-    if qkv_format != "thd" and cu_seqlens is not None and not cp_fallback:
-        raise _padded_refusal(qkv_format)  # the ring would refuse it too, with a fix that omits the fallback
-    return _fallback_plan(comm, q, k, v, qkv_format, cu_seqlens, mask, window, dropout_p) if cp_fallback else None
+def _route(comm: Any, cp_fallback: bool, opts: Any, q: Any, k: Any, v: Any, cu_seqlens: Any) -> Optional[_Fallback]:
+    """A cp= call's choice: None runs the ring, else the fallback's plan."""
+    if opts.qkv_format != "thd" and cu_seqlens is not None and not cp_fallback:
+        raise _padded_refusal(opts.qkv_format)  # the ring would refuse it too, with a fix that omits the fallback
+    return _fallback_plan(comm, opts, q, k, v, cu_seqlens) if cp_fallback else None
 
 
-def _fallback_plan(comm: Any, q: Any, k: Any, v: Any, qkv_format: str, cu_seqlens: Any, mask: str, window: tuple,
-                   dropout_p: float) -> Optional[_Fallback]:
+def _fallback_plan(comm: Any, opts: Any, q: Any, k: Any, v: Any, cu_seqlens: Any) -> Optional[_Fallback]:
     """None when every sequence keeps the rule (the ring runs, as shard chose);
     else the fallback's plan. Ranks exchange a fingerprint first (bshd/sbhd
     need it anyway: the whole length is the sum of the pieces), so a mismatch
@@ -351,6 +328,7 @@ def _fallback_plan(comm: Any, q: Any, k: Any, v: Any, qkv_format: str, cu_seqlen
     import torch
     import torch.distributed as dist
 
+    qkv_format, mask, window, dropout_p = opts.qkv_format, opts.mask, opts.window, opts.dropout_p
     if not getattr(comm, "has_group", False):
         _refuse("needs a torch.distributed process group (it gathers K/V with torch.distributed collectives)",
                 "a Communicator made from an NCCL unique id, without a group",
@@ -367,7 +345,7 @@ def _fallback_plan(comm: Any, q: Any, k: Any, v: Any, qkv_format: str, cu_seqlen
     true_lengths = _lengths(None, "thd", cu_seqlens) if cu_seqlens is not None else None
     if thd:
         lengths = true_lengths
-        if _first_breaker(lengths, size) is None:
+        if _C.cp_first_rule_breaker(lengths, size) is None:
             return None  # global cu_seqlens: every rank decides alike; the ring checks that ranks agree
     masks = _THD_MASKS if thd else _PADDED_MASKS if padded else _DENSE_MASKS
     if mask not in masks:
@@ -412,15 +390,14 @@ def _fallback_plan(comm: Any, q: Any, k: Any, v: Any, qkv_format: str, cu_seqlen
                     f"rows q {row[0]}, k {row[1]}, v {row[2]} on rank {r}", "equal", "shard q, k and v alike")
     if not thd:
         lengths = [sum(row[0] for row in table)] * q.shape[1 - sd]
-    breaker = _first_breaker(lengths, size)
+    breaker = _C.cp_first_rule_breaker(lengths, size)
     if padded:
         why = "a padded bshd/sbhd batch (cu_seqlens): the ring runs no padding masks there"
     elif breaker is None:
         return None  # every sequence keeps the rule: shard chose chunks, the ring runs
     else:
-        why = f"sequence {breaker[0]} has length {breaker[1]}, not divisible by 2*cp = {2 * size}"
-    expected = [sum(b - a for a, b in (_piece(n, r, size) for n in (lengths if thd else lengths[:1])))
-                for r in range(size)]
+        why = f"sequence {breaker} has length {lengths[breaker]}, not divisible by 2*cp = {2 * size}"
+    expected = _C.cp_fallback_rows(_sequences(lengths, qkv_format), size)
     got = [row[0] for row in table]
     if got != expected:
         r = next(i for i in range(size) if got[i] != expected[i])
@@ -480,7 +457,7 @@ def _local_call(comm: Any, plan: _Fallback, K: Any, V: Any, qkv_format: str, mas
     if qkv_format != "thd":
         sd = 1 if qkv_format == "bshd" else 0
         n = plan.lengths[0]
-        a, b = _piece(n, rank, size)
+        a, b = _C.cp_fallback_piece(n, rank, size)
         left, right = window
         if causal:
             hi, win = b, (left, right)  # causal clips right to 0; shift = a, as needed
@@ -502,7 +479,7 @@ def _local_call(comm: Any, plan: _Fallback, K: Any, V: Any, qkv_format: str, mas
         return K.narrow(sd, 0, hi), V.narrow(sd, 0, hi), kw, hi
     cu_q, cu_kv, keys, start = [0], [0], [], 0
     for n in plan.lengths:
-        a, b = _piece(n, rank, size)
+        a, b = _C.cp_fallback_piece(n, rank, size)
         hi = b if causal else n
         cu_q.append(cu_q[-1] + b - a)
         cu_kv.append(cu_kv[-1] + hi)
@@ -516,26 +493,30 @@ def _local_call(comm: Any, plan: _Fallback, K: Any, V: Any, qkv_format: str, mas
     return K.index_select(0, keys), V.index_select(0, keys), kw, keys
 
 
-_PASSED = ("softmax_scale", "softcap", "backend", "disable", "stream", "deterministic")
+def _passed(opts: Any, backend: Any, disable: list, stream: int) -> dict:
+    """The keywords a fallback's local call keeps from the whole call."""
+    return dict(softmax_scale=opts.softmax_scale, softcap=opts.softcap, deterministic=opts.deterministic,
+                backend=backend, disable=disable, stream=stream)
 
 
-def fallback_forward(comm: Any, plan: _Fallback, q: Any, k: Any, v: Any, out: Any, lse: Any, qkv_format: str,
-                     mask: str, window: tuple, **kw: Any) -> None:
+def fallback_forward(comm: Any, plan: _Fallback, opts: Any, q: Any, k: Any, v: Any, out: Any, lse: Any,
+                     backend: Any, disable: list, stream: int) -> None:
     """out (and lse, if given) of this rank's query rows, computed against the gathered K/V."""
     import attn as _attn
 
     _say(comm, plan, "forward")
+    qkv_format = opts.qkv_format
     K, V = _full_kv(comm, plan, k, v, qkv_format)
-    call = _local_call(comm, plan, K, V, qkv_format, mask, window)
+    call = _local_call(comm, plan, K, V, qkv_format, opts.mask, opts.window)
     if call is None:
         return  # no rows here (a sequence shorter than the ring): out and lse are empty
     k_sub, v_sub, ckw, _ = call
-    _attn.forward(q, k_sub, v_sub, out=out, lse=lse, return_lse=lse is not None,
-                  **ckw, **{n: kw[n] for n in _PASSED if n in kw})
+    _attn.forward(q, k_sub, v_sub, out=out, lse=lse, return_lse=lse is not None, **ckw,
+                  **_passed(opts, backend, disable, stream))
 
 
-def fallback_backward(comm: Any, plan: _Fallback, q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any, dq: Any,
-                      dk: Any, dv: Any, qkv_format: str, mask: str, window: tuple, **kw: Any) -> None:
+def fallback_backward(comm: Any, plan: _Fallback, opts: Any, q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any,
+                      dq: Any, dk: Any, dv: Any, backend: Any, disable: list, stream: int) -> None:
     """dq of this rank's rows; dk/dv of the gathered keys, summed over the
     ranks in fp32 or wider by one reduce-scatter of [dK | dV] to their owners."""
     import torch
@@ -544,15 +525,16 @@ def fallback_backward(comm: Any, plan: _Fallback, q: Any, k: Any, v: Any, out: A
     import attn as _attn
 
     _say(comm, plan, "backward")
+    qkv_format = opts.qkv_format
     K, V = _full_kv(comm, plan, k, v, qkv_format)
     sd = 1 if qkv_format == "bshd" else 0
     acc = torch.promote_types(K.dtype, torch.float32)  # sums in fp32 (fp64 stays fp64)
     grads = torch.zeros(K.shape[:-1] + (K.shape[-1] + V.shape[-1],), dtype=acc, device=K.device)
-    call = _local_call(comm, plan, K, V, qkv_format, mask, window)
+    call = _local_call(comm, plan, K, V, qkv_format, opts.mask, opts.window)
     if call is not None:
         k_sub, v_sub, ckw, keys = call
-        _, dk_sub, dv_sub = _attn.backward(q, k_sub, v_sub, out, dout, lse, dq=dq,
-                                           **ckw, **{n: kw[n] for n in _PASSED if n in kw})
+        _, dk_sub, dv_sub = _attn.backward(q, k_sub, v_sub, out, dout, lse, dq=dq, **ckw,
+                                           **_passed(opts, backend, disable, stream))
         part = torch.cat([dk_sub, dv_sub], -1).to(acc)
         if qkv_format == "thd":
             grads.index_add_(0, keys, part)

@@ -14,7 +14,8 @@ from typing import Any, Callable, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn.functional as F
 
-import attn as _attn
+from attn import _keywords
+from attn._torch_attention import DotProductAttention
 from attn.rotary import RotaryPositionEmbedding, apply_rotary_pos_emb
 
 __all__ = ["TransformerLayer", "RotaryPositionEmbedding", "apply_rotary_pos_emb"]
@@ -389,8 +390,6 @@ class TransformerLayer(torch.nn.Module):
         backend: Optional[str] = None,
     ) -> None:
         super().__init__()
-        from .torch import DotProductAttention  # here, not at import: attn.torch imports this module
-
         self.hidden_size = int(hidden_size)
         self.ffn_hidden_size = int(ffn_hidden_size)
         self.num_attention_heads = int(num_attention_heads)
@@ -403,11 +402,11 @@ class TransformerLayer(torch.nn.Module):
             raise ValueError(f"{_WHO}: normalization must be \"LayerNorm\" or \"RMSNorm\", got {normalization!r}")
         if activation not in _ACTIVATIONS:
             raise ValueError(f"{_WHO}: activation must be one of {sorted(_ACTIVATIONS)}, got {activation!r}")
-        if attn_input_format not in ("sbhd", "bshd", "thd"):
+        if attn_input_format not in _keywords.FORMATS:
             raise ValueError(f"{_WHO}: attn_input_format must be \"sbhd\", \"bshd\" or \"thd\", "
                              f"got {attn_input_format!r}")
         self.normalization, self.activation, self.attn_input_format = normalization, activation, attn_input_format
-        self.self_attn_mask_type = _attn._mask_name(self_attn_mask_type)
+        self.self_attn_mask_type = _keywords.mask_name(self_attn_mask_type)
         self.window_size = window_size
         self.hidden_dropout = float(hidden_dropout)
         self.layer_number = 1 if layer_number is None else int(layer_number)
@@ -495,7 +494,8 @@ class TransformerLayer(torch.nn.Module):
         max_seqlen_kv: Optional[int] = None,
     ) -> Tensor:
         fmt = self.attn_input_format
-        mask_type = self.self_attn_mask_type if self_attn_mask_type is None else _attn._mask_name(self_attn_mask_type)
+        mask_type = (self.self_attn_mask_type if self_attn_mask_type is None
+                     else _keywords.mask_name(self_attn_mask_type))
         window = self.window_size if window_size is None else window_size
         c = self._checks.all(hidden_states, attention_mask, mask_type, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q,
                              max_seqlen_kv, rotary_pos_emb, fmt)

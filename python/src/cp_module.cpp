@@ -1,13 +1,16 @@
-// attn._C's context-parallel entry points (attn/cp.py wraps them): NCCL
-// communicators as integer handles, and the ring passes on DLPack arrays.
+// attn._C's context-parallel entry points (attn/cp.py wraps them): the plan's
+// rule and the fallback's layout (attn/cp.h; Python computes neither itself),
+// NCCL communicators as integer handles, and the ring passes on DLPack arrays.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attn/cp.h"
@@ -54,6 +57,32 @@ void bind_cp(nb::module_& m) {
     cp::Communicator c = comm_of(handle, rank, size);
     cp::nccl_destroy(c);
   });
+  // The 2*cp rule and the fallback's layout: lengths are the whole sequences'.
+  m.def(
+      "cp_first_rule_breaker",
+      [](const std::vector<int64_t>& lengths, int cp) -> std::optional<int64_t> {
+        const int64_t s = cp::first_rule_breaker(lengths, cp);
+        return s < 0 ? std::nullopt : std::optional<int64_t>(s);
+      },
+      "lengths"_a, "cp"_a, "The first sequence whose length is not a multiple of 2*cp, or None.");
+  m.def("cp_check_lengths", &cp::check_lengths, "lengths"_a, "cp"_a, "allow_fallback"_a = cp::kAllowFallback,
+        "Raises ValueError naming the first sequence that breaks the 2*cp rule.");
+  m.def("cp_uses_fallback", &cp::uses_fallback, "lengths"_a, "cp"_a, "allow_fallback"_a,
+        "allow_fallback_fix"_a = cp::kAllowFallback,
+        "True when the batch takes the fallback layout (allowed, and a sequence breaks the rule); without "
+        "the fallback a breaker raises the rule's ValueError.");
+  m.def(
+      "cp_fallback_piece",
+      [](int64_t length, int rank, int cp) {
+        const cp::Piece p = cp::fallback_piece(length, rank, cp);
+        return std::pair<int64_t, int64_t>(p.begin, p.end);
+      },
+      "length"_a, "rank"_a, "cp"_a, "The fallback's rows [begin, end) of a sequence on this rank.");
+  m.def("cp_rank_positions", &cp::rank_positions, "lengths"_a, "rank"_a, "cp"_a, "fallback"_a,
+        "Global positions of a rank's rows in local order: chunks r and 2cp-1-r of each packed sequence, or "
+        "(fallback) each one's contiguous piece.");
+  m.def("cp_fallback_rows", &cp::fallback_rows, "lengths"_a, "cp"_a,
+        "Rows each rank holds in the fallback layout, in rank order.");
   m.def("cp_plan", [](const Options& opts, int size, int64_t chunk) { return cp::describe_plan(opts, size, chunk); });
   m.def(
       "cp_forward",

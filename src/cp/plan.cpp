@@ -1,5 +1,6 @@
-// The context-parallel plan: the divisibility rule, chunk ownership and which
-// query/key chunk blocks a causal mask skips (see attn/cp.h).
+// The context-parallel plan: the divisibility rule, the fallback's layout for
+// batches that break it, chunk ownership and which query/key chunk blocks a
+// causal mask skips (see attn/cp.h).
 #include <climits>
 #include <string>
 
@@ -7,20 +8,89 @@
 
 namespace attn::cp {
 
-void check_lengths(const std::vector<int64_t>& lengths, int cp) {
+namespace {
+
+void check_size(int cp) {
   if (cp < 1)
     fail(ErrorKind::value, "the context-parallel size must be at least 1", std::to_string(cp), "cp >= 1",
          "pass the number of ranks of the communicator");
+}
+
+void check_rank(int rank, int cp) {
+  check_size(cp);
+  if (rank < 0 || rank >= cp)
+    fail(ErrorKind::value, "a context-parallel rank is outside the ring", "rank " + std::to_string(rank),
+         "0 <= rank < cp = " + std::to_string(cp), "pass this process's rank in the communicator");
+}
+
+}  // namespace
+
+int64_t first_rule_breaker(const std::vector<int64_t>& lengths, int cp) {
+  check_size(cp);
   for (size_t s = 0; s < lengths.size(); ++s)
-    if (lengths[s] % (2 * cp) != 0)
-      fail(ErrorKind::value,
-           "sequence " + std::to_string(s) + " cannot be split for context parallelism over " + std::to_string(cp) +
-               " ranks",
-           "length " + std::to_string(lengths[s]),
-           "every sequence length divisible by 2*cp = " + std::to_string(2 * cp) +
-               " (each rank holds two of the 2*cp equal chunks, for balanced causal work)",
-           "pad the sequence to a multiple of " + std::to_string(2 * cp) +
-               ", or allow the fallback that runs such a batch without splitting it (Python: cp_fallback=True)");
+    if (lengths[s] % (2 * int64_t{cp}) != 0) return static_cast<int64_t>(s);
+  return -1;
+}
+
+void check_lengths(const std::vector<int64_t>& lengths, int cp, const std::string& allow_fallback) {
+  const int64_t s = first_rule_breaker(lengths, cp);
+  if (s < 0) return;
+  const std::string two_cp = std::to_string(2 * int64_t{cp});
+  fail(ErrorKind::value,
+       "sequence " + std::to_string(s) + " cannot be split for context parallelism over " + std::to_string(cp) +
+           " ranks",
+       "length " + std::to_string(lengths[static_cast<size_t>(s)]),
+       "every sequence length divisible by 2*cp = " + two_cp +
+           " (each rank holds two of the 2*cp equal chunks, for balanced causal work)",
+       "pad the sequence to a multiple of " + two_cp + ", or " + allow_fallback);
+}
+
+bool uses_fallback(const std::vector<int64_t>& lengths, int cp, bool allow_fallback,
+                   const std::string& allow_fallback_fix) {
+  if (!allow_fallback) {
+    check_lengths(lengths, cp, allow_fallback_fix);
+    return false;
+  }
+  return first_rule_breaker(lengths, cp) >= 0;
+}
+
+Piece fallback_piece(int64_t length, int rank, int cp) {
+  check_rank(rank, cp);
+  if (length < 0)
+    fail(ErrorKind::value, "a sequence length is negative", std::to_string(length), "length >= 0",
+         "pass the lengths of the whole sequences");
+  return {rank * length / cp, (rank + 1) * length / cp};
+}
+
+std::vector<int64_t> rank_positions(const std::vector<int64_t>& lengths, int rank, int cp, bool fallback) {
+  check_rank(rank, cp);
+  if (!fallback) check_lengths(lengths, cp);
+  std::vector<int64_t> pos;
+  int64_t start = 0;
+  for (const int64_t n : lengths) {
+    if (fallback) {
+      const Piece p = fallback_piece(n, rank, cp);
+      for (int64_t i = p.begin; i < p.end; ++i) pos.push_back(start + i);
+    } else {
+      const int64_t c = n / (2 * int64_t{cp});
+      const Chunks ch = chunks_of(rank, cp);
+      for (const int64_t chunk : {ch.first, ch.second})
+        for (int64_t i = 0; i < c; ++i) pos.push_back(start + chunk * c + i);
+    }
+    start += n;
+  }
+  return pos;
+}
+
+std::vector<int64_t> fallback_rows(const std::vector<int64_t>& lengths, int cp) {
+  check_size(cp);
+  std::vector<int64_t> rows(static_cast<size_t>(cp), 0);
+  for (int r = 0; r < cp; ++r)
+    for (const int64_t n : lengths) {
+      const Piece p = fallback_piece(n, r, cp);
+      rows[static_cast<size_t>(r)] += p.end - p.begin;
+    }
+  return rows;
 }
 
 Chunks chunks_of(int rank, int cp) { return {rank, 2 * int64_t{cp} - 1 - rank}; }

@@ -1,7 +1,8 @@
-// Context parallelism on the CPU: the plan (rule, chunk ownership, causal block
-// skipping, windows); the ring passes are in test_ring.cpp.
+// Context parallelism on the CPU: the plan (rule, the fallback's layout, chunk
+// ownership, causal block skipping, windows); the ring passes are in test_ring.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <barrier>
 #include <cmath>
 #include <thread>
@@ -24,6 +25,92 @@ TEST(ContextParallel, LengthsMustDivideBy2Cp) {
     EXPECT_NE(e.info().expected.find("divisible by 2*cp = 4"), std::string::npos);
     EXPECT_NE(e.info().fix.find("pad the sequence to a multiple of 4"), std::string::npos);
   }
+}
+
+TEST(ContextParallel, FirstRuleBreakerNamesTheFirstSequence) {
+  EXPECT_EQ(cp::first_rule_breaker({8, 16, 0}, 2), -1);
+  EXPECT_EQ(cp::first_rule_breaker({8, 1, 3}, 2), 1);
+  EXPECT_EQ(cp::first_rule_breaker({7, 8}, 2), 0);
+  EXPECT_EQ(cp::first_rule_breaker({2, 1}, 1), 1);  // cp 1 still cuts into 2 chunks
+  EXPECT_EQ(cp::first_rule_breaker({}, 3), -1);
+  EXPECT_THROW(cp::first_rule_breaker({8}, 0), Error);
+}
+
+TEST(ContextParallel, TheRuleErrorTakesTheCallersFallbackSpelling) {
+  try {
+    cp::check_lengths({12, 7}, 3, "pass cp_fallback=True");
+    FAIL() << "length 7 must be refused over 3 ranks";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.info().what, "sequence 1 cannot be split for context parallelism over 3 ranks");
+    EXPECT_EQ(e.info().got, "length 7");
+    EXPECT_NE(e.info().expected.find("divisible by 2*cp = 6"), std::string::npos) << e.info().expected;
+    EXPECT_EQ(e.info().fix, "pad the sequence to a multiple of 6, or pass cp_fallback=True");
+  }
+}
+
+TEST(ContextParallel, TheFallbackIsAllOrNothing) {
+  EXPECT_FALSE(cp::uses_fallback({8, 16}, 2, false));
+  EXPECT_FALSE(cp::uses_fallback({8, 16}, 2, true));  // every sequence keeps the rule: the ring's chunks
+  EXPECT_TRUE(cp::uses_fallback({8, 1, 16}, 2, true));  // one breaker sends the whole batch
+  EXPECT_THROW(cp::uses_fallback({8, 1}, 2, false), Error);
+  try {
+    cp::uses_fallback({9}, 2, false, "say so");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.info().fix, "pad the sequence to a multiple of 4, or say so");
+  }
+}
+
+TEST(ContextParallel, FallbackPiecesTileEachSequence) {
+  // Brute force: the pieces of ranks 0..cp-1 are contiguous, in rank order,
+  // cover [0, n) once, and differ in size by at most one row (empty for n < cp).
+  for (int cp : {1, 2, 3, 4, 5})
+    for (int64_t n = 0; n <= 13; ++n) {
+      SCOPED_TRACE("cp=" + std::to_string(cp) + " n=" + std::to_string(n));
+      int64_t next = 0, smallest = n, largest = 0;
+      for (int r = 0; r < cp; ++r) {
+        const cp::Piece p = cp::fallback_piece(n, r, cp);
+        EXPECT_EQ(p.begin, next);
+        EXPECT_LE(p.begin, p.end);
+        next = p.end;
+        smallest = std::min(smallest, p.end - p.begin);
+        largest = std::max(largest, p.end - p.begin);
+      }
+      EXPECT_EQ(next, n);
+      EXPECT_LE(largest - smallest, 1);
+    }
+  EXPECT_EQ(cp::fallback_piece(1, 0, 2).end, 0);  // length 1 over 2 ranks: rank 0 holds nothing
+  EXPECT_EQ(cp::fallback_piece(1, 1, 2).begin, 0);
+  EXPECT_THROW(cp::fallback_piece(8, 2, 2), Error);
+  EXPECT_THROW(cp::fallback_piece(-1, 0, 2), Error);
+}
+
+TEST(ContextParallel, RankPositionsAreChunksOrPieces) {
+  // The ring's layout: chunk r then chunk 2cp-1-r of each packed sequence.
+  EXPECT_EQ(cp::rank_positions({8}, 0, 2, false), (std::vector<int64_t>{0, 1, 6, 7}));
+  EXPECT_EQ(cp::rank_positions({8}, 1, 2, false), (std::vector<int64_t>{2, 3, 4, 5}));
+  EXPECT_EQ(cp::rank_positions({4, 8}, 1, 2, false), (std::vector<int64_t>{1, 2, 6, 7, 8, 9}));
+  EXPECT_THROW(cp::rank_positions({4, 7}, 0, 2, false), Error);  // the ring's layout needs the rule
+  // The fallback's layout: each sequence's piece.
+  EXPECT_EQ(cp::rank_positions({7, 1}, 0, 2, true), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(cp::rank_positions({7, 1}, 1, 2, true), (std::vector<int64_t>{3, 4, 5, 6, 7}));
+  // Either way, every position of the batch is held by exactly one rank, and
+  // fallback_rows counts what each rank holds.
+  for (int cp : {1, 2, 3})
+    for (bool fallback : {false, true}) {
+      const std::vector<int64_t> lengths =
+          fallback ? std::vector<int64_t>{5, 0, 1, 12} : std::vector<int64_t>{2 * cp, 0, 6 * cp};
+      int64_t total = 0;
+      for (int64_t n : lengths) total += n;
+      std::vector<int> held(static_cast<size_t>(total), 0);
+      const std::vector<int64_t> rows = cp::fallback_rows(lengths, cp);
+      for (int r = 0; r < cp; ++r) {
+        const std::vector<int64_t> pos = cp::rank_positions(lengths, r, cp, fallback);
+        for (int64_t p : pos) ++held[static_cast<size_t>(p)];
+        if (fallback) EXPECT_EQ(static_cast<int64_t>(pos.size()), rows[static_cast<size_t>(r)]);
+      }
+      for (int h : held) EXPECT_EQ(h, 1) << "cp=" << cp << " fallback=" << fallback;
+    }
 }
 
 TEST(ContextParallel, EachRankHoldsAChunkFromEitherEnd) {

@@ -307,7 +307,9 @@ def test_attention_sees_strided_qkv_views_not_copies(gen, monkeypatch):
         seen.append((q, k, v))
         return real(q, k, v, **kw)
 
-    monkeypatch.setattr(at, "attention", spy)
+    import attn._torch_attention as defined_in  # where DotProductAttention finds attention
+
+    monkeypatch.setattr(defined_in, "attention", spy)
     layer(hidden(gen, "bshd", 2, 5))
     (q, k, v), = seen
     assert q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()
