@@ -51,18 +51,6 @@ def _out_shape(q: Any, v: Any) -> tuple:
     return qs[:-1] + vs[-1:] if qs and vs else qs
 
 
-def _lse_shape(q_shape: tuple, qkv_format: str) -> Optional[tuple]:
-    """[b, h_q, s_q] (bshd, sbhd) or [h_q, t_q] (thd); None when q's rank does
-    not fit the format (the core then reports q's shape, the real problem)."""
-    if qkv_format == "thd" and len(q_shape) == 3:
-        return (q_shape[1], q_shape[0])
-    if qkv_format == "bshd" and len(q_shape) == 4:
-        return (q_shape[0], q_shape[2], q_shape[1])
-    if qkv_format == "sbhd" and len(q_shape) == 4:
-        return (q_shape[1], q_shape[2], q_shape[0])
-    return None
-
-
 def _stream(q: Any, stream: Optional[int]) -> int:
     return _arrays.stream_of(q) if stream is None else int(stream)
 
@@ -139,7 +127,7 @@ def forward(
     if out is None:
         out = _arrays.empty(q, _out_shape(q, v))
     if lse is None and return_lse:
-        shape = _lse_shape(_arrays.shape_of(q), qkv_format)
+        shape = _arrays.lse_shape(_arrays.shape_of(q), qkv_format)
         if shape is not None:
             lse = _arrays.empty(q, shape, "float32")
     d = _arrays.as_dlpack

@@ -8,7 +8,7 @@ DLPack producer works on the CPU with NumPy outputs, or with preallocated ones.
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 
 def framework(x: Any) -> str:
@@ -204,6 +204,18 @@ def finish(like: Any, buf: Any) -> Any:
 
 def shape_of(x: Any) -> tuple:
     return tuple(int(s) for s in x.shape)
+
+
+def lse_shape(q_shape: tuple, qkv_format: str) -> Optional[tuple]:
+    """[b, h_q, s_q] (bshd, sbhd) or [h_q, t_q] (thd); None when q's rank does
+    not fit the format (the core then reports q's shape, the real problem)."""
+    if qkv_format == "thd" and len(q_shape) == 3:
+        return (q_shape[1], q_shape[0])
+    if qkv_format == "bshd" and len(q_shape) == 4:
+        return (q_shape[0], q_shape[2], q_shape[1])
+    if qkv_format == "sbhd" and len(q_shape) == 4:
+        return (q_shape[1], q_shape[2], q_shape[0])
+    return None
 
 
 def require_array(x: Any, name: str) -> None:

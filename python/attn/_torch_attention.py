@@ -17,6 +17,7 @@ from typing import Any, List, NamedTuple, Optional, Tuple, Union
 import torch
 
 from attn import _C
+from attn import _arrays
 from attn import _keywords
 from attn._arrays import torch_capsule as _capsule
 from attn._arrays import torch_tensor_stream as _stream
@@ -26,13 +27,9 @@ Tensor = torch.Tensor
 
 
 def _lse_shape(q: Tensor, qkv_format: str) -> List[int]:
-    if qkv_format == "thd" and q.dim() == 3:
-        return [q.shape[1], q.shape[0]]
-    if qkv_format == "bshd" and q.dim() == 4:
-        return [q.shape[0], q.shape[2], q.shape[1]]
-    if qkv_format == "sbhd" and q.dim() == 4:
-        return [q.shape[1], q.shape[2], q.shape[0]]
-    return [0]  # a rank that does not fit the format: the real op reports it
+    # [0] for a rank that does not fit the format: the real op reports it.
+    # (q.shape as it is: under torch.compile its sizes may be symbolic.)
+    return list(_arrays.lse_shape(tuple(q.shape), qkv_format) or [0])
 
 
 _NO_EXTRAS = (None, None, None, None, None)  # cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask
