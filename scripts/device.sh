@@ -547,7 +547,11 @@ suite_builds() {
   BUILD_LOG=$log/build-base.log ptxas_report flash_ >"$log/ptxas-base.txt"
   BUILD_LOG=$log/build.log ptxas_report flash_ >"$log/ptxas-new.txt"
   diff "$log/ptxas-base.txt" "$log/ptxas-new.txt" >"$log/ptxas-diff.txt"
-  note ptxas "$(grep -c '^>' "$log/ptxas-diff.txt") of $(wc -l <"$log/ptxas-new.txt") kernel lines differ ($log/ptxas-diff.txt)"
+  if [ -s "$log/ptxas-new.txt" ] && [ -s "$log/ptxas-base.txt" ]; then
+    note ptxas "$(grep -c '^>' "$log/ptxas-diff.txt") of $(wc -l <"$log/ptxas-new.txt") kernel lines differ ($log/ptxas-diff.txt)"
+  else  # a warm machine's builds were up to date: ptxas did not run
+    note ptxas "no report: the kernels were not recompiled (a fresh machine, or touch the sources)"
+  fi
   # Both builds staged as packages attn and attn_base.
   stage_python "$new"
   rm -rf /tmp/py-base && mkdir -p /tmp/py-base && cp -r .carry/base/python/attn /tmp/py-base/attn_base &&
