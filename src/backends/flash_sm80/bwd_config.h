@@ -23,22 +23,20 @@ using flash::bwd_group_chunk;
 // loop (128 at d 128 and d 256), S and dP kBlockM * kBlockN / 256 each.
 //
 // 128 query rows at d <= 64 ("wide", FlashAttention-2's sm80 tile there):
-// twice the products per tile for the same loads, barriers and setup; on the
-// H100 backward d 64 0.71-0.76x -> 0.77-0.82x FA2, d 32 0.61-0.69x ->
-// 0.68-0.77x (docs/PERF.md, 2026-11-23), then 0.89-1.05x once dropout's path
-// (which spilled 168 B there) left the wide build (kDropout below).
+// twice the products per tile for the same loads, barriers and setup: faster
+// on the H100 at d 32 and d 64, with dropout's path (which spills there) kept
+// out of the wide build (kDropout below).
 #define ATTN_SM80_BWD_WIDE_M(dqk) ((dqk) <= 64)
 // Rows whose dropout path is compiled apart, as FlashAttention-2 compiles its
 // dropout kernels apart (Is_dropout): Philox and the keep bits beside S, dP,
 // dK and dV cost registers in every call, dropout or not. The main build of
 // these rows has no dropout path; their dropout build (kDropoutBuild) has it.
-// - d <= 64: 168 B of spills in the wide build's loop at d 64 (sm_90a); the
+// - d <= 64: dropout's path spills in the wide build's loop at d 64 (sm_90a); the
 //   dropout build has 64-row tiles (64 / 96 KiB), so it is also the build
 //   for GPUs whose shared memory per block cannot hold the wide one
 //   (sm86/sm89: 99 KiB).
-// - d 128 and d 256: same tiles; the main build measured 2-3% (d 128) and
-//   0.5-1% (d 256) faster on the H100, and sm_90a's d 256 loop lost its
-//   16 B of spills (docs/PERF.md, 2026-11-24).
+// - d 128 and d 256: same tiles; the main build is 2-3% (d 128) and 0.5-1%
+//   (d 256) faster on the H100, and sm_90a's d 256 loop has no spills.
 // A macro because bwd_instantiate.cu tests it in the preprocessor.
 #define ATTN_SM80_BWD_DROPOUT_APART(dqk) ((dqk) <= 64 || (dqk) == 128 || (dqk) == 256)
 
@@ -70,36 +68,35 @@ struct BwdConfig {
 
   // dQ's product and its adds before dV's product (dQ, dV, dK), or after it
   // (FlashAttention-2's dV, dQ, dK). dQ first gives its bulk reduce-add two
-  // products' time to drain before the next item's Q/dO loads, which it slows
-  // (docs/PERF.md, 2026-11-24): backward +7 to +9% at d 256 and +1 to +2% at
-  // d 64 on the H100, but -2 to -3% at d 128, whose sm_90a loop spills more
-  // that way. Rows 96, 160 and 192 are not measured and keep FA2's order.
+  // products' time to drain before the next item's Q/dO loads, which it slows:
+  // faster on the H100 at d 256 and d 64, slower at d 128, whose sm_90a loop
+  // spills more that way. Rows 96, 160 and 192 are not measured: FA2's order.
   static constexpr bool kDqFirst = kDQK <= 64 || kDQK == 256;
 
   // Each head's run of query tiles from the CTA's diagonal tile, wrapping
   // around, instead of from the first. Without a mask, the CTAs running
   // together (neighbouring KV tiles of one head) otherwise read the same
-  // Q/dO tile and bulk-add into the same dQ rows at the same moment: d 256's
-  // non-causal backward +2 to +4% on the H100 (docs/PERF.md, 2026-11-24c).
-  // Level at d 64 and d 128 in a full grid; rows 96, 160 and 192 are not
-  // measured, and the start tile's register spilled in sm_90a's d 192 loop.
+  // Q/dO tile and bulk-add into the same dQ rows at the same moment: faster
+  // in d 256's non-causal backward on the H100. Level at d 64 and d 128 in a
+  // full grid; rows 96, 160 and 192 are not measured, and the start tile's
+  // register spills in sm_90a's d 192 loop.
   static constexpr bool kDiagonalStart = kDQK == 256;
 
   // Masked tiles' per-element mask as one word of bits per row with 32-bit
-  // bounds (apply_mask_bits): the causal points' backward 0.5-2% faster at
-  // d 64, 128 and 256 (docs/PERF.md). Rows 96 and 192 keep the key-by-key
+  // bounds (apply_mask_bits): the causal backward 0.5-2% faster at d 64, 128
+  // and 256 on the H100. Rows 96 and 192 keep the key-by-key
   // form, with which ptxas keeps their sm_90a loops free of spills (24 and
   // 16 B with bits).
   static constexpr bool kMaskBits = !((kDQK == 96 && kDV == 96) || (kDQK == 192 && kDV == 192));
 
   // Which of the Q and dO copies rebuild their per-thread addresses for
   // each item (an opaque thread index, as bwd_dq.cuh's adds do) instead of
-  // holding them across the item loop. ptxas (CUDA 13) spilled 4-16 B in
-  // the loops of these builds, values held across the loop reloaded per
-  // item; with this choice every build has 0 B on sm_80 and sm_90a. Other
+  // holding them across the item loop. Otherwise ptxas (CUDA 13) spills
+  // 4-16 B in the loops of these builds, values held across the loop reloaded
+  // per item; with this choice every build has 0 B on sm_80 and sm_90a. Other
   // choices spill elsewhere (e.g. Q's addresses rebuilt at d 128 without
-  // dropout: 52 B on sm_90a), so it is per build and per architecture
-  // (docs/PERF.md, 2026-11-24d; at d 256, chosen with its chunked grid).
+  // dropout: 52 B on sm_90a), so it is per build and per architecture (at
+  // d 256, with its chunked grid).
   static constexpr bool kRebuildQAddresses = (kDQK == 64 && !kDropoutBuild) || (kDQK == 128 && kDropoutBuild);
   static constexpr bool kRebuildQAddressesSm90 = kRebuildQAddresses || kDQK == 256;
   static constexpr bool kRebuildDoAddresses = kDQK == 128 && !kDropoutBuild;
@@ -146,14 +143,13 @@ constexpr bool bwd_uses_dropout_build(long long optin, bool dropout) {
 // tiles) instead of (KV tiles, h_kv, batch): under a causal mask (no left
 // window) the first KV tiles see the most query tiles, and with GQA each CTA
 // walks them for every head of its group, so a few CTAs carry a large share
-// of the work; launched first, they no longer set the tail. On the H100
-// (docs/PERF.md, 2026-11-24c), causal GQA 2 / 4 / 8 at d 128, 4k: kernel
-// -5 / -10 / -14%; d 64 GQA 8 4k -19%. Not without GQA: the CTAs running
-// together then no longer share Q/dO tiles in L2 (MHA d 64 1k -7 to -11%,
-// d 256 1k -38 to -44%). Not at d 256 (GQA 4 causal +10%: its Q/dO rows
-// in flight outgrew L2; d 256 has its own grid, below), nor without a mask
-// (level). Rows 96, 160 and 192 are not measured: they keep one order,
-// and with it their sm_90a loops' registers (the choice spilled 4-20 B).
+// of the work; launched first, they no longer set the tail: on the H100 the
+// causal GQA backward's kernel is 5-19% faster at d 64 and d 128. Not without
+// GQA: the CTAs running together then no longer share Q/dO tiles in L2 (MHA
+// is slower). Not at d 256 (its Q/dO rows in flight outgrow L2; d 256 has its
+// own grid, below), nor without a mask (level). Rows 96, 160 and 192 are not
+// measured: they keep one order, and with it their sm_90a loops' registers
+// (the choice spills 4-20 B).
 // A macro, as the ones above, so that the kernel can test it too.
 #define ATTN_SM80_BWD_KV_ORDER_CHOSEN(dqk) ((dqk) <= 64 || (dqk) == 128)
 constexpr bool bwd_kv_tiles_slowest(int d_qk, int h_per_kv, long long window_left, long long window_right) {
@@ -165,14 +161,12 @@ constexpr bool bwd_kv_tiles_slowest(int d_qk, int h_per_kv, long long window_lef
 // within a chunk (1: every pair's tiles in turn, the order above's default).
 // Under a causal mask with GQA the heavy first KV tiles of a chunk's pairs
 // start together, and only the chunk's Q/dO rows are in flight: chunks of
-// about 32 MiB of them (h_per_kv x s_q x (d_qk + d_v) x 2 bytes per pair).
-// On the H100 (docs/PERF.md, 2026-11-24d), d 256 causal GQA 4 backward
-// against FA2: 4k 0.92 -> 1.07-1.09 (2 pairs), 1k 0.97 -> 1.13 (8 pairs);
-// all pairs in one chunk at 4k (128 MiB) gained less (1.05-1.06), and at
-// heads 32 lost 10%. Compiled in as d 256's only grid: as a run-time choice
-// beside the other order, its arithmetic spilled 16-24 B in sm_90a's loops.
-// Its cost: MHA at d 256 (one pair per chunk) is 0.3-1.2% slower than with
-// the plain grid, whose indices were blockIdx itself (2026-11-24d, call 9).
+// about 32 MiB of them (h_per_kv x s_q x (d_qk + d_v) x 2 bytes per pair):
+// d 256's causal GQA backward is then ahead of FlashAttention-2's on the H100;
+// one pair per chunk is behind it, and all pairs in one chunk gain less.
+// Compiled in as d 256's only grid: as a run-time choice beside the other
+// order, its arithmetic spills 16-24 B in sm_90a's loops. Its cost: MHA at
+// d 256 (one pair per chunk) is about 1% slower than with blockIdx itself.
 #define ATTN_SM80_BWD_CHUNKED_GRID(dqk) ((dqk) == 256)
 template <int kDQK, int kDV>
 constexpr int bwd_smem_bytes(long long optin, bool dropout) {
