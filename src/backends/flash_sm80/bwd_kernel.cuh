@@ -14,9 +14,8 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
+#include "backends/flash_sm80/ab_overrides.h"
 #include "backends/flash_sm80/bwd_config.h"
 #include "backends/flash_sm80/bwd_dq.cuh"
 #include "backends/flash/params.h"
@@ -287,21 +286,14 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
 
 // Whether this instantiation adds dQ by bulk reduce on the current device:
 // its code there is an sm_90 build (the kernel has the path) and the stage
-// fits. Asked once per device; ATTN_SM80_BWD_DQ=red turns it off (A/B runs).
+// fits. Asked once per device; an A/B override can turn it off (ab_overrides.h).
 constexpr int kMaxDevicesCached = 64;
-
-// Whether environment variable `name` is set to `value` (the A/B switches).
-inline bool env_is(const char* name, const char* value) {
-  const char* e = std::getenv(name);
-  return e && std::strcmp(e, value) == 0;
-}
 
 template <typename T, int kDQK, int kDV, bool kDropoutBuild>
 bool bwd_dq_bulk() {
   using Cfg = BwdConfig<kDQK, kDV, kDropoutBuild>;
   static std::atomic<signed char> known[kMaxDevicesCached] = {};  // 0 unknown, 1 no, 2 yes
-  static const bool off = env_is("ATTN_SM80_BWD_DQ", "red");
-  if (off) return false;
+  if (bwd_overrides().dq_red_only) return false;
   int device = 0;
   ATTN_CUDA(cudaGetDevice(&device));
   if (device < kMaxDevicesCached && known[device].load(std::memory_order_relaxed)) return known[device] == 2;
@@ -314,19 +306,21 @@ bool bwd_dq_bulk() {
   return yes;
 }
 
-// The grid's order: bwd_config.h's rule, or for A/B runs the one that
-// ATTN_SM80_BWD_ORDER=kv_slowest|kv_fastest names (on the rows that choose).
+// The grid's order: bwd_config.h's rule, or the one an A/B override names
+// (on the rows that choose).
 inline bool launch_kv_tiles_slowest(int d_qk, int d_v, const flash::FwdParams& p) {
-  static const bool fastest = env_is("ATTN_SM80_BWD_ORDER", "kv_fastest");
-  static const bool slowest = env_is("ATTN_SM80_BWD_ORDER", "kv_slowest");
-  if (fastest || slowest) return slowest && bwd_tuning(d_qk, d_v, false).kv_order_chosen;
+  switch (bwd_overrides().order) {
+    case BwdOrder::kv_fastest: return false;
+    case BwdOrder::kv_slowest: return bwd_tuning(d_qk, d_v, false).kv_order_chosen;
+    case BwdOrder::rule: break;
+  }
   return bwd_kv_tiles_slowest(d_qk, d_v, p.h_per_kv, p.window_left, p.window_right);
 }
 
-// d 256's chunk (bwd_config.h), or for A/B runs ATTN_SM80_BWD_GROUP_CHUNK=N.
+// The chunked grid's pairs per chunk (flash/heuristics.h), or the ones an A/B
+// override names.
 inline int launch_group_chunk(const flash::FwdParams& p, int d_qk, int d_v, int pairs) {
-  static const char* forced = std::getenv("ATTN_SM80_BWD_GROUP_CHUNK");
-  if (forced) return bwd_clamp_group_chunk(std::atoi(forced), pairs);
+  if (const int forced = bwd_overrides().group_chunk) return bwd_clamp_group_chunk(forced, pairs);
   return bwd_group_chunk(p.h_per_kv, p.window_left, p.window_right, p.s_q, d_qk, d_v, pairs);
 }
 
