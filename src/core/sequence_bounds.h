@@ -31,8 +31,8 @@ ATTN_HOST_DEVICE SequenceBounds bounded_sequence(int lo, int hi, bool packed, in
   // Room for the length: max_len (0 if negative), and in a packed batch also
   // the tokens after start. This inlines into every flash_sm80 kernel, whose
   // spills move with its exact form: clamping the padded case to INT32_MAX
-  // instead gave sm_90a's d 192 backward 8 B; two branches (in 64 and in 32
-  // bits) gave the sm_90a d 128 forward 104 and 60 B (PERF.md, 2026-11-24).
+  // instead spills in sm_90a's d 192 backward, and two branches (in 64 and in
+  // 32 bits) in sm_90a's d 128 forward.
   const int64_t room = packed ? clamped(max_len, 0, int64_t{tokens} - s.start) : clamped(max_len, 0, max_len);
   s.len = static_cast<int>(clamped(int64_t{hi} - (packed ? s.start : lo), 0, room));
   return s;

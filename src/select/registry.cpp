@@ -44,13 +44,13 @@ std::vector<std::string> preference_order(const DeviceInfo& dev, Pass pass) {
   if (!dev.device.is_cuda())
     order = {"reference"};
   else if (dev.sm >= 90 && pass == Pass::backward)
-    // cudnn first: its backward is ahead of flash_sm90's but where
-    // flash_sm90::leads_backward() says otherwise (docs/PERF.md). Each pass
-    // is selected on its own (tests/gpu/test_cross_pass.cpp).
+    // cudnn first: its backward is faster than flash_sm90's but where
+    // flash_sm90::leads_backward() says otherwise. Each pass is selected on
+    // its own (tests/gpu/test_cross_pass.cpp).
     order = {"cudnn", "flash_sm90", "flash_sm80", "unfused"};
   else if (dev.sm >= 90)
-    // flash_sm90 first: its forward is ahead of cuDNN's over the anchors'
-    // grid and of FlexAttention on windows and packed documents (docs/PERF.md).
+    // flash_sm90 first: its forward is faster than cuDNN's over the anchors'
+    // grid and than FlexAttention on windows and packed documents.
     order = {"flash_sm90", "cudnn", "flash_sm80", "unfused"};
   else if (dev.sm >= 80)
     order = {"flash_sm80", "cudnn", "unfused"};

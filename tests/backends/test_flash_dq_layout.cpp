@@ -66,7 +66,7 @@ void check_build(const char* name) {
 TEST(Sm80DqLayout, FragmentColumnsMatchAndStoresSpreadOverBanks) {
 #define ATTN_CHECK_DQ(dqk, dv)                                              \
   check_build<BwdConfig<dqk, dv>>("bwd " #dqk "/" #dv);                     \
-  if constexpr (ATTN_SM80_BWD_DROPOUT_APART(dqk))                           \
+  if constexpr (bwd_has_dropout_build(dqk, dv))                             \
     check_build<BwdConfig<dqk, dv, true>>("bwd " #dqk "/" #dv " dropout build");
   ATTN_FLASH_SM80_BWD_TABLE(ATTN_CHECK_DQ)
 #undef ATTN_CHECK_DQ

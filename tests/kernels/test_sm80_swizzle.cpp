@@ -54,11 +54,11 @@ TEST(Sm80Swizzle, SteppedMatchesByteOffsetWhereStageBlockUsesIt) {
   using flash_sm80::FwdConfig;
   int rows = 0;
   // Each row's build and, for rows with dropout apart, its dropout build.
-#define ATTN_CHECK_BWD(dqk, dv)                                                       \
-  {                                                                                   \
-    expect_bwd_stepped_exact<BwdConfig<dqk, dv>>(dqk, dv);                            \
-    expect_bwd_stepped_exact<BwdConfig<dqk, dv, ATTN_SM80_BWD_DROPOUT_APART(dqk)>>(dqk, dv); \
-    ++rows;                                                                           \
+#define ATTN_CHECK_BWD(dqk, dv)                                                                        \
+  {                                                                                                    \
+    expect_bwd_stepped_exact<BwdConfig<dqk, dv>>(dqk, dv);                                             \
+    expect_bwd_stepped_exact<BwdConfig<dqk, dv, flash_sm80::bwd_has_dropout_build(dqk, dv)>>(dqk, dv); \
+    ++rows;                                                                                            \
   }
   ATTN_FLASH_SM80_BWD_TABLE(ATTN_CHECK_BWD)
 #undef ATTN_CHECK_BWD

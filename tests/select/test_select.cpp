@@ -378,14 +378,14 @@ TEST(Select, Sm80DropoutRunsOnTheBuildsWithItsPath) {
 TEST(Select, FlashSm80BackwardGridOrder) {
   // KV tiles slowest: causal (no left window) GQA at d <= 64 and d 128 only.
   using flash_sm80::bwd_kv_tiles_slowest;
-  EXPECT_TRUE(bwd_kv_tiles_slowest(128, 4, -1, 0));   // causal, GQA 4
-  EXPECT_TRUE(bwd_kv_tiles_slowest(64, 2, -1, 0));    // causal, GQA 2
-  EXPECT_TRUE(bwd_kv_tiles_slowest(128, 8, -1, 5));   // a right window still grows with the row
-  EXPECT_FALSE(bwd_kv_tiles_slowest(128, 1, -1, 0));  // MHA
-  EXPECT_FALSE(bwd_kv_tiles_slowest(256, 4, -1, 0));  // d 256
-  EXPECT_FALSE(bwd_kv_tiles_slowest(96, 4, -1, 0));   // not measured: one order
-  EXPECT_FALSE(bwd_kv_tiles_slowest(128, 4, -1, -1)); // no mask: even work
-  EXPECT_FALSE(bwd_kv_tiles_slowest(128, 4, 1023, 0));  // sliding window: even work
+  EXPECT_TRUE(bwd_kv_tiles_slowest(128, 128, 4, -1, 0));     // causal, GQA 4
+  EXPECT_TRUE(bwd_kv_tiles_slowest(64, 64, 2, -1, 0));       // causal, GQA 2
+  EXPECT_TRUE(bwd_kv_tiles_slowest(128, 128, 8, -1, 5));     // a right window still grows with the row
+  EXPECT_FALSE(bwd_kv_tiles_slowest(128, 128, 1, -1, 0));    // MHA
+  EXPECT_FALSE(bwd_kv_tiles_slowest(256, 256, 4, -1, 0));    // d 256
+  EXPECT_FALSE(bwd_kv_tiles_slowest(96, 96, 4, -1, 0));      // not measured: one order
+  EXPECT_FALSE(bwd_kv_tiles_slowest(128, 128, 4, -1, -1));   // no mask: even work
+  EXPECT_FALSE(bwd_kv_tiles_slowest(128, 128, 4, 1023, 0));  // sliding window: even work
 }
 
 TEST(Select, FlashSm80BackwardGroupChunkAtD256) {

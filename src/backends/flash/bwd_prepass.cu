@@ -5,9 +5,8 @@
 // (every element written, padding rows included). Both only move memory, so
 // what matters is bytes in flight: a group has as many lanes as the row has
 // 16-byte chunks (up to 32, a power of two), so a warp covers several short
-// rows. One warp per row had left 24 of 32 lanes idle at d 64 and took the
-// pre-pass 2.2x its d 256 time for the same bytes (199 against 90 us per call
-// at 1k on the H100, docs/PERF.md).
+// rows (one warp per row leaves 24 of 32 lanes idle at d 64, where the
+// pre-pass then takes twice its d 256 time for the same bytes on the H100).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -92,8 +92,8 @@ struct BwdParams {
   int dq_bulk = 0;
   // The grid is (h_kv, batch, KV tiles) instead of (KV tiles, h_kv, batch).
   int kv_tiles_slowest = 0;
-  // d 256 (ATTN_SM80_BWD_CHUNKED_GRID): (KV head, sequence) pairs per chunk
-  // of its grid (pairs of a chunk, KV tiles, chunks).
+  // The chunked grid (pairs of a chunk, KV tiles, chunks; flash_sm80's d 256,
+  // flash_sm90's backward): (KV head, sequence) pairs per chunk.
   int group_chunk = 1;
 };
 

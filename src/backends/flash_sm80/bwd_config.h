@@ -1,5 +1,6 @@
-// Tile shapes of flash_sm80's backward per head dim: compile-time numbers the
-// kernel is built on and the host reads (shared memory in supports()).
+// flash_sm80's backward per head dim: the tuning table and the tile shapes,
+// compile-time numbers the kernel is built on and the host reads (shared
+// memory in supports(), the grid's order at launch).
 // Plain C++: no CUDA needed to include it.
 #pragma once
 
@@ -11,6 +12,108 @@ using flash::bwd_clamp_group_chunk;
 using flash::bwd_first_kv_tiles_heavy;
 using flash::bwd_group_chunk;
 
+// The backward's tuning table: the knobs that differ between head-dim rows
+// of bwd_table.h, one table row per build (rows with a dropout build have a
+// second table row for it, dropout_build = true). A row names only what
+// differs from the defaults: FlashAttention-2's choices, which rows not
+// measured (160, 192/128 today) keep. Reasons: the H100, and ptxas (CUDA 13).
+// - block_m (64): query rows per tile. 128 ("wide", FlashAttention-2's sm80
+//   tile) in d <= 64's main builds: twice the products per tile for the same
+//   loads, barriers and setup, faster at d 32 and d 64.
+// - dropout_path (true): the build has dropout's path (Philox, keep bits).
+//   Where a main build has none, the row's dropout build has it, as
+//   FlashAttention-2 compiles Is_dropout apart: the path's registers cost
+//   every call. d <= 64: it spills in the wide loop (sm_90a), and the dropout
+//   build's 64-row tiles also fit sm86/sm89 (99 KiB per block). d 128 and
+//   d 256: 2-3% and 0.5-1% faster, and sm_90a's d 256 loop has no spills.
+// - dq_first (false): dQ's product and adds before dV's product (dQ, dV, dK),
+//   not after it (FlashAttention-2's dV, dQ, dK): the bulk reduce-add drains
+//   under two products before the next item's Q/dO loads, which it slows.
+//   Faster at d 64 and d 256; slower at d 128, whose sm_90a loop spills more.
+// - diagonal_start (false): each head's run of query tiles starts at the
+//   CTA's diagonal tile and wraps, so that without a mask neighbouring CTAs
+//   do not read one Q/dO tile and add into the same dQ rows at one moment.
+//   Faster at d 256, level at d 64 and d 128; spills in sm_90a's d 192 loop.
+// - mask_bits (true): masked tiles' mask as one word of bits per row with
+//   32-bit bounds (apply_mask_bits), 0.5-2% faster in the causal backward;
+//   rows 96 and 192 test key by key, with which their sm_90a loops don't spill.
+// - rebuild_{q,do}_{sm80,sm90} (false): the Q or dO copies rebuild their
+//   per-thread addresses per item (an opaque thread index) instead of holding
+//   them across the item loop; chosen per build and architecture so that
+//   every build's loop has 0 B of spills (other choices spill 4-52 B).
+// - kv_order_chosen (false): the grid may put the KV tiles slowest
+//   (bwd_kv_tiles_slowest(), below); the rows not measured keep one order,
+//   with which their sm_90a loops don't spill (the choice spills 4-20 B).
+// - chunked_grid (false): the grid is (pairs of a chunk, KV tiles, chunks)
+//   over (KV head, sequence) pairs, bwd_group_chunk() pairs a chunk: d 256's
+//   only grid, ahead of FlashAttention-2 in the causal GQA backward (MHA ~1%
+//   slower); as a run-time choice it spills 16-24 B in sm_90a's loops.
+// kv_order_chosen and chunked_grid are the same in both builds of a row.
+struct BwdTuning {
+  int d_qk = 0, d_v = 0;
+  bool dropout_build = false;
+  int block_m = 64;
+  bool dropout_path = true;
+  bool dq_first = false;
+  bool diagonal_start = false;
+  bool mask_bits = true;
+  bool rebuild_q_sm80 = false, rebuild_do_sm80 = false;
+  bool rebuild_q_sm90 = false, rebuild_do_sm90 = false;
+  bool kv_order_chosen = false;
+  bool chunked_grid = false;
+};
+
+// clang-format off
+inline constexpr BwdTuning kBwdTuning[] = {
+  {.d_qk =  32, .d_v =  32, .block_m = 128, .dropout_path = false, .dq_first = true, .kv_order_chosen = true},
+  {.d_qk =  32, .d_v =  32, .dropout_build = true,                 .dq_first = true, .kv_order_chosen = true},
+  {.d_qk =  64, .d_v =  64, .block_m = 128, .dropout_path = false, .dq_first = true,
+   .rebuild_q_sm80 = true, .rebuild_q_sm90 = true, .kv_order_chosen = true},
+  {.d_qk =  64, .d_v =  64, .dropout_build = true,                 .dq_first = true, .kv_order_chosen = true},
+  {.d_qk =  96, .d_v =  96, .mask_bits = false},
+  {.d_qk = 128, .d_v = 128, .dropout_path = false,
+   .rebuild_do_sm80 = true, .rebuild_do_sm90 = true, .kv_order_chosen = true},
+  {.d_qk = 128, .d_v = 128, .dropout_build = true,
+   .rebuild_q_sm80 = true, .rebuild_q_sm90 = true, .kv_order_chosen = true},
+  {.d_qk = 192, .d_v = 192, .mask_bits = false},
+  {.d_qk = 256, .d_v = 256, .dropout_path = false, .dq_first = true, .diagonal_start = true,
+   .rebuild_q_sm90 = true, .rebuild_do_sm90 = true, .chunked_grid = true},
+  {.d_qk = 256, .d_v = 256, .dropout_build = true, .dq_first = true, .diagonal_start = true,
+   .rebuild_q_sm90 = true, .rebuild_do_sm90 = true, .chunked_grid = true},
+};
+// clang-format on
+
+// The table's row for one build of (d_qk, d_v); the defaults where it has none.
+constexpr BwdTuning bwd_tuning(int d_qk, int d_v, bool dropout_build) {
+  for (const BwdTuning& t : kBwdTuning)
+    if (t.d_qk == d_qk && t.d_v == d_v && t.dropout_build == dropout_build) return t;
+  BwdTuning t;
+  t.d_qk = d_qk, t.d_v = d_v, t.dropout_build = dropout_build;
+  return t;
+}
+// Whether row (d_qk, d_v) compiles dropout's path apart, in a dropout build.
+constexpr bool bwd_has_dropout_build(int d_qk, int d_v) { return !bwd_tuning(d_qk, d_v, false).dropout_path; }
+
+// One table row per build; a dropout build (with the path) exactly where the
+// main build has no dropout path, and with the main build's grid.
+constexpr int bwd_tuning_rows(int d_qk, int d_v, bool dropout_build) {
+  int n = 0;
+  for (const BwdTuning& t : kBwdTuning) n += t.d_qk == d_qk && t.d_v == d_v && t.dropout_build == dropout_build;
+  return n;
+}
+constexpr bool bwd_tuning_consistent() {
+  for (const BwdTuning& t : kBwdTuning) {
+    if (bwd_tuning_rows(t.d_qk, t.d_v, t.dropout_build) != 1) return false;
+    const BwdTuning main = bwd_tuning(t.d_qk, t.d_v, false);
+    if (t.dropout_build && (!t.dropout_path || bwd_tuning_rows(t.d_qk, t.d_v, false) != 1 || main.dropout_path ||
+                            t.kv_order_chosen != main.kv_order_chosen || t.chunked_grid != main.chunked_grid))
+      return false;
+    if (!t.dropout_path && bwd_tuning_rows(t.d_qk, t.d_v, true) != 1) return false;
+  }
+  return true;
+}
+static_assert(bwd_tuning_consistent(), "kBwdTuning: one row per build, a dropout build where the main build lacks the path");
+
 // One CTA owns kBlockN keys of one (sequence, KV head) and walks the query
 // tiles (kBlockM rows) that see them, for every query head of the KV head's
 // group, keeping dK and dV in registers (FlashAttention-2's backward). Eight
@@ -21,35 +124,15 @@ using flash::bwd_group_chunk;
 //   dQ      (kBlockM x d_qk):     4 x 2 warps
 // Per thread: dK + dV hold kBlockN * (d_qk + d_v) / 256 floats for the whole
 // loop (128 at d 128 and d 256), S and dP kBlockM * kBlockN / 256 each.
-//
-// 128 query rows at d <= 64 ("wide", FlashAttention-2's sm80 tile there):
-// twice the products per tile for the same loads, barriers and setup; on the
-// H100 backward d 64 0.71-0.76x -> 0.77-0.82x FA2, d 32 0.61-0.69x ->
-// 0.68-0.77x (docs/PERF.md, 2026-11-23), then 0.89-1.05x once dropout's path
-// (which spilled 168 B there) left the wide build (kDropout below).
-#define ATTN_SM80_BWD_WIDE_M(dqk) ((dqk) <= 64)
-// Rows whose dropout path is compiled apart, as FlashAttention-2 compiles its
-// dropout kernels apart (Is_dropout): Philox and the keep bits beside S, dP,
-// dK and dV cost registers in every call, dropout or not. The main build of
-// these rows has no dropout path; their dropout build (kDropoutBuild) has it.
-// - d <= 64: 168 B of spills in the wide build's loop at d 64 (sm_90a); the
-//   dropout build has 64-row tiles (64 / 96 KiB), so it is also the build
-//   for GPUs whose shared memory per block cannot hold the wide one
-//   (sm86/sm89: 99 KiB).
-// - d 128 and d 256: same tiles; the main build measured 2-3% (d 128) and
-//   0.5-1% (d 256) faster on the H100, and sm_90a's d 256 loop lost its
-//   16 B of spills (docs/PERF.md, 2026-11-24).
-// A macro because bwd_instantiate.cu tests it in the preprocessor.
-#define ATTN_SM80_BWD_DROPOUT_APART(dqk) ((dqk) <= 64 || (dqk) == 128 || (dqk) == 256)
-
+// The per-row knobs come from kBwdTuning (above).
 template <int kDQK, int kDV, bool kDropoutBuild = false>
 struct BwdConfig {
+  static constexpr BwdTuning kTuning = bwd_tuning(kDQK, kDV, kDropoutBuild);
   static constexpr int kHeadDimQK = kDQK, kHeadDimV = kDV;
-  static constexpr int kBlockM = ATTN_SM80_BWD_WIDE_M(kDQK) && !kDropoutBuild ? 128 : 64;
+  static constexpr int kBlockM = kTuning.block_m;
   static constexpr int kBlockN = kDQK <= 128 ? 128 : 64;
   static constexpr int kWarps = 8;
-  // Whether the build has dropout's path (ATTN_SM80_BWD_DROPOUT_APART).
-  static constexpr bool kDropout = !ATTN_SM80_BWD_DROPOUT_APART(kDQK) || kDropoutBuild;
+  static constexpr bool kDropout = kTuning.dropout_path;
   static constexpr int kThreads = kWarps * 32;
 
   // S and dP: 2 warps along the queries, 4 along the keys.
@@ -68,42 +151,15 @@ struct BwdConfig {
   static constexpr int kWarpsMQ = kDQK >= 256 ? 2 : 4, kWarpsDQ = 8 / kWarpsMQ;
   static constexpr int kMAQ = kBlockM / (16 * kWarpsMQ), kNAQ = kDQK / (8 * kWarpsDQ);
 
-  // dQ's product and its adds before dV's product (dQ, dV, dK), or after it
-  // (FlashAttention-2's dV, dQ, dK). dQ first gives its bulk reduce-add two
-  // products' time to drain before the next item's Q/dO loads, which it slows
-  // (docs/PERF.md, 2026-11-24): backward +7 to +9% at d 256 and +1 to +2% at
-  // d 64 on the H100, but -2 to -3% at d 128, whose sm_90a loop spills more
-  // that way. Rows 96, 160 and 192 are not measured and keep FA2's order.
-  static constexpr bool kDqFirst = kDQK <= 64 || kDQK == 256;
-
-  // Each head's run of query tiles from the CTA's diagonal tile, wrapping
-  // around, instead of from the first. Without a mask, the CTAs running
-  // together (neighbouring KV tiles of one head) otherwise read the same
-  // Q/dO tile and bulk-add into the same dQ rows at the same moment: d 256's
-  // non-causal backward +2 to +4% on the H100 (docs/PERF.md, 2026-11-24c).
-  // Level at d 64 and d 128 in a full grid; rows 96, 160 and 192 are not
-  // measured, and the start tile's register spilled in sm_90a's d 192 loop.
-  static constexpr bool kDiagonalStart = kDQK == 256;
-
-  // Masked tiles' per-element mask as one word of bits per row with 32-bit
-  // bounds (apply_mask_bits): the causal points' backward 0.5-2% faster at
-  // d 64, 128 and 256 (docs/PERF.md). Rows 96 and 192 keep the key-by-key
-  // form, with which ptxas keeps their sm_90a loops free of spills (24 and
-  // 16 B with bits).
-  static constexpr bool kMaskBits = !((kDQK == 96 && kDV == 96) || (kDQK == 192 && kDV == 192));
-
-  // Which of the Q and dO copies rebuild their per-thread addresses for
-  // each item (an opaque thread index, as bwd_dq.cuh's adds do) instead of
-  // holding them across the item loop. ptxas (CUDA 13) spilled 4-16 B in
-  // the loops of these builds, values held across the loop reloaded per
-  // item; with this choice every build has 0 B on sm_80 and sm_90a. Other
-  // choices spill elsewhere (e.g. Q's addresses rebuilt at d 128 without
-  // dropout: 52 B on sm_90a), so it is per build and per architecture
-  // (docs/PERF.md, 2026-11-24d; at d 256, chosen with its chunked grid).
-  static constexpr bool kRebuildQAddresses = (kDQK == 64 && !kDropoutBuild) || (kDQK == 128 && kDropoutBuild);
-  static constexpr bool kRebuildQAddressesSm90 = kRebuildQAddresses || kDQK == 256;
-  static constexpr bool kRebuildDoAddresses = kDQK == 128 && !kDropoutBuild;
-  static constexpr bool kRebuildDoAddressesSm90 = kRebuildDoAddresses || kDQK == 256;
+  static constexpr bool kDqFirst = kTuning.dq_first;
+  static constexpr bool kDiagonalStart = kTuning.diagonal_start;
+  static constexpr bool kMaskBits = kTuning.mask_bits;
+  static constexpr bool kRebuildQAddresses = kTuning.rebuild_q_sm80;
+  static constexpr bool kRebuildQAddressesSm90 = kTuning.rebuild_q_sm90;
+  static constexpr bool kRebuildDoAddresses = kTuning.rebuild_do_sm80;
+  static constexpr bool kRebuildDoAddressesSm90 = kTuning.rebuild_do_sm90;
+  static constexpr bool kKvOrderChosen = kTuning.kv_order_chosen;
+  static constexpr bool kChunkedGrid = kTuning.chunked_grid;
 
   // Shared memory: Q and dO of kStages query tiles (the next tile loads while
   // this one computes), K, V (this CTA's keys), P and dS (kBlockM x kBlockN
@@ -129,7 +185,7 @@ struct BwdConfig {
   static_assert(kMAK >= 1 && kNAK % 2 == 0 && kMAV >= 1 && kNAV % 2 == 0, "dK, dV: warps tile whole blocks");
   static_assert(kMAQ >= 1 && kNAQ % 2 == 0, "dQ: warps tile whole blocks");
   static_assert(kBlockM % 64 == 0 && kBlockN % 64 == 0, "tile copies and the swizzle repeat every 8 rows");
-  static_assert(!kDropoutBuild || ATTN_SM80_BWD_DROPOUT_APART(kDQK), "only rows with dropout apart have a dropout build");
+  static_assert(!kDropoutBuild || bwd_has_dropout_build(kDQK, kDV), "only rows with dropout apart have a dropout build");
 };
 
 // Whether row (kDQK, kDV) runs its dropout build on a device that allows
@@ -139,44 +195,27 @@ struct BwdConfig {
 // supports() both ask here.
 template <int kDQK, int kDV>
 constexpr bool bwd_uses_dropout_build(long long optin, bool dropout) {
-  return ATTN_SM80_BWD_DROPOUT_APART(kDQK) &&
+  return bwd_has_dropout_build(kDQK, kDV) &&
          (dropout || (optin > 0 && BwdConfig<kDQK, kDV>::kSmemBytes > optin));
 }
 // Whether the backward's grid puts the KV tiles slowest, (h_kv, batch, KV
 // tiles) instead of (KV tiles, h_kv, batch): under a causal mask (no left
 // window) the first KV tiles see the most query tiles, and with GQA each CTA
 // walks them for every head of its group, so a few CTAs carry a large share
-// of the work; launched first, they no longer set the tail. On the H100
-// (docs/PERF.md, 2026-11-24c), causal GQA 2 / 4 / 8 at d 128, 4k: kernel
-// -5 / -10 / -14%; d 64 GQA 8 4k -19%. Not without GQA: the CTAs running
-// together then no longer share Q/dO tiles in L2 (MHA d 64 1k -7 to -11%,
-// d 256 1k -38 to -44%). Not at d 256 (GQA 4 causal +10%: its Q/dO rows
-// in flight outgrew L2; d 256 has its own grid, below), nor without a mask
-// (level). Rows 96, 160 and 192 are not measured: they keep one order,
-// and with it their sm_90a loops' registers (the choice spilled 4-20 B).
-// A macro, as the ones above, so that the kernel can test it too.
-#define ATTN_SM80_BWD_KV_ORDER_CHOSEN(dqk) ((dqk) <= 64 || (dqk) == 128)
-constexpr bool bwd_kv_tiles_slowest(int d_qk, int h_per_kv, long long window_left, long long window_right) {
-  return ATTN_SM80_BWD_KV_ORDER_CHOSEN(d_qk) && bwd_first_kv_tiles_heavy(h_per_kv, window_left, window_right);
+// of the work; launched first, they no longer set the tail: on the H100 the
+// causal GQA backward's kernel is 5-19% faster at d 64 and d 128. Not without
+// GQA: the CTAs running together then no longer share Q/dO tiles in L2 (MHA
+// is slower). Not at d 256 (its Q/dO rows in flight outgrow L2; d 256 has its
+// own grid), nor without a mask (level); the rows whose kv_order_chosen is
+// false keep one order.
+constexpr bool bwd_kv_tiles_slowest(int d_qk, int d_v, int h_per_kv, long long window_left, long long window_right) {
+  return bwd_tuning(d_qk, d_v, false).kv_order_chosen && bwd_first_kv_tiles_heavy(h_per_kv, window_left, window_right);
 }
 
-// d 256's grid is (pairs of a chunk, KV tiles, chunks): its (KV head,
-// sequence) pairs in chunks of bwd_group_chunk() pairs, the KV tiles slowest
-// within a chunk (1: every pair's tiles in turn, the order above's default).
-// Under a causal mask with GQA the heavy first KV tiles of a chunk's pairs
-// start together, and only the chunk's Q/dO rows are in flight: chunks of
-// about 32 MiB of them (h_per_kv x s_q x (d_qk + d_v) x 2 bytes per pair).
-// On the H100 (docs/PERF.md, 2026-11-24d), d 256 causal GQA 4 backward
-// against FA2: 4k 0.92 -> 1.07-1.09 (2 pairs), 1k 0.97 -> 1.13 (8 pairs);
-// all pairs in one chunk at 4k (128 MiB) gained less (1.05-1.06), and at
-// heads 32 lost 10%. Compiled in as d 256's only grid: as a run-time choice
-// beside the other order, its arithmetic spilled 16-24 B in sm_90a's loops.
-// Its cost: MHA at d 256 (one pair per chunk) is 0.3-1.2% slower than with
-// the plain grid, whose indices were blockIdx itself (2026-11-24d, call 9).
-#define ATTN_SM80_BWD_CHUNKED_GRID(dqk) ((dqk) == 256)
+// Shared memory of the build that row (kDQK, kDV) runs (bwd_uses_dropout_build()).
 template <int kDQK, int kDV>
 constexpr int bwd_smem_bytes(long long optin, bool dropout) {
-  if constexpr (ATTN_SM80_BWD_DROPOUT_APART(kDQK))
+  if constexpr (bwd_has_dropout_build(kDQK, kDV))
     if (bwd_uses_dropout_build<kDQK, kDV>(optin, dropout)) return BwdConfig<kDQK, kDV, true>::kSmemBytes;
   return BwdConfig<kDQK, kDV>::kSmemBytes;
 }

@@ -9,7 +9,7 @@
 //   stage it, and one thread hands the band to the TMA unit as one bulk
 //   reduce-add (cp.reduce.async.bulk). The reds had stalled the warps: a
 //   register that an in-flight red still reads cannot be written, and the
-//   load/store unit throttles them (docs/PERF.md, "dQ by bulk add").
+//   load/store unit throttles them.
 // The accumulator's byte order: flash/dq_layout.h.
 #pragma once
 

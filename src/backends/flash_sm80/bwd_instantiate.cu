@@ -16,11 +16,13 @@ namespace attn::flash_sm80 {
 static_assert(false ATTN_FLASH_SM80_BWD_TABLE(ATTN_IS_ROW), "ATTN_BWD_DQK/DV is not a row of bwd_table.h");
 #undef ATTN_IS_ROW
 
-template void launch_bwd<__nv_bfloat16, ATTN_BWD_DQK, ATTN_BWD_DV, false>(const flash::BwdParams&, cudaStream_t);
-template void launch_bwd<__half, ATTN_BWD_DQK, ATTN_BWD_DV, false>(const flash::BwdParams&, cudaStream_t);
-#if ATTN_SM80_BWD_DROPOUT_APART(ATTN_BWD_DQK)  // the row's dropout build (bwd_config.h)
-template void launch_bwd<__nv_bfloat16, ATTN_BWD_DQK, ATTN_BWD_DV, true>(const flash::BwdParams&, cudaStream_t);
-template void launch_bwd<__half, ATTN_BWD_DQK, ATTN_BWD_DV, true>(const flash::BwdParams&, cudaStream_t);
-#endif
+// The row's entries (bwd_launch.h) compile its main build and, where
+// kBwdTuning gives the row one, its dropout build (bwd_config.h). The main
+// builds are named first so that the object holds its kernels in one order:
+// both main builds, then both dropout builds.
+template void launch_bwd_build<__nv_bfloat16, ATTN_BWD_DQK, ATTN_BWD_DV, false>(const flash::BwdParams&, cudaStream_t);
+template void launch_bwd_build<__half, ATTN_BWD_DQK, ATTN_BWD_DV, false>(const flash::BwdParams&, cudaStream_t);
+template void launch_bwd<__nv_bfloat16, ATTN_BWD_DQK, ATTN_BWD_DV>(const flash::BwdParams&, bool, cudaStream_t);
+template void launch_bwd<__half, ATTN_BWD_DQK, ATTN_BWD_DV>(const flash::BwdParams&, bool, cudaStream_t);
 
 }  // namespace attn::flash_sm80

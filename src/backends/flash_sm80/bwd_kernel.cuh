@@ -14,9 +14,8 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
+#include "backends/flash_sm80/ab_overrides.h"
 #include "backends/flash_sm80/bwd_config.h"
 #include "backends/flash_sm80/bwd_dq.cuh"
 #include "backends/flash/params.h"
@@ -68,14 +67,14 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
   // tiles, chunks) of (KV head, sequence) pairs (bwd_config.h); the last
   // chunk may be short, and its CTAs past the pairs end here.
   int n, h_kv, b;
-  if constexpr (ATTN_SM80_BWD_CHUNKED_GRID(kDQK)) {
+  if constexpr (Cfg::kChunkedGrid) {
     const int heads_kv = p.h_q / p.h_per_kv, pair = blockIdx.z * bp.group_chunk + blockIdx.x;
     if (pair >= heads_kv * p.batch) return;
     n = blockIdx.y;
     h_kv = pair % heads_kv;
     b = pair / heads_kv;
   } else {
-    const bool kv_slowest = ATTN_SM80_BWD_KV_ORDER_CHOSEN(kDQK) && bp.kv_tiles_slowest;
+    const bool kv_slowest = Cfg::kKvOrderChosen && bp.kv_tiles_slowest;
     n = kv_slowest ? blockIdx.z : blockIdx.x;
     h_kv = kv_slowest ? blockIdx.x : blockIdx.y;
     b = kv_slowest ? blockIdx.y : blockIdx.z;
@@ -287,21 +286,14 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
 
 // Whether this instantiation adds dQ by bulk reduce on the current device:
 // its code there is an sm_90 build (the kernel has the path) and the stage
-// fits. Asked once per device; ATTN_SM80_BWD_DQ=red turns it off (A/B runs).
+// fits. Asked once per device; an A/B override can turn it off (ab_overrides.h).
 constexpr int kMaxDevicesCached = 64;
-
-// Whether environment variable `name` is set to `value` (the A/B switches).
-inline bool env_is(const char* name, const char* value) {
-  const char* e = std::getenv(name);
-  return e && std::strcmp(e, value) == 0;
-}
 
 template <typename T, int kDQK, int kDV, bool kDropoutBuild>
 bool bwd_dq_bulk() {
   using Cfg = BwdConfig<kDQK, kDV, kDropoutBuild>;
   static std::atomic<signed char> known[kMaxDevicesCached] = {};  // 0 unknown, 1 no, 2 yes
-  static const bool off = env_is("ATTN_SM80_BWD_DQ", "red");
-  if (off) return false;
+  if (bwd_overrides().dq_red_only) return false;
   int device = 0;
   ATTN_CUDA(cudaGetDevice(&device));
   if (device < kMaxDevicesCached && known[device].load(std::memory_order_relaxed)) return known[device] == 2;
@@ -314,24 +306,27 @@ bool bwd_dq_bulk() {
   return yes;
 }
 
-// The grid's order: bwd_config.h's rule, or for A/B runs the one that
-// ATTN_SM80_BWD_ORDER=kv_slowest|kv_fastest names (on the rows that choose).
-inline bool launch_kv_tiles_slowest(int d_qk, const flash::FwdParams& p) {
-  static const bool fastest = env_is("ATTN_SM80_BWD_ORDER", "kv_fastest");
-  static const bool slowest = env_is("ATTN_SM80_BWD_ORDER", "kv_slowest");
-  if (fastest || slowest) return slowest && ATTN_SM80_BWD_KV_ORDER_CHOSEN(d_qk);
-  return bwd_kv_tiles_slowest(d_qk, p.h_per_kv, p.window_left, p.window_right);
+// The grid's order: bwd_config.h's rule, or the one an A/B override names
+// (on the rows that choose).
+inline bool launch_kv_tiles_slowest(int d_qk, int d_v, const flash::FwdParams& p) {
+  switch (bwd_overrides().order) {
+    case BwdOrder::kv_fastest: return false;
+    case BwdOrder::kv_slowest: return bwd_tuning(d_qk, d_v, false).kv_order_chosen;
+    case BwdOrder::rule: break;
+  }
+  return bwd_kv_tiles_slowest(d_qk, d_v, p.h_per_kv, p.window_left, p.window_right);
 }
 
-// d 256's chunk (bwd_config.h), or for A/B runs ATTN_SM80_BWD_GROUP_CHUNK=N.
+// The chunked grid's pairs per chunk (flash/heuristics.h), or the ones an A/B
+// override names.
 inline int launch_group_chunk(const flash::FwdParams& p, int d_qk, int d_v, int pairs) {
-  static const char* forced = std::getenv("ATTN_SM80_BWD_GROUP_CHUNK");
-  if (forced) return bwd_clamp_group_chunk(std::atoi(forced), pairs);
+  if (const int forced = bwd_overrides().group_chunk) return bwd_clamp_group_chunk(forced, pairs);
   return bwd_group_chunk(p.h_per_kv, p.window_left, p.window_right, p.s_q, d_qk, d_v, pairs);
 }
 
+// One build of a row.
 template <typename T, int kDQK, int kDV, bool kDropoutBuild>
-void launch_bwd(const flash::BwdParams& params, cudaStream_t stream) {
+void launch_bwd_build(const flash::BwdParams& params, cudaStream_t stream) {
   using Cfg = BwdConfig<kDQK, kDV, kDropoutBuild>;
   auto* kernel = flash_bwd_kernel<T, kDQK, kDV, kDropoutBuild>;
   flash::BwdParams p = params;
@@ -343,7 +338,7 @@ void launch_bwd(const flash::BwdParams& params, cudaStream_t stream) {
   if (smem > 48 * 1024) ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int kv_tiles = (p.fwd.s_kv + Cfg::kBlockN - 1) / Cfg::kBlockN, h_kv = p.fwd.h_q / p.fwd.h_per_kv;
   dim3 grid;
-  if constexpr (ATTN_SM80_BWD_CHUNKED_GRID(kDQK)) {
+  if constexpr (Cfg::kChunkedGrid) {
     if (kv_tiles > 65535)  // grid y (supports() refuses these first)
       fail(ErrorKind::unsupported, "flash_sm80's d 256 backward takes at most 65535 KV tiles of 64 keys", "max_seqlen_kv",
            "at most 4194240 keys per sequence", "use another backend (cudnn, unfused) for longer sequences");
@@ -351,11 +346,24 @@ void launch_bwd(const flash::BwdParams& params, cudaStream_t stream) {
     p.group_chunk = launch_group_chunk(p.fwd, kDQK, kDV, pairs);
     grid = dim3(p.group_chunk, kv_tiles, (pairs + p.group_chunk - 1) / p.group_chunk);
   } else {
-    p.kv_tiles_slowest = kv_tiles <= 65535 && launch_kv_tiles_slowest(kDQK, p.fwd);  // grid z: at most 65535
+    p.kv_tiles_slowest = kv_tiles <= 65535 && launch_kv_tiles_slowest(kDQK, kDV, p.fwd);  // grid z: at most 65535
     grid = p.kv_tiles_slowest ? dim3(h_kv, p.fwd.batch, kv_tiles) : dim3(kv_tiles, h_kv, p.fwd.batch);
   }
   kernel<<<grid, Cfg::kThreads, smem, stream>>>(p);
   ATTN_CUDA(cudaGetLastError());
+}
+
+// A row's entry (bwd_launch.h): its dropout build where it has one and
+// `dropout_build` asks for it, its main build otherwise.
+template <typename T, int kDQK, int kDV>
+void launch_bwd(const flash::BwdParams& params, bool dropout_build, cudaStream_t stream) {
+  if constexpr (bwd_has_dropout_build(kDQK, kDV)) {
+    if (dropout_build) {
+      launch_bwd_build<T, kDQK, kDV, true>(params, stream);
+      return;
+    }
+  }
+  launch_bwd_build<T, kDQK, kDV, false>(params, stream);
 }
 
 }  // namespace attn::flash_sm80

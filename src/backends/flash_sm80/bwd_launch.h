@@ -11,10 +11,10 @@ namespace attn::flash_sm80 {
 
 using flash::BwdParams;
 
-// The main kernel: dK, dV written, dQ accumulated into dq_accum.
-// kDropoutBuild: the row's build with dropout's path, where it is compiled
-// apart (bwd_config.h).
-template <typename T, int kDQK, int kDV, bool kDropoutBuild>
-void launch_bwd(const flash::BwdParams& p, cudaStream_t stream);
+// The main kernel of row (kDQK, kDV): dK, dV written, dQ accumulated into
+// dq_accum. dropout_build: run the row's build with dropout's path, where it
+// is compiled apart (bwd_uses_dropout_build(), bwd_config.h).
+template <typename T, int kDQK, int kDV>
+void launch_bwd(const flash::BwdParams& p, bool dropout_build, cudaStream_t stream);
 
 }  // namespace attn::flash_sm80

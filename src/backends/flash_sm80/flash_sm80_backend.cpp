@@ -59,7 +59,7 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
   for (std::string& reason : flash::kernel_reasons(p, "flash_sm80")) no.push_back(std::move(reason));
   if (p.h_q > 65535 || p.batch > 65535)
     no.push_back("more than 65535 heads or sequences (the kernel's grid dimensions)");
-  // d 256's backward grid has its KV tiles in the y dimension (bwd_config.h, ATTN_SM80_BWD_CHUNKED_GRID).
+  // d 256's backward grid has its KV tiles in the y dimension (bwd_config.h, chunked_grid).
   constexpr int64_t kMaxKeys256 = 65535LL * BwdConfig<256, 256>::kBlockN;
   if (p.pass == Pass::backward && p.d_qk == 256 && p.s_kv > kMaxKeys256)
     no.push_back("the d 256 backward takes at most " + std::to_string(kMaxKeys256) +

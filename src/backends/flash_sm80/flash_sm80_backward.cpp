@@ -23,7 +23,7 @@ namespace {
 // Deterministic mode keeps one counter per (sequence, head, query tile); the
 // rows' query tiles differ in size, so the count uses the smallest tile, an
 // upper bound for every row (the kernel indexes by its own tile, stride m_tiles).
-#define ATTN_BLOCK_M(dqk, dv) BwdConfig<dqk, dv>::kBlockM, BwdConfig<dqk, dv, ATTN_SM80_BWD_DROPOUT_APART(dqk)>::kBlockM,
+#define ATTN_BLOCK_M(dqk, dv) BwdConfig<dqk, dv>::kBlockM, BwdConfig<dqk, dv, bwd_has_dropout_build(dqk, dv)>::kBlockM,
 constexpr int kBlockMs[] = {ATTN_FLASH_SM80_BWD_TABLE(ATTN_BLOCK_M)};
 #undef ATTN_BLOCK_M
 constexpr int min_block_m() {
@@ -37,16 +37,10 @@ constexpr int min_block_m() {
 // a row's dropout build wherever one exists (bwd_config.h).
 template <typename T>
 bool dispatch(const Problem& p, const flash::BwdParams& k, int64_t optin, cudaStream_t stream) {
-#define ATTN_DISPATCH_ROW(dqk, dv)                                             \
-  if (p.d_qk == (dqk) && p.d_v == (dv)) {                                      \
-    if constexpr (ATTN_SM80_BWD_DROPOUT_APART(dqk)) {                          \
-      if (bwd_uses_dropout_build<dqk, dv>(optin, k.fwd.dropout_threshold != 0)) { \
-        launch_bwd<T, dqk, dv, true>(k, stream);                               \
-        return true;                                                           \
-      }                                                                        \
-    }                                                                          \
-    launch_bwd<T, dqk, dv, false>(k, stream);                                  \
-    return true;                                                               \
+#define ATTN_DISPATCH_ROW(dqk, dv)                                                                 \
+  if (p.d_qk == (dqk) && p.d_v == (dv)) {                                                          \
+    launch_bwd<T, dqk, dv>(k, bwd_uses_dropout_build<dqk, dv>(optin, k.fwd.dropout_threshold != 0), stream); \
+    return true;                                                                                   \
   }
   ATTN_FLASH_SM80_BWD_TABLE(ATTN_DISPATCH_ROW)
 #undef ATTN_DISPATCH_ROW

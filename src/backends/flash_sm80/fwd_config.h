@@ -46,8 +46,8 @@ struct FwdConfig {
   // the sums kept one per lane (flash/online_softmax.cuh, kQuadSums) it reloaded
   // three held values per tile (20 B); with the K/V copies' addresses also
   // rebuilt per tile (kRebuildCopyAddressesSm80), 0 B. sm_90a's loop has
-  // 0 B either way, and there the rebuilt addresses cost 3% of the H100's
-  // d 128 forward (docs/PERF.md, 2026-11-24d), so they are sm_80's only.
+  // 0 B either way, and there the rebuilt addresses slow the H100's d 128
+  // forward, so they are sm_80's only.
   // Not at d 64 (S 128 and O 64 registers), where either measure moved
   // ptxas from 36 / 16 B (sm_80 / sm_90a) to 56-128 B.
   static constexpr bool kQuadSums = kBuild == FwdBuild::wide && kDQK == 128;

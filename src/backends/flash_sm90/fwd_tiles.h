@@ -70,11 +70,9 @@ ATTN_HOST_DEVICE WorkItem work_item(int t, int m_blocks, int h_q, int pairs, int
 // one: the last tile the heaviest). Then as many pairs as have K/V within
 // about 16 MiB together, so the section's heavy tiles, run side by side,
 // still read their K/V from L2 (h_per_kv query heads share one KV head's
-// s_kv x (d_qk + d_v) x 2 bytes). On the H100 (docs/PERF.md, "flash_sm90
-// forward v19"), forward against the plain order: b 4, s 2048, 16 / 4
-// heads, d 128, causal 137 -> 123 us; ANCHORS.md's causal points d 128 4k
-// +5%, d 64 16k +3%, 1k level. 32 MiB lost 6% at d 128 1k (64 pairs of
-// 512 KiB at once), 8 MiB 1% at 16k.
+// s_kv x (d_qk + d_v) x 2 bytes). Faster than the plain order on the H100's
+// causal GQA forward at d 64 and d 128 (level at 1k); a 32 MiB budget is
+// slower at d 128 1k (too many pairs at once), 8 MiB at 16k.
 constexpr int fwd_section_pairs(int h_per_kv, long long window_left, long long window_right, long long s_kv,
                                 int d_qk, int d_v, int pairs) {
   if (!flash::causal_shape(window_left, window_right) || pairs < 1) return 1;

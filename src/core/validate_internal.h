@@ -1,0 +1,41 @@
+// What validation's two files share: validate.cpp (tensors, shapes, masks,
+// bias, outputs, the entry points) and validate_sequences.cpp (cu_seqlens
+// and the sequence lengths). Each failure is an attn::Error with what / got /
+// expected / fix.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "attn/error.h"
+#include "attn/problem.h"
+
+namespace attn::detail {
+
+inline std::string str(int64_t v) { return std::to_string(v); }
+
+[[noreturn]] inline void bad_value(std::string what, std::string got, std::string expected, std::string fix) {
+  fail(ErrorKind::value, std::move(what), std::move(got), std::move(expected), std::move(fix));
+}
+[[noreturn]] inline void bad_type(std::string what, std::string got, std::string expected, std::string fix) {
+  fail(ErrorKind::type, std::move(what), std::move(got), std::move(expected), std::move(fix));
+}
+
+inline void require_device(const TensorView& t, const char* name, const Device& expected) {
+  if (!(t.device == expected))
+    bad_value(std::string(name) + " is on another device than q", device_name(t.device),
+              device_name(expected) + " (q's device)",
+              std::string("move ") + name + " to " + device_name(expected));
+}
+
+// The call's sequences into p: batch, s_q, s_kv and has_seqlens. thd takes
+// them from cu_seqlens (both required) and max_seqlen_q/kv; bshd/sbhd from
+// the tensors (padded_batch, padded_s_q, padded_s_kv), with cu_seqlens
+// optional under a padding mask. With o.check_seqlens the values of
+// cu_seqlens are read to the host and checked. Reads p's qkv_format, device,
+// total_q and total_kv.
+void derive_sequences(const Options& o, const Inputs& in, int64_t padded_batch, int64_t padded_s_q,
+                      int64_t padded_s_kv, Problem& p);
+
+}  // namespace attn::detail
