@@ -72,6 +72,21 @@ __host__ __device__ constexpr uint64_t mnmajor_descriptor(uint32_t tile, int row
   return advance_descriptor(sw128_descriptor(tile, rows * 128, 1024), ks * 16 * 128);
 }
 
+// A 128B-swizzled tile of kRows rows per column block (the layout above),
+// by its shared-space address: where TMA puts a column block, where a
+// 16-byte chunk lies, and wgmma's descriptors of a k step.
+template <int kRows>
+struct SwizzledTileAt {
+  uint32_t addr;
+
+  __device__ __forceinline__ uint32_t column_block(int cb) const { return addr + cb * kRows * 128; }
+  __device__ __forceinline__ uint32_t chunk(int r, int c) const { return addr + swizzled_offset(kRows, r, c); }
+  // K-major, the k step `ks` of the rows from `row0` (a multiple of 8).
+  __device__ __forceinline__ uint64_t kmajor(int row0, int ks) const { return kmajor_descriptor(addr, kRows, row0, ks); }
+  // MN-major, the k step `ks` (16 rows).
+  __device__ __forceinline__ uint64_t mnmajor(int ks) const { return mnmajor_descriptor(addr, kRows, ks); }
+};
+
 // Orders the warpgroup's register and shared-memory accesses before the next
 // wgmma (after the accumulators were touched by ordinary instructions).
 __device__ __forceinline__ void wgmma_fence() {

@@ -1,0 +1,145 @@
+// flash_sm90's forward: the epilogue of a consumer warpgroup's 64 rows.
+// O / sum (times dropout's 1 / (1 - p)) rounded to T is staged in the output
+// tile with stmatrix, then written by one TMA store, or row by row where the
+// rows are not all the sequence's; lse per row last. Items no row of which
+// sees a key get out = 0 and lse = -inf without the products.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/flash/epilogue.cuh"
+#include "backends/flash/online_softmax.cuh"
+#include "backends/flash_sm90/fwd_params.h"
+#include "backends/flash_sm90/fwd_smem.cuh"
+#include "backends/flash_sm90/fwd_storage.cuh"
+#include "backends/flash_sm90/fwd_work_queue.cuh"
+#include "kernels/sm80/mma.cuh"
+#include "kernels/sm90/stmatrix.cuh"
+#include "kernels/sm90/tma.cuh"
+#include "kernels/sm90/wgmma.cuh"
+
+namespace attn::flash_sm90 {
+
+template <typename T, class Cfg>
+struct FwdEpilogue {
+  static constexpr int kM = Cfg::kBlockM, kDV = Cfg::kHeadDimV, NO = kDV / 8;
+  static constexpr int kConsumerThreads = 128 * Cfg::kConsumers;
+  const Sm90FwdParams& args;
+  const FwdSmem<Cfg>& smem;
+  const int wg, ctid, lane, row0;
+
+  __device__ __forceinline__ T* out_rows(const FwdItem& c) const {
+    const flash::FwdParams& p = args.p;
+    return static_cast<T*>(p.out) + c.b * p.o_batch_stride + (c.seq.start_q + c.m0) * p.o_row_stride +
+           c.h * p.o_head_stride;
+  }
+  __device__ __forceinline__ float* lse_rows(const FwdItem& c) const {
+    const flash::FwdParams& p = args.p;
+    return p.lse + c.b * p.lse_batch_stride + (c.seq.start_q + c.m0) * p.lse_row_stride + c.h * p.lse_head_stride;
+  }
+
+  // An item no row of which sees a key: out = 0 and lse = -inf on its rows
+  // (every consumer thread together).
+  __device__ __forceinline__ void store_empty(const FwdItem& c) const {
+    const flash::FwdParams& p = args.p;
+    flash::store_zeros<kDV, kM, kConsumerThreads>(out_rows(c) + c.row_begin * p.o_row_stride, p.o_row_stride,
+                                                  c.rows_out - c.row_begin, ctid);
+    if (p.lse)
+      for (int r = c.row_begin + ctid; r < c.rows_out; r += kConsumerThreads) lse_rows(c)[r * p.lse_row_stride] = -INFINITY;
+  }
+
+  // This warpgroup's rows of item `cur`, whose Q is in buffer q_buf: O and
+  // the softmax's state are final (the last P.V has left O's registers).
+  __device__ __forceinline__ void store(const FwdItem& cur, int q_buf, const float (&o)[1][NO][4],
+                                        flash::OnlineSoftmax<1>& softmax, float unit) const {
+    const flash::FwdParams& p = args.p;
+    float inv[1][2], row_lse[1][2];
+    softmax.finish(inv, row_lse, unit, p.dropout_scale);
+    // Rows outside the sequence (padding, the next or the previous
+    // sequence's tokens in thd, or before the first token) read whatever Q
+    // rows were there: their output is 0 or unwritten.
+    bool row_valid[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = row0 + 8 * hh + (lane >> 2);
+      row_valid[hh] = r >= cur.row_begin && r < cur.rows;
+      if (!row_valid[hh]) {
+        inv[0][hh] = 0.f;
+        row_lse[0][hh] = -INFINITY;
+      }
+    }
+    // Stage O in this warpgroup's 64 rows of the output tile with stmatrix
+    // (its leader's store of the previous item has read them, and every
+    // thread is past its Q.K^T reads of this item's Q rows where the output
+    // goes in Q's buffer), then write them out: one TMA store by the
+    // leader, or row by row where the warpgroup's rows are not all the
+    // sequence's (thd, where other sequences' tokens lie around it, or rows
+    // before the first token, which TMA would not write but we do not ask it to).
+    const auto o_stage = smem.o_tile(q_buf);
+    const bool leader = (ctid & 127) == 0;
+    const bool by_tma = cur.row_begin <= wg * 64 && (!p.packed || cur.rows >= wg * 64 + 64);
+    const sm90::NamedBarrier own{kBarConsumer0 + wg, 128};
+    if (leader) sm90::bulk_wait_read<0>();
+    own.sync();
+    {
+      // Lane l addresses row l % 8 of matrix l / 8: matrix j holds rows
+      // 8 (j % 2).. of accumulator block 2 np + j / 2 (stmatrix.cuh).
+      const int st_row = row0 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+      for (int np = 0; np < NO / 2; ++np) {
+        uint32_t r[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int no = 2 * np + j / 2, hh = j % 2;
+          const float x = row_valid[hh] ? o[0][no][2 * hh] * inv[0][hh] : 0.f;
+          const float y = row_valid[hh] ? o[0][no][2 * hh + 1] * inv[0][hh] : 0.f;
+          r[j] = sm80::pack2<T>(x, y);
+        }
+        sm90::stmatrix_x4(o_stage.chunk(st_row, 2 * np + (lane >> 4)), r[0], r[1], r[2], r[3]);
+      }
+    }
+    sm90::fence_proxy_async();  // the stores above, before the TMA store reads them
+    own.sync();
+    if (by_tma) {
+      if (leader) {
+#pragma unroll
+        for (int cb = 0; cb < kDV / 64; ++cb)
+          sm90::tma_store_4d(&args.o, o_stage.column_block(cb) + wg * 64 * 128, cb * 64,
+                             static_cast<int>(cur.seq.start_q) + cur.m0 + wg * 64, cur.h, p.packed ? 0 : cur.b);
+        sm90::bulk_commit();
+      }
+    } else {
+      constexpr int kChunks = kDV / 8;
+      T* const out = out_rows(cur);
+      const char* const o_gen = smem.to_generic(o_stage.addr);
+#pragma unroll
+      for (int idx = ctid - wg * 128; idx < 64 * kChunks; idx += 128) {
+        const int r = wg * 64 + idx / kChunks, c = idx % kChunks;
+        if (cur.writes(r))
+          *reinterpret_cast<uint4*>(out + r * p.o_row_stride + c * 8) =
+              *reinterpret_cast<const uint4*>(o_gen + sm90::swizzled_offset(kM, r, c));
+      }
+    }
+    if (!Cfg::kSeparateO) {
+      // Q's buffer held the output until now: once the store has read it
+      // (and past these generic-proxy accesses), the producer may load the
+      // next Q there.
+      if (leader) sm90::bulk_wait_read<0>();
+      sm90::fence_proxy_async();
+      smem.q_empty(q_buf).arrive();
+    }
+    // Last: a proxy fence (above) waits for these global stores.
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = row0 + 8 * hh + (lane >> 2);
+      if (p.lse && (lane & 3) == 0 && cur.writes(r)) lse_rows(cur)[r * p.lse_row_stride] = row_lse[0][hh];
+    }
+  }
+
+  // The output tile stays until its last store is done.
+  __device__ __forceinline__ void finish() const {
+    if ((ctid & 127) == 0) sm90::bulk_wait<0>();
+  }
+};
+
+}  // namespace attn::flash_sm90

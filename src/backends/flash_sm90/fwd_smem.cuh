@@ -1,0 +1,87 @@
+// flash_sm90's forward: where its shared storage (fwd_storage.cuh) lies.
+// The stages address tiles and barriers in the shared space by 32-bit
+// addresses: the storage's base plus each member's offsetof, a constant.
+// (Addresses taken from the struct's generic pointer went through 64-bit
+// arithmetic, and the producer's 24 registers spilled.)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backends/flash_sm90/fwd_storage.cuh"
+#include "kernels/sm90/mbarrier.cuh"
+#include "kernels/sm90/pipeline.cuh"
+#include "kernels/sm90/wgmma.cuh"
+
+namespace attn::flash_sm90 {
+
+template <class Cfg>
+struct FwdSmem {
+  using Storage = FwdSharedStorage<Cfg>;
+  static constexpr int kConsumerThreads = 128 * Cfg::kConsumers;
+
+  uint32_t base;  // the storage's shared-space address: the dynamic buffer's, aligned up to 1024 bytes
+  char* generic;  // the same byte as a generic pointer (for plain loads and stores)
+
+  // The swizzle repeats every 1024 bytes, and TMA and wgmma assume tiles
+  // start on it. (An offset from smem_raw, not an integer cast: the
+  // compiler then knows that pointers derived from it address shared memory.)
+  __device__ __forceinline__ explicit FwdSmem(char* smem_raw) {
+    static_assert(sizeof(Storage) + 1024 <= Cfg::kSmemBytes, "the launch's shared memory");
+    const uint32_t raw = sm90::smem_addr(smem_raw), pad = (1024u - (raw & 1023u)) & 1023u;
+    base = raw + pad;
+    generic = smem_raw + pad;
+  }
+  // The generic pointer to shared-space address `addr` in the storage.
+  __device__ __forceinline__ char* to_generic(uint32_t addr) const { return generic + (addr - base); }
+
+  using QTile = sm90::SwizzledTileAt<Cfg::kBlockM>;  // Q and the output: the item's rows
+  using KvTile = sm90::SwizzledTileAt<Cfg::kBlockN>;  // K and V: one KV tile's keys
+
+  __device__ __forceinline__ QTile q_tile(int buf) const { return {base + offsetof(Storage, q) + buf * Cfg::kSmemQ}; }
+  __device__ __forceinline__ KvTile k_tile(int stage) const { return {base + offsetof(Storage, k) + stage * Cfg::kSmemK}; }
+  __device__ __forceinline__ KvTile v_tile(int stage) const { return {base + offsetof(Storage, v) + stage * Cfg::kSmemV}; }
+  // Where an item whose Q is in buffer `buf` stages its output: a tile of
+  // its own, or that Q buffer (after the item's last Q.K^T).
+  __device__ __forceinline__ QTile o_tile(int buf) const {
+    if constexpr (Cfg::kSeparateO) return {base + offsetof(Storage, o)};
+    else return q_tile(buf);
+  }
+
+  __device__ __forceinline__ sm90::Barrier q_full(int b) const { return bar(offsetof(Storage, q_full), b); }
+  __device__ __forceinline__ sm90::Barrier q_empty(int b) const { return bar(offsetof(Storage, q_empty), b); }
+  __device__ __forceinline__ sm90::Barrier k_full(int stage) const { return bar(offsetof(Storage, k_full), stage); }
+  __device__ __forceinline__ sm90::Barrier k_empty(int stage) const { return bar(offsetof(Storage, k_empty), stage); }
+  __device__ __forceinline__ sm90::Barrier v_full(int stage) const { return bar(offsetof(Storage, v_full), stage); }
+  __device__ __forceinline__ sm90::Barrier v_empty(int stage) const { return bar(offsetof(Storage, v_empty), stage); }
+  __device__ __forceinline__ sm90::Barrier item_full(int slot) const { return bar(offsetof(Storage, item_full), slot); }
+  __device__ __forceinline__ sm90::Barrier item_empty(int slot) const { return bar(offsetof(Storage, item_empty), slot); }
+  __device__ __forceinline__ uint32_t item_slot(int slot) const { return base + offsetof(Storage, item_slot) + 4 * slot; }
+  __device__ __forceinline__ uint32_t order_word(int warp) const { return base + offsetof(Storage, order_word) + 4 * warp; }
+
+  // Every mbarrier's arrival count, by one thread before the CTA's first sync.
+  __device__ __forceinline__ void init_barriers() const {
+    for (int b = 0; b < Cfg::kQBuffers; ++b) {
+      q_full(b).init(1);
+      q_empty(b).init(kConsumerThreads);
+    }
+    for (int st = 0; st < Cfg::kStages; ++st) {
+      k_full(st).init(1);
+      v_full(st).init(1);
+      k_empty(st).init(kConsumerThreads);
+      v_empty(st).init(kConsumerThreads);
+    }
+    for (int slot = 0; slot < 2; ++slot) {
+      item_full(slot).init(1);
+      item_empty(slot).init(kConsumerThreads);
+    }
+    sm90::mbar_init_fence();
+  }
+
+ private:
+  __device__ __forceinline__ sm90::Barrier bar(size_t offset, int i) const {
+    return {base + static_cast<uint32_t>(offset) + 8 * i};
+  }
+};
+
+}  // namespace attn::flash_sm90
