@@ -38,7 +38,9 @@ struct BwdConfig {
   static constexpr int kSmemDs = kBlockN * kBlockM * 2;  // dS^T, one buffer
   static constexpr int kSmemTerms = kBlockM * 8;  // {lse2, D} per row, one stage
   static constexpr int kSmemDq = kBlockM * kDQK * 4;  // a query tile's dQ in fp32 (one stage), for the bulk reduce-add
-  static constexpr int kSmemBarriers = 256;
+  // The mbarriers, after the terms: the storage struct (bwd_storage.cuh)
+  // rounds up to the tiles' 1024-byte alignment.
+  static constexpr int kSmemBarriers = 1024;
   static constexpr int kSmemLimit = 227 * 1024;  // per block on sm_90
   // + 1024: the dynamic buffer is aligned up to 1024 bytes (the swizzle's period).
   static constexpr int kSmemBytes =

@@ -21,7 +21,7 @@ namespace attn::flash_sm90 {
 template <class Cfg>
 __device__ __forceinline__ void fwd_producer(const Sm90FwdParams& args, const FwdSmem<Cfg>& smem,
                                              FwdWorkQueue<Cfg>& queue) {
-  constexpr int kDQK = Cfg::kHeadDimQK, kDV = Cfg::kHeadDimV, kM = Cfg::kBlockM, kN = Cfg::kBlockN;
+  constexpr int kDQK = Cfg::kHeadDimQK, kDV = Cfg::kHeadDimV, kN = Cfg::kBlockN;
   const flash::FwdParams& p = args.p;
   sm90::PipelineState<Cfg::kQBuffers> q_state;  // Q buffers: one use per item with loads
   sm90::PipelineState<Cfg::kStages> kv_state;   // K/V stages: one use per KV tile

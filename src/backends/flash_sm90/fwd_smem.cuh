@@ -1,8 +1,6 @@
-// flash_sm90's forward: where its shared storage (fwd_storage.cuh) lies.
-// The stages address tiles and barriers in the shared space by 32-bit
-// addresses: the storage's base plus each member's offsetof, a constant.
-// (Addresses taken from the struct's generic pointer went through 64-bit
-// arithmetic, and the producer's 24 registers spilled.)
+// flash_sm90's forward: its shared storage's members (fwd_storage.cuh) as
+// the stages use them: tiles with their wgmma descriptors, typed barriers,
+// by shared-space address (kernels/sm90/shared_storage.cuh: SharedBase).
 #pragma once
 
 #include <cstddef>
@@ -11,40 +9,29 @@
 #include "backends/flash_sm90/fwd_storage.cuh"
 #include "kernels/sm90/mbarrier.cuh"
 #include "kernels/sm90/pipeline.cuh"
+#include "kernels/sm90/shared_storage.cuh"
 #include "kernels/sm90/wgmma.cuh"
 
 namespace attn::flash_sm90 {
 
 template <class Cfg>
-struct FwdSmem {
+struct FwdSmem : sm90::SharedBase {
   using Storage = FwdSharedStorage<Cfg>;
   static constexpr int kConsumerThreads = 128 * Cfg::kConsumers;
+  static_assert(sizeof(Storage) + 1024 <= Cfg::kSmemBytes, "the launch's shared memory");
 
-  uint32_t base;  // the storage's shared-space address: the dynamic buffer's, aligned up to 1024 bytes
-  char* generic;  // the same byte as a generic pointer (for plain loads and stores)
-
-  // The swizzle repeats every 1024 bytes, and TMA and wgmma assume tiles
-  // start on it. (An offset from smem_raw, not an integer cast: the
-  // compiler then knows that pointers derived from it address shared memory.)
-  __device__ __forceinline__ explicit FwdSmem(char* smem_raw) {
-    static_assert(sizeof(Storage) + 1024 <= Cfg::kSmemBytes, "the launch's shared memory");
-    const uint32_t raw = sm90::smem_addr(smem_raw), pad = (1024u - (raw & 1023u)) & 1023u;
-    base = raw + pad;
-    generic = smem_raw + pad;
-  }
-  // The generic pointer to shared-space address `addr` in the storage.
-  __device__ __forceinline__ char* to_generic(uint32_t addr) const { return generic + (addr - base); }
+  __device__ __forceinline__ explicit FwdSmem(char* smem_raw) : SharedBase(smem_raw) {}
 
   using QTile = sm90::SwizzledTileAt<Cfg::kBlockM>;  // Q and the output: the item's rows
   using KvTile = sm90::SwizzledTileAt<Cfg::kBlockN>;  // K and V: one KV tile's keys
 
-  __device__ __forceinline__ QTile q_tile(int buf) const { return {base + offsetof(Storage, q) + buf * Cfg::kSmemQ}; }
-  __device__ __forceinline__ KvTile k_tile(int stage) const { return {base + offsetof(Storage, k) + stage * Cfg::kSmemK}; }
-  __device__ __forceinline__ KvTile v_tile(int stage) const { return {base + offsetof(Storage, v) + stage * Cfg::kSmemV}; }
+  __device__ __forceinline__ QTile q_tile(int buf) const { return {at(offsetof(Storage, q)) + buf * Cfg::kSmemQ}; }
+  __device__ __forceinline__ KvTile k_tile(int stage) const { return {at(offsetof(Storage, k)) + stage * Cfg::kSmemK}; }
+  __device__ __forceinline__ KvTile v_tile(int stage) const { return {at(offsetof(Storage, v)) + stage * Cfg::kSmemV}; }
   // Where an item whose Q is in buffer `buf` stages its output: a tile of
   // its own, or that Q buffer (after the item's last Q.K^T).
   __device__ __forceinline__ QTile o_tile(int buf) const {
-    if constexpr (Cfg::kSeparateO) return {base + offsetof(Storage, o)};
+    if constexpr (Cfg::kSeparateO) return {at(offsetof(Storage, o))};
     else return q_tile(buf);
   }
 
@@ -56,8 +43,8 @@ struct FwdSmem {
   __device__ __forceinline__ sm90::Barrier v_empty(int stage) const { return bar(offsetof(Storage, v_empty), stage); }
   __device__ __forceinline__ sm90::Barrier item_full(int slot) const { return bar(offsetof(Storage, item_full), slot); }
   __device__ __forceinline__ sm90::Barrier item_empty(int slot) const { return bar(offsetof(Storage, item_empty), slot); }
-  __device__ __forceinline__ uint32_t item_slot(int slot) const { return base + offsetof(Storage, item_slot) + 4 * slot; }
-  __device__ __forceinline__ uint32_t order_word(int warp) const { return base + offsetof(Storage, order_word) + 4 * warp; }
+  __device__ __forceinline__ uint32_t item_slot(int slot) const { return at(offsetof(Storage, item_slot)) + 4 * slot; }
+  __device__ __forceinline__ uint32_t order_word(int warp) const { return at(offsetof(Storage, order_word)) + 4 * warp; }
 
   // Every mbarrier's arrival count, by one thread before the CTA's first sync.
   __device__ __forceinline__ void init_barriers() const {
@@ -79,9 +66,9 @@ struct FwdSmem {
   }
 
  private:
-  __device__ __forceinline__ sm90::Barrier bar(size_t offset, int i) const {
-    return {base + static_cast<uint32_t>(offset) + 8 * i};
-  }
+  // The shared-space address of the member at `offset`.
+  __device__ __forceinline__ uint32_t at(size_t offset) const { return base + static_cast<uint32_t>(offset); }
+  __device__ __forceinline__ sm90::Barrier bar(size_t offset, int i) const { return {at(offset) + 8 * i}; }
 };
 
 }  // namespace attn::flash_sm90

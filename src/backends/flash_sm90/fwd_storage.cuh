@@ -1,6 +1,6 @@
 // flash_sm90's forward: its shared memory as one struct. The tiles start on
 // the swizzle's 1024-byte period, as TMA and wgmma assume; the barriers and
-// the work-item slots follow them.
+// the work-item slots follow them. fwd_smem.cuh addresses its members.
 #pragma once
 
 #include <cstddef>
@@ -8,26 +8,19 @@
 #include <type_traits>
 
 #include "backends/flash_sm90/fwd_config.h"
-#include "kernels/sm90/pipeline.cuh"
+#include "kernels/sm90/shared_storage.cuh"
 
 namespace attn::flash_sm90 {
-
-template <int kBytes>
-struct alignas(1024) SwizzledTile {
-  static_assert(kBytes % 1024 == 0, "whole swizzle periods");
-  char bytes[kBytes];
-};
-struct NoTile {};
 
 template <class Cfg>
 struct FwdSharedStorage {
   static constexpr int kS = Cfg::kStages;
-  SwizzledTile<Cfg::kSmemQ> q[Cfg::kQBuffers];
-  SwizzledTile<Cfg::kSmemK> k[kS];  // the KV ring: K and V of stage s
-  SwizzledTile<Cfg::kSmemV> v[kS];
+  sm90::AlignedBlock<Cfg::kSmemQ> q[Cfg::kQBuffers];
+  sm90::AlignedBlock<Cfg::kSmemK> k[kS];  // the KV ring: K and V of stage s
+  sm90::AlignedBlock<Cfg::kSmemV> v[kS];
   // The output's staging tile where it has one of its own; otherwise the
   // output is staged in the item's Q buffer (fwd_config.h: kSeparateO).
-  [[no_unique_address]] std::conditional_t<Cfg::kSeparateO, SwizzledTile<Cfg::kSmemO>, NoTile> o;
+  [[no_unique_address]] std::conditional_t<Cfg::kSeparateO, sm90::AlignedBlock<Cfg::kSmemO>, sm90::NoBlock> o;
   // Q buffer b: loaded (full, one arrival and Q's bytes) and free again
   // (empty, every consumer thread). Two slots whatever kQBuffers is.
   uint64_t q_full[2], q_empty[2];

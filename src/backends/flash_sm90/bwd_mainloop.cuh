@@ -1,0 +1,290 @@
+// flash_sm90's backward: a consumer warpgroup's main loop, 64 of the CTA's
+// keys against each query tile that sees them. Per tile:
+//   S^T = K.Q^T and dP^T = V.dO^T on wgmma (both operands in shared memory),
+//   P^T = exp2(S^T scale log2e - lse2) under dP^T's product,
+//   dV += P^T.dO (P^T a register operand), dS^T = P^T (dP^T - D) under it,
+//   dS^T to shared memory, then dQ = dS.K (at d 128 each consumer takes half
+//   of d's columns over all the CTA's keys; at d 64 all of d over its own
+//   keys), and dK += dS^T.Q, under which dQ is staged in shared memory in the
+//   fp32 accumulator's byte order (flash/dq_layout.h) for the adder.
+// Computing S^T rather than S puts keys on the accumulator's rows, so P^T and
+// dS^T are already the A operands of dV's and dK's products.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/flash/dq_layout.h"
+#include "backends/flash/sequence.cuh"
+#include "backends/flash_sm90/bwd_kv_block.cuh"
+#include "backends/flash_sm90/bwd_smem.cuh"
+#include "kernels/sm80/mma.cuh"
+#include "kernels/sm90/stmatrix.cuh"
+#include "kernels/sm90/wgmma.cuh"
+#include "kernels/sm90/wgmma_ops.cuh"
+
+namespace attn::flash_sm90 {
+
+// dK and dV of a consumer thread, in registers over the whole walk. A struct
+// of its own, not BwdMainloop's members, as the forward's FwdRegisters: the
+// compiler then knows their stores leave the parameters alone.
+template <class Cfg>
+struct BwdRegisters {
+  static constexpr int kD = Cfg::kHeadDim, ND = kD / 8;
+  float dk[ND][4], dv[ND][4];
+
+  __device__ __forceinline__ float (&dk_flat())[kD / 2] { return *reinterpret_cast<float(*)[kD / 2]>(&dk); }
+  __device__ __forceinline__ float (&dv_flat())[kD / 2] { return *reinterpret_cast<float(*)[kD / 2]>(&dv); }
+  __device__ __forceinline__ void clear() {
+#pragma unroll
+    for (int i = 0; i < ND; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
+  }
+};
+
+template <typename T, class Cfg>
+struct BwdMainloop {
+  static constexpr int kD = Cfg::kHeadDim, kM = Cfg::kBlockM, kN = Cfg::kBlockN, kS = Cfg::kStages;
+  static constexpr int kConsumerThreads = 128 * Cfg::kConsumers;
+  static constexpr int NS = kM / 8;                                      // S^T's 8-column blocks (queries)
+  static constexpr int NQ = (Cfg::kDqOverOwnKeys ? kD : kD / 2) / 8;     // this consumer's dQ columns
+  using QueryTile = typename BwdSmem<Cfg>::QueryTile;
+  using KeyTile = typename BwdSmem<Cfg>::KeyTile;
+
+  const flash::FwdParams& p;
+  const BwdSmem<Cfg>& smem;
+  const BwdKvBlock& blk;
+  BwdRegisters<Cfg>& regs;
+  const int wg, ctid, lane, warp;
+  // This warpgroup's first key in the tile, from lane 0's wg: warp-uniform
+  // for ptxas, so the descriptors derived from it stay in uniform registers.
+  const int wg_key0;
+  const int key0;  // this consumer's first key in the sequence
+
+  // Rows of a tile past its sequence (thd: the next sequence's tokens; a
+  // padded batch: its padding, possibly not finite) are cleared in shared
+  // memory before any product reads them: a masked score gives P = 0 and
+  // dS = 0, but 0 * NaN is NaN in the products that sum over those rows.
+  // TMA already zero-fills rows past the tensor's end (bshd/sbhd's s), so
+  // only cu_seqlens calls get here. Both consumers clear, then sync.
+  template <int kRows>
+  __device__ __forceinline__ void clear_rows(sm90::SwizzledTileAt<kRows> tile, int first) const {
+    sm90::clear_rows<kD>(smem.to_generic(tile.addr), kRows, first, ctid, kConsumerThreads);
+  }
+  __device__ __forceinline__ void cleared() const {
+    sm90::fence_proxy_async();
+    sm90::named_sync(kBarCleared, kConsumerThreads);
+  }
+
+  // K and V in shared memory, their rows past the sequence cleared.
+  __device__ __forceinline__ void await_keys() const {
+    smem.kv_full().wait(0);
+    if ((p.packed || blk.seq.len_kv < p.s_kv) && blk.n0 + kN > blk.seq.len_kv) {
+      clear_rows(smem.k_tile(), max(0, blk.seq.len_kv - blk.n0));
+      clear_rows(smem.v_tile(), max(0, blk.seq.len_kv - blk.n0));
+      cleared();
+    }
+  }
+
+  // An S^T-shaped accumulator (n8 blocks of query columns) as the A
+  // fragments of a product over those queries: blocks 2 ks and 2 ks + 1 are
+  // k16 step ks (the accumulator's layout per warp is the A fragment's).
+  static __device__ __forceinline__ void a_fragments(const float (&acc)[NS][4], uint32_t (&a)[NS / 2][4]) {
+#pragma unroll
+    for (int ks = 0; ks < NS / 2; ++ks) {
+      a[ks][0] = sm80::pack2<T>(acc[2 * ks][0], acc[2 * ks][1]);
+      a[ks][1] = sm80::pack2<T>(acc[2 * ks][2], acc[2 * ks][3]);
+      a[ks][2] = sm80::pack2<T>(acc[2 * ks + 1][0], acc[2 * ks + 1][1]);
+      a[ks][3] = sm80::pack2<T>(acc[2 * ks + 1][2], acc[2 * ks + 1][3]);
+    }
+  }
+
+  // S^T = K.Q^T and dP^T = V.dO^T: this consumer's 64 keys x the tile's 64
+  // queries, committed apart so that P is computed under dP^T's product.
+  __device__ __forceinline__ void issue_scores(QueryTile q_tile, QueryTile do_tile, float (&s)[NS][4],
+                                               float (&dp)[NS][4]) const {
+    float(&s_flat)[kM / 2] = *reinterpret_cast<float(*)[kM / 2]>(&s);
+    float(&dp_flat)[kM / 2] = *reinterpret_cast<float(*)[kM / 2]>(&dp);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks)
+      sm90::Wgmma<kM, T>::template ss<0>(s_flat, smem.k_tile().kmajor(wg_key0, ks), q_tile.kmajor(0, ks), ks > 0);
+    sm90::wgmma_commit();
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks)
+      sm90::Wgmma<kM, T>::template ss<0>(dp_flat, smem.v_tile().kmajor(wg_key0, ks), do_tile.kmajor(0, ks), ks > 0);
+    sm90::wgmma_commit();
+  }
+
+  // S^T -> P^T in place. Element s[i][2 hr + e]: key key0 + 16 warp + 8 hr +
+  // lane / 4, query m0 + 8 i + 2 (lane % 4) + e. A consumer tile needs the
+  // mask unless every valid query row sees all 64 of its keys (both ends of
+  // a row's range grow with the row, so the first and last rows decide).
+  // P = 0 where masked, so dS = P (dP - D) is 0 there too.
+  __device__ __forceinline__ void probabilities(float (&s)[NS][4], int m0, const float2* terms) const {
+    const flash::SeqExtent seq = blk.seq;
+    const float unit = p.scale_log2;  // scores -> log2 units (score modifications are refused)
+    const int last_row = min(m0 + kM, seq.len_q) - 1;
+    const bool masked = last_row < m0 || flash::row_key_begin(p, seq, last_row) > key0 ||
+                        flash::row_key_end(p, seq, m0) < key0 + 64;
+    const int j0 = key0 + 16 * warp + (lane >> 2);  // this thread's first key (and j0 + 8)
+#pragma unroll
+    for (int i = 0; i < NS; ++i)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = 8 * i + 2 * (lane & 3) + e;
+        const float lse2 = terms[c].x;
+        int begin = 0, end = seq.len_kv;
+        if (masked) {
+          const bool valid = m0 + c < seq.len_q;
+          begin = valid ? flash::row_key_begin(p, seq, m0 + c) : 0;
+          end = valid ? flash::row_key_end(p, seq, m0 + c) : 0;
+        }
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int j = j0 + 8 * hr;
+          float& x = s[i][2 * hr + e];
+          x = (masked && (j < begin || j >= end)) ? 0.f : sm80::fast_exp2(x * unit - lse2);
+        }
+      }
+  }
+
+  // dV += P^T.dO (dO read MN-major: d is its contiguous dim).
+  __device__ __forceinline__ void issue_dv(const uint32_t (&pa)[kM / 16][4], QueryTile do_tile) const {
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kM / 16; ++ks) sm90::Wgmma<kD, T>::template rs<1>(regs.dv_flat(), pa[ks], do_tile.mnmajor(ks), 1);
+    sm90::wgmma_commit();
+  }
+
+  // dS^T = P^T (dP^T - D), in dp's registers.
+  __device__ __forceinline__ void dscores(const float (&s)[NS][4], float (&dp)[NS][4], const float2* terms) const {
+#pragma unroll
+    for (int i = 0; i < NS; ++i)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float delta = terms[8 * i + 2 * (lane & 3) + e].y;
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) dp[i][2 * hr + e] = s[i][2 * hr + e] * (dp[i][2 * hr + e] - delta);
+      }
+  }
+
+  // dS^T into its buffer (rows: keys, 64 query columns), with stmatrix: lane
+  // l addresses row l % 8 of matrix l / 8, and matrix j holds rows 8 (j %
+  // 2).. of n8 block 2 np + j / 2 (stmatrix.cuh), which is dsa[np][j]. Two
+  // buffers by tile parity where both consumers read both halves: a consumer
+  // writes tile i + 1's while the other may still read tile i's, and it
+  // cannot reach tile i + 2 before the other passed tile i + 1's barrier. One
+  // where each reads its own rows (kDqOverOwnKeys), after its own last dQ product.
+  __device__ __forceinline__ KeyTile store_ds(const uint32_t (&dsa)[kM / 16][4], int it) const {
+    const KeyTile ds_tile = smem.ds_tile(Cfg::kDsBuffers == 2 ? (it & 1) : 0);
+    const int st_row = wg * 64 + 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+    for (int np = 0; np < kM / 16; ++np)
+      sm90::stmatrix_x4(ds_tile.chunk(st_row, 2 * np + (lane >> 4)), dsa[np][0], dsa[np][1], dsa[np][2], dsa[np][3]);
+    sm90::fence_proxy_async();  // the stores above, before wgmma reads them
+    return ds_tile;
+  }
+
+  // dQ's product, once the dS^T it reads is written.
+  __device__ __forceinline__ void issue_dq(KeyTile ds_tile, float (&dq)[NQ][4]) const {
+    float(&dq_flat)[NQ * 4] = *reinterpret_cast<float(*)[NQ * 4]>(&dq);
+    if constexpr (Cfg::kDqOverOwnKeys) {
+      // dQ's part from this consumer's keys: dS[:, own keys].K[own keys, :]
+      // (both read MN-major, k steps over its own 64 rows of dS^T and K).
+      sm90::named_sync(kBarConsumer0 + wg, 128);
+      const int ks0 = wg_key0 / 16;
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < 64 / 16; ++ks)
+        sm90::Wgmma<kD, T>::template ss<1, 1>(dq_flat, ds_tile.mnmajor(ks0 + ks), smem.k_tile().mnmajor(ks0 + ks), ks > 0);
+    } else {
+      // dQ[:, this half] = dS.K[:, this half] over the tile's kN keys: dS read
+      // MN-major from dS^T (queries contiguous), K MN-major.
+      sm90::named_sync(kBarDsWritten, kConsumerThreads);
+      const KeyTile k_half{smem.k_tile().column_block((wg_key0 / 64) * (kD / 128))};  // its first 64-column block
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kN / 16; ++ks)
+        sm90::Wgmma<kD / 2, T>::template ss<1, 1>(dq_flat, ds_tile.mnmajor(ks), k_half.mnmajor(ks), ks > 0);
+    }
+    sm90::wgmma_commit();
+  }
+
+  // dK += dS^T.Q (Q read MN-major), issued after dQ's so that dQ's staging runs under it.
+  __device__ __forceinline__ void issue_dk(const uint32_t (&dsa)[kM / 16][4], QueryTile q_tile) const {
+#pragma unroll
+    for (int ks = 0; ks < kM / 16; ++ks) sm90::Wgmma<kD, T>::template rs<1>(regs.dk_flat(), dsa[ks], q_tile.mnmajor(ks), 1);
+    sm90::wgmma_commit();
+  }
+
+  // dq[i][2 hr + e]: query row 16 warp + 8 hr + lane / 4 of the tile at m0,
+  // column col0 + 8 i + 2 (lane % 4) + e, staged two floats at a time at its
+  // place in the accumulator's row (flash/dq_layout.h) once the previous
+  // tile's bulk add has read the stage; then the adder may take it.
+  __device__ __forceinline__ void stage_dq(const float (&dq)[NQ][4], int m0, int it) const {
+    const int q_stage = Cfg::kDqOverOwnKeys ? wg : 0, col0 = Cfg::kDqOverOwnKeys ? 0 : wg * (kD / 2);
+    const uint32_t dq_stage = smem.dq_stage(q_stage);
+    smem.dq_empty(q_stage).wait((it & 1) ^ 1);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = 16 * warp + 8 * hr + (lane >> 2);
+#pragma unroll
+      for (int i = 0; i < NQ; ++i) {
+        const int col = flash::dq_swizzle(blk.tok0 + m0 + r, col0 + 8 * i + 2 * (lane & 3));
+        const uint32_t at = dq_stage + 4u * static_cast<uint32_t>(r * kD + col);
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(dq[i][2 * hr]), "f"(dq[i][2 * hr + 1])
+                     : "memory");
+      }
+    }
+    sm90::fence_proxy_async();  // the stores above, before the bulk add reads them
+    smem.dq_full(q_stage).arrive();
+  }
+
+  // The `it`-th query tile of the walk (tile m of its head).
+  __device__ __forceinline__ void run_tile(int it, int m) const {
+    const int stage = it % kS, m0 = m * kM;
+    const QueryTile q_tile = smem.q_tile(stage), do_tile = smem.do_tile(stage);
+    smem.full(stage).wait((it / kS) & 1);
+    if ((p.packed || blk.seq.len_q < p.s_q) && m0 + kM > blk.seq.len_q) {
+      clear_rows(q_tile, max(0, blk.seq.len_q - m0));
+      clear_rows(do_tile, max(0, blk.seq.len_q - m0));
+      cleared();
+    }
+    float s[NS][4], dp[NS][4];
+    issue_scores(q_tile, do_tile, s, dp);
+    sm90::wgmma_wait<1>();  // S^T
+    sm90::fence_registers(*reinterpret_cast<float(*)[kM / 2]>(&s));
+    const float2* terms = reinterpret_cast<const float2*>(smem.to_generic(smem.terms(stage)));
+    probabilities(s, m0, terms);
+    uint32_t pa[kM / 16][4];
+    a_fragments(s, pa);
+    issue_dv(pa, do_tile);
+    sm90::wgmma_wait<1>();  // dP^T (dV's product may run on)
+    sm90::fence_registers(*reinterpret_cast<float(*)[kM / 2]>(&dp));
+    dscores(s, dp, terms);
+    uint32_t dsa[kM / 16][4];
+    a_fragments(dp, dsa);
+    const KeyTile ds_tile = store_ds(dsa, it);
+    float dq[NQ][4];
+    issue_dq(ds_tile, dq);
+    issue_dk(dsa, q_tile);
+    sm90::wgmma_wait<1>();  // dQ (and dV before it)
+    sm90::fence_registers(*reinterpret_cast<float(*)[NQ * 4]>(&dq));
+    stage_dq(dq, m0, it);
+    sm90::wgmma_wait<0>();  // dK
+    sm90::fence_registers(regs.dk_flat());
+    sm90::fence_registers(regs.dv_flat());
+    smem.empty(stage).arrive();  // Q, dO and the terms are read
+  }
+
+  // The walk: every query head of the group, every query tile that sees the keys.
+  __device__ __forceinline__ void run() const {
+    await_keys();
+    int it = 0;
+    for (int hh = 0; hh < p.h_per_kv; ++hh)
+      for (int m = blk.mt.first; m <= blk.mt.last; ++m, ++it) run_tile(it, m);
+  }
+};
+
+}  // namespace attn::flash_sm90

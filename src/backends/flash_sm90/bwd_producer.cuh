@@ -1,0 +1,105 @@
+// flash_sm90's backward: warpgroup 0, which gives up its registers to the
+// consumers. Its first warp loads: K and V once, then for each query head of
+// the group and each query tile that sees the CTA's keys, the tile's Q and dO
+// with TMA and its rows' {lse2, D} (the pre-pass's row terms) into the
+// kStages-deep ring. One thread of its second warp adds each query tile's dQ,
+// staged by the consumers, to the fp32 accumulator with one bulk reduce-add
+// (per-thread red.global adds had the consumers waiting on the memory pipeline).
+#pragma once
+
+#include <cstdint>
+
+#include "backends/flash_sm90/bwd_kv_block.cuh"
+#include "backends/flash_sm90/bwd_params.h"
+#include "backends/flash_sm90/bwd_smem.cuh"
+#include "kernels/sm90/tma.cuh"
+
+namespace attn::flash_sm90 {
+
+// The loading warp (lanes 0..31): lane 0 issues the copies, every lane
+// stores row terms and arrives on the stage's "full" barrier.
+template <class Cfg>
+__device__ __forceinline__ void bwd_load(const Sm90BwdParams& args, const BwdSmem<Cfg>& smem, const BwdKvBlock& blk,
+                                         int lane) {
+  constexpr int kD = Cfg::kHeadDim, kM = Cfg::kBlockM, kS = Cfg::kStages;
+  const flash::BwdParams& bp = args.p;
+  const flash::FwdParams& p = bp.fwd;
+  const int seq_coord = p.packed ? 0 : blk.b;
+  if (lane == 0) {
+    sm90::tma_prefetch_map(&args.q);
+    sm90::tma_prefetch_map(&args.dout);
+    smem.kv_full().arrive_expect_tx(2 * Cfg::kSmemK);
+#pragma unroll
+    for (int cb = 0; cb < kD / 64; ++cb) {
+      const int row = static_cast<int>(blk.seq.start_kv) + blk.n0;
+      sm90::tma_load_4d(smem.k_tile().column_block(cb), &args.k, smem.kv_full().addr, cb * 64, row, blk.h_kv,
+                        seq_coord);
+      sm90::tma_load_4d(smem.v_tile().column_block(cb), &args.v, smem.kv_full().addr, cb * 64, row, blk.h_kv,
+                        seq_coord);
+    }
+  }
+  sm90::PipelineState<kS> ring;
+  for (int hh = 0; hh < p.h_per_kv; ++hh) {
+    const int h = blk.h_kv * p.h_per_kv + hh;
+    const float2* terms = bp.row_terms + h * bp.rows_q + blk.tok0;
+    for (int m = blk.mt.first; m <= blk.mt.last; ++m, ring.advance()) {
+      const int stage = ring.stage(), m0 = m * kM;
+      // The tile's row terms are read before its stage is free, so their
+      // latency runs under the wait. Rows past the sequence get lse2 = +inf:
+      // their P is 0.
+      float2 t[kM / 32];
+#pragma unroll
+      for (int j = 0; j < kM / 32; ++j) {
+        const int r = lane + 32 * j;
+        t[j] = m0 + r < blk.seq.len_q ? terms[m0 + r] : make_float2(INFINITY, 0.f);
+      }
+      smem.empty(stage).wait(ring.producer_phase());
+#pragma unroll
+      for (int j = 0; j < kM / 32; ++j) {
+        const uint32_t at = smem.terms(stage) + 8 * (lane + 32 * j);
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(t[j].x), "f"(t[j].y) : "memory");
+      }
+      if (lane == 0) {
+        smem.full(stage).arrive_expect_tx(2 * Cfg::kSmemQ);
+#pragma unroll
+        for (int cb = 0; cb < kD / 64; ++cb) {
+          const int row = static_cast<int>(blk.seq.start_q) + m0;
+          sm90::tma_load_4d(smem.q_tile(stage).column_block(cb), &args.q, smem.full(stage).addr, cb * 64, row, h,
+                            seq_coord);
+          sm90::tma_load_4d(smem.do_tile(stage).column_block(cb), &args.dout, smem.full(stage).addr, cb * 64, row, h,
+                            seq_coord);
+        }
+      } else {
+        smem.full(stage).arrive();
+      }
+    }
+  }
+}
+
+// The dQ adder (one thread): each query tile's staged dQ into the rows of
+// the accumulator, rows past the sequence left out.
+template <class Cfg>
+__device__ __forceinline__ void bwd_add_dq(const flash::BwdParams& bp, const BwdSmem<Cfg>& smem,
+                                           const BwdKvBlock& blk) {
+  constexpr int kD = Cfg::kHeadDim, kM = Cfg::kBlockM;
+  const flash::FwdParams& p = bp.fwd;
+  int it = 0;
+  for (int hh = 0; hh < p.h_per_kv; ++hh) {
+    float* const dq_rows = bp.dq_accum + ((blk.h_kv * p.h_per_kv + hh) * bp.rows_q + blk.tok0) * kD;
+    for (int m = blk.mt.first; m <= blk.mt.last; ++m, ++it) {
+      const int rows = min(kM, blk.seq.len_q - m * kM);
+      for (int q = 0; q < Cfg::kDqStages; ++q) {
+        smem.dq_full(q).wait(it & 1);
+        if (rows > 0) {
+          sm90::bulk_reduce_add_f32(dq_rows + static_cast<int64_t>(m) * kM * kD, smem.dq_stage(q), rows * kD * 4);
+          sm90::bulk_commit();
+          sm90::bulk_wait_read<0>();
+        }
+        smem.dq_empty(q).arrive();
+      }
+    }
+  }
+  sm90::bulk_wait<0>();
+}
+
+}  // namespace attn::flash_sm90
