@@ -131,9 +131,10 @@ struct FwdMainloop {
   }
 
   // Scores of the tile at key n0 -> probabilities (score changes, mask,
-  // softmax), and O's rescale factor per row.
-  __device__ __forceinline__ void probabilities(const FwdItem& c, float slope, int n0) {
-    if (p.score_mods) flash::apply_score_mods(regs.s, p, slope, c.m0 + row0, n0, c.seq.shift, lane);
+  // softmax), and O's rescale factor per row. `row`: this warp's first row
+  // in the sequence (c.m0 + row0, computed once per item by the caller).
+  __device__ __forceinline__ void probabilities(const FwdItem& c, int row, float slope, int n0) {
+    if (p.score_mods) flash::apply_score_mods(regs.s, p, slope, row, n0, c.seq.shift, lane);
     if (!(n0 >= c.tiles.all_begin && n0 + kN <= c.tiles.all_end)) {
       // Where no row's first key lies past n0 (every causal tile), only
       // the ends cut: the mask tests those alone, and only where this
@@ -145,7 +146,7 @@ struct FwdMainloop {
       // moved d 256 from 48 to 92 B of spills.)
       if (n0 >= c.tiles.all_begin) {
         if (Cfg::kConsumers == 2) {
-          flash::apply_mask<false>(regs.s, p, c.seq, c.m0 + row0, n0, lane);
+          flash::apply_mask<false>(regs.s, p, c.seq, row, n0, lane);
         } else if (flash::row_keys(p, c.seq, c.m0 + wg_row0()).end < n0 + kN) {
           // Where this consumer's last row sees nothing of the tile's right
           // half (a diagonal in its left half: at 1k causal, half of the
@@ -154,7 +155,7 @@ struct FwdMainloop {
           const int r_last = min(c.rows, wg_row0() + 64) - 1;
           if (flash::row_keys(p, c.seq, c.m0 + r_last).end <= n0 + kN / 2) {
             auto& s_left = *reinterpret_cast<float(*)[1][NA / 2][4]>(&regs.s);
-            flash::apply_mask_bits<false>(s_left, p, c.seq, c.m0 + row0, n0, lane);
+            flash::apply_mask_bits<false>(s_left, p, c.seq, row, n0, lane);
             regs.softmax.update(s_left, unit, regs.correction);
 #pragma unroll
             for (int na = NA / 2; na < NA; ++na)
@@ -162,10 +163,10 @@ struct FwdMainloop {
               for (int e = 0; e < 4; ++e) regs.s[0][na][e] = 0.f;
             return;
           }
-          flash::apply_mask_bits<false>(regs.s, p, c.seq, c.m0 + row0, n0, lane);
+          flash::apply_mask_bits<false>(regs.s, p, c.seq, row, n0, lane);
         }
       } else {
-        flash::apply_mask(regs.s, p, c.seq, c.m0 + row0, n0, lane);
+        flash::apply_mask(regs.s, p, c.seq, row, n0, lane);
       }
     }
     regs.softmax.update(regs.s, unit, regs.correction);
@@ -237,6 +238,7 @@ struct FwdMainloop {
     // consumer tiles); it passes those tiles' turns without products.
     const int own_tiles = Cfg::kConsumers == 3 ? consumer_tiles(cur) : n_tiles;
     const float slope = p.alibi ? p.alibi[cur.b * p.alibi_batch_stride + cur.h * p.alibi_head_stride] : 0.f;
+    const int row = cur.m0 + row0;
     regs.softmax = flash::OnlineSoftmax<1>();
 #pragma unroll
     for (int no = 0; no < NO; ++no)
@@ -248,7 +250,7 @@ struct FwdMainloop {
       const int n0 = cur.tiles.first * kN;
       smem.k_empty(kv_state.stage()).arrive();
       if (own_tiles == 1) release_q(q_cur);
-      probabilities(cur, slope, n0);  // O is 0: nothing to rescale
+      probabilities(cur, row, slope, n0);  // O is 0: nothing to rescale
       if (dropout()) regs.keep.apply(regs.s);
       pack_p();
     }
@@ -257,7 +259,7 @@ struct FwdMainloop {
     for (int i = 1; i < own_tiles; ++i) {
       const int stage = kv_state.stage(i), prev = kv_state.stage(i - 1);
       const int n0 = (cur.tiles.first + i) * kN;
-      if (dropout()) regs.keep.compute_paired(p, head_index(cur), cur.m0 + row0, n0, lane);
+      if (dropout()) regs.keep.compute_paired(p, head_index(cur), row, n0, lane);
       smem.k_full(stage).wait(kv_state.phase(i));
       smem.v_full(prev).wait(kv_state.phase(i - 1));
       turn_begin();
@@ -268,7 +270,7 @@ struct FwdMainloop {
       sm90::fence_registers(s_flat());
       smem.k_empty(stage).arrive();
       if (i == own_tiles - 1) release_q(q_cur);
-      probabilities(cur, slope, n0);
+      probabilities(cur, row, slope, n0);
       // The softmax runs here, under this tile's P.V, only if ptxas keeps
       // the wait below it: ptxas moves a wgmma wait above arithmetic it does
       // not depend on, but not above a store. With two consumers that
