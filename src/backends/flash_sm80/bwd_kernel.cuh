@@ -35,6 +35,55 @@
 
 namespace attn::flash_sm80 {
 
+// This CTA's (KV tile n, KV head, sequence) from the grid: (KV tiles, h_kv,
+// batch), or with bp.kv_tiles_slowest (h_kv, batch, KV tiles) on the rows
+// that choose, or at d 256 (pairs of a chunk, KV tiles, chunks) of (KV head,
+// sequence) pairs (bwd_config.h). False for the last chunk's CTAs past the
+// pairs (a chunk may be short).
+template <class Cfg>
+__device__ __forceinline__ bool bwd_grid_position(const flash::BwdParams& bp, int& n, int& h_kv, int& b) {
+  const flash::FwdParams& p = bp.fwd;
+  if constexpr (Cfg::kChunkedGrid) {
+    const int heads_kv = p.h_q / p.h_per_kv, pair = blockIdx.z * bp.group_chunk + blockIdx.x;
+    if (pair >= heads_kv * p.batch) return false;
+    n = blockIdx.y;
+    h_kv = pair % heads_kv;
+    b = pair / heads_kv;
+  } else {
+    const bool kv_slowest = Cfg::kKvOrderChosen && bp.kv_tiles_slowest;
+    n = kv_slowest ? blockIdx.z : blockIdx.x;
+    h_kv = kv_slowest ? blockIdx.x : blockIdx.y;
+    b = kv_slowest ? blockIdx.y : blockIdx.z;
+  }
+  return true;
+}
+
+// dK (times softmax_scale) and dV through K's and V's shared memory, then
+// whole 16-byte chunks per row; zeros where no query saw these keys.
+template <typename T, class Cfg, class DK, class DV>
+__device__ __forceinline__ void bwd_store_dk_dv(const flash::BwdParams& bp, const flash::SeqExtent& seq, int b,
+                                                int h_kv, int n0, int rows_out, const DK& dk, const DV& dv,
+                                                char* k_smem, char* v_smem, int row0_k, int col0_k, int row0_v,
+                                                int col0_v, int tid, int lane) {
+  constexpr int kN = Cfg::kBlockN, kThreads = Cfg::kThreads;
+  using KTile = sm80::SwizzledTile<kN, Cfg::kHeadDimQK>;
+  using VTile = sm80::SwizzledTile<kN, Cfg::kHeadDimV>;
+  sm80::cp_async_wait<0>();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (bp.dq_bulk) dq_bulk_wait_read();  // shared memory stays until the last bulk add has read it
+#endif
+  __syncthreads();
+  flash::stage_block<T, KTile>(k_smem, dk, bp.fwd.scale, row0_k, col0_k, lane);
+  flash::stage_block<T, VTile>(v_smem, dv, 1.f, row0_v, col0_v, lane);
+  __syncthreads();
+  T* dk_out = static_cast<T*>(bp.dk) + b * bp.dk_batch_stride + (seq.start_kv + n0) * bp.dk_row_stride +
+              h_kv * bp.dk_head_stride;
+  T* dv_out = static_cast<T*>(bp.dv) + b * bp.dv_batch_stride + (seq.start_kv + n0) * bp.dv_row_stride +
+              h_kv * bp.dv_head_stride;
+  flash::store_tile<KTile, kN, kThreads>(dk_out, bp.dk_row_stride, k_smem, rows_out, tid);
+  flash::store_tile<VTile, kN, kThreads>(dv_out, bp.dv_row_stride, v_smem, rows_out, tid);
+}
+
 template <typename T, int kDQK, int kDV, bool kDropoutBuild>
 __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
     flash_bwd_kernel(const __grid_constant__ flash::BwdParams bp) {
@@ -62,23 +111,8 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
   char* p_smem = v_smem + Cfg::kSmemV;
   char* ds_smem = p_smem + Cfg::kSmemP;
 
-  // Grid (KV tiles, h_kv, batch), or with bp.kv_tiles_slowest (h_kv, batch,
-  // KV tiles) on the rows that choose, or at d 256 (pairs of a chunk, KV
-  // tiles, chunks) of (KV head, sequence) pairs (bwd_config.h); the last
-  // chunk may be short, and its CTAs past the pairs end here.
   int n, h_kv, b;
-  if constexpr (Cfg::kChunkedGrid) {
-    const int heads_kv = p.h_q / p.h_per_kv, pair = blockIdx.z * bp.group_chunk + blockIdx.x;
-    if (pair >= heads_kv * p.batch) return;
-    n = blockIdx.y;
-    h_kv = pair % heads_kv;
-    b = pair / heads_kv;
-  } else {
-    const bool kv_slowest = Cfg::kKvOrderChosen && bp.kv_tiles_slowest;
-    n = kv_slowest ? blockIdx.z : blockIdx.x;
-    h_kv = kv_slowest ? blockIdx.x : blockIdx.y;
-    b = kv_slowest ? blockIdx.y : blockIdx.z;
-  }
+  if (!bwd_grid_position<Cfg>(bp, n, h_kv, b)) return;
   const int n0 = n * kN;
   const flash::SeqExtent seq = flash::sequence_extent(p, b);
   // Key rows this CTA writes: in a padded batch also those past len_kv (dk =
@@ -95,18 +129,8 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
   const int row0_q = (warp / Cfg::kWarpsDQ) * 16 * Cfg::kMAQ, col0_q = (warp % Cfg::kWarpsDQ) * 8 * Cfg::kNAQ;
 
   float dk[Cfg::kMAK][Cfg::kNAK][4], dv[Cfg::kMAV][Cfg::kNAV][4];
-#pragma unroll
-  for (int ma = 0; ma < Cfg::kMAK; ++ma)
-#pragma unroll
-    for (int na = 0; na < Cfg::kNAK; ++na)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dk[ma][na][e] = 0.f;
-#pragma unroll
-  for (int ma = 0; ma < Cfg::kMAV; ++ma)
-#pragma unroll
-    for (int na = 0; na < Cfg::kNAV; ++na)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dv[ma][na][e] = 0.f;
+  sm80::zero(dk);
+  sm80::zero(dv);
 
   // The query tiles that see these keys: a contiguous run (both ends of a
   // row's key range grow with the row), found exactly from the superset.
@@ -205,12 +229,8 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
       }
 
       float s[MAS][NAS][4], dp[MAS][NAS][4];
-#pragma unroll
-      for (int ma = 0; ma < MAS; ++ma)
-#pragma unroll
-        for (int na = 0; na < NAS; ++na)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[ma][na][e] = dp[ma][na][e] = 0.f;
+      sm80::zero(s);
+      sm80::zero(dp);
       sm80::gemm_ss<T, MAS, NAS, kDV, DOTile, VTile, false, false>(dp, do_s, v_s, row0_s, col0_s, lane);
       sm80::gemm_ss<T, MAS, NAS, kDQK, QTile, KTile, false, false>(s, q_s, k_s, row0_s, col0_s, lane);
 
@@ -236,12 +256,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
       if constexpr (!Cfg::kDqFirst) dv_product();
       {
         float dq[Cfg::kMAQ][Cfg::kNAQ][4];
-#pragma unroll
-        for (int ma = 0; ma < Cfg::kMAQ; ++ma)
-#pragma unroll
-          for (int na = 0; na < Cfg::kNAQ; ++na)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dq[ma][na][e] = 0.f;
+        sm80::zero(dq);
         sm80::gemm_ss<T, Cfg::kMAQ, Cfg::kNAQ, kN, PTile, KTile, false, true>(dq, ds_s, k_s, row0_q, col0_q, lane);
         float* const dq_rows = bp.dq_accum + (h * bp.rows_q + tok0 + m0) * kDQK;
         if (bp.dq_semaphore) {
@@ -266,22 +281,8 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
     }
   }
 
-  // dK (times softmax_scale) and dV through K's and V's shared memory, then
-  // whole 16-byte chunks per row; zeros where no query saw these keys.
-  sm80::cp_async_wait<0>();
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (bp.dq_bulk) dq_bulk_wait_read();  // shared memory stays until the last bulk add has read it
-#endif
-  __syncthreads();
-  flash::stage_block<T, KTile>(k_smem, dk, p.scale, row0_k, col0_k, lane);
-  flash::stage_block<T, VTile>(v_smem, dv, 1.f, row0_v, col0_v, lane);
-  __syncthreads();
-  T* dk_out = static_cast<T*>(bp.dk) + b * bp.dk_batch_stride + (seq.start_kv + n0) * bp.dk_row_stride +
-              h_kv * bp.dk_head_stride;
-  T* dv_out = static_cast<T*>(bp.dv) + b * bp.dv_batch_stride + (seq.start_kv + n0) * bp.dv_row_stride +
-              h_kv * bp.dv_head_stride;
-  flash::store_tile<KTile, kN, kThreads>(dk_out, bp.dk_row_stride, k_smem, rows_out, tid);
-  flash::store_tile<VTile, kN, kThreads>(dv_out, bp.dv_row_stride, v_smem, rows_out, tid);
+  bwd_store_dk_dv<T, Cfg>(bp, seq, b, h_kv, n0, rows_out, dk, dv, k_smem, v_smem, row0_k, col0_k, row0_v, col0_v, tid,
+                         lane);
 }
 
 // Whether this instantiation adds dQ by bulk reduce on the current device:

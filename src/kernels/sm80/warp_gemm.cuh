@@ -55,6 +55,17 @@ __device__ __forceinline__ void accumulators_to_a(uint32_t (&a)[4], const float 
   a[3] = pack2<T>(c[2 * kc + 1][2], c[2 * kc + 1][3]);
 }
 
+// An accumulator (MA x NA fragments of 16 x 8) set to 0.
+template <int MA, int NA>
+__device__ __forceinline__ void zero(float (&acc)[MA][NA][4]) {
+#pragma unroll
+  for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+    for (int na = 0; na < NA; ++na)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[ma][na][e] = 0.f;
+}
+
 // acc[MA][NB] += P . B where P's fp32 accumulators p[MA][NP] (16*MA rows x
 // 8*NP k) are rounded to T, and B (8*NP k rows x 8*NB cols) is row-major.
 template <typename T, int MA, int NP, int NB, class TileB>
