@@ -94,12 +94,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
 
   flash::OnlineSoftmax<MA, Cfg::kQuadSums> softmax;
   float o[MA][NO][4];
-#pragma unroll
-  for (int ma = 0; ma < MA; ++ma)
-#pragma unroll
-    for (int no = 0; no < NO; ++no)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[ma][no][e] = 0.f;
+  sm80::zero(o);
 
   for (int n = tiles.last; n >= tiles.first; --n) {
     const int n0 = n * kN;
@@ -121,12 +116,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
     if (dropout) keep.compute_paired(p, bh, m0 + warp_row, n0, lane);
 
     float s[MA][NA][4];
-#pragma unroll
-    for (int ma = 0; ma < MA; ++ma)
-#pragma unroll
-      for (int na = 0; na < NA; ++na)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[ma][na][e] = 0.f;
+    sm80::zero(s);
     sm80::gemm_abt<T, MA, NA, kDQK, QTile, KTile>(s, q_s, k_s, warp_row, lane);
 
     // V[n] landed, and every warp is done with K[n]: load K[n - 1] behind the softmax and P.V.

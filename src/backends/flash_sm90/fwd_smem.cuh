@@ -64,11 +64,6 @@ struct FwdSmem : sm90::SharedBase {
     }
     sm90::mbar_init_fence();
   }
-
- private:
-  // The shared-space address of the member at `offset`.
-  __device__ __forceinline__ uint32_t at(size_t offset) const { return base + static_cast<uint32_t>(offset); }
-  __device__ __forceinline__ sm90::Barrier bar(size_t offset, int i) const { return {at(offset) + 8 * i}; }
 };
 
 }  // namespace attn::flash_sm90

@@ -5,9 +5,11 @@
 // the dynamic shared-memory buffer.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/sm90/mbarrier.cuh"
+#include "kernels/sm90/pipeline.cuh"
 
 namespace attn::sm90 {
 
@@ -37,6 +39,12 @@ struct SharedBase {
   }
   // The generic pointer to shared-space address `addr` of the storage.
   __device__ __forceinline__ char* to_generic(uint32_t addr) const { return generic + (addr - base); }
+
+ protected:
+  // The shared-space address of the member at `offset` (an offsetof), and
+  // the i-th mbarrier of an array of them there.
+  __device__ __forceinline__ uint32_t at(size_t offset) const { return base + static_cast<uint32_t>(offset); }
+  __device__ __forceinline__ Barrier bar(size_t offset, int i) const { return {at(offset) + 8 * i}; }
 };
 
 }  // namespace attn::sm90
