@@ -6,9 +6,10 @@
 //   item's Q and its visible K/V tiles, first to last, into a ring of
 //   shared-memory stages with TMA, running an item ahead of the consumers;
 // - warpgroups 1.. (two, or three at d 64), the consumers, 64 query rows each:
-//   the main loop (fwd_mainloop.cuh: the two products on wgmma, the softmax,
-//   the consumers' turn-taking) over an item's KV tiles, then the epilogue
-//   (fwd_epilogue.cuh: O staged with stmatrix, written by TMA stores).
+//   the main loop (fwd_mainloop.cuh: the two products on wgmma, the
+//   consumers' turn-taking) over an item's KV tiles with the softmax in
+//   registers (fwd_softmax.cuh), then the epilogue (fwd_epilogue.cuh: O
+//   staged with stmatrix, written by TMA stores).
 // Shared memory is one struct (fwd_storage.cuh), its barriers typed handles
 // (fwd_smem.cuh, kernels/sm90/pipeline.cuh). Where the registers allow
 // (FwdConfig::kOverlapEpilogue), an item's last P.V goes in with the next
