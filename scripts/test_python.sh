@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs what attn's Python tests need (pip: nanobind, scikit-build-core,
 # numpy, pytest, PyPI's PyTorch wheel, HuggingFace transformers when PyTorch is
-# there, JAX for the CPU), builds and installs
-# the package the way a user does (`pip install .`, incremental in build-py/),
-# then runs tests/python with pytest. GPU tests skip without a GPU or a GPU backend.
+# there, JAX for the CPU) into a project-local virtual environment (.venv),
+# builds and installs the package there the way a user does (`pip install .`,
+# incremental in build-py/), then runs tests/python with pytest. GPU tests
+# skip without a GPU or a GPU backend.
 # Usage: bash scripts/test_python.sh [pytest args]
 #   PYTHON=python3.12      the interpreter to use (default python3)
+#   ATTN_PY_VENV=0         no virtual environment: install into $PYTHON's own
+#   ATTN_PY_VENV_DIR=dir   the virtual environment's folder (default .venv)
 #   ATTN_PY_TORCH=0        do not install PyTorch (its tests then skip)
 #   ATTN_PY_TRANSFORMERS=0 do not install transformers (its tests then skip)
 #   ATTN_PY_JAX=0          do not install JAX (its tests then skip)
@@ -15,6 +18,18 @@ cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 t0=$(date +%s)
+
+# The virtual environment sees the interpreter's own packages
+# (--system-site-packages), so a machine that already has PyTorch (the GPU
+# machine, offline) uses it; what is missing goes into the environment.
+if [ "${ATTN_PY_VENV:-1}" != 0 ]; then
+  venv=${ATTN_PY_VENV_DIR:-.venv}
+  if [ ! -x "$venv/bin/python" ]; then
+    echo "test_python: creating the virtual environment $venv"
+    "$py" -m venv --system-site-packages "$venv"
+  fi
+  py="$venv/bin/python"
+fi
 
 # Pinned as in pyproject.toml's build-system requires; torch as on the GPU machine.
 want=("nanobind==3.1.0" "scikit-build-core==1.1.2" "numpy" "pytest")
