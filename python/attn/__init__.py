@@ -122,6 +122,9 @@ def forward(
     """
     for x, name in ((q, "q"), (k, "k"), (v, "v")):
         _arrays.require_array(x, name)
+    _arrays.require_arrays(out=out, lse=lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, bias=bias,
+                           alibi_slopes=alibi_slopes, attn_mask=attn_mask)
+    _arrays.require_writable(out=out, lse=lse)
     opts = _options(qkv_format, mask, window, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
                     dropout_p, seed, offset, deterministic, check_seqlens)
     if out is None:
@@ -196,6 +199,9 @@ def backward(
     del return_lse
     for x, name in ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (dout, "dout"), (lse, "lse")):
         _arrays.require_array(x, name)
+    _arrays.require_arrays(dq=dq, dk=dk, dv=dv, dbias=dbias, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
+                           bias=bias, alibi_slopes=alibi_slopes, attn_mask=attn_mask)
+    _arrays.require_writable(dq=dq, dk=dk, dv=dv, dbias=dbias)
     opts = _options(qkv_format, mask, window, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
                     dropout_p, seed, offset, deterministic, check_seqlens)
     dq = _arrays.empty(q, _arrays.shape_of(q)) if dq is None else dq

@@ -225,3 +225,22 @@ def require_array(x: Any, name: str) -> None:
             f"attn: {name} must be an array (NumPy, PyTorch, JAX, CuPy or another DLPack producer), "
             f"got {type(x).__module__}.{type(x).__qualname__}"
         )
+
+
+def require_arrays(**named: Any) -> None:
+    """require_array for each argument given (None: left out)."""
+    for name, x in named.items():
+        if x is not None:
+            require_array(x, name)
+
+
+def require_writable(**named: Any) -> None:
+    """A clear error where attn would write into a read-only NumPy array."""
+    for name, x in named.items():
+        flags = getattr(x, "flags", None)
+        if x is not None and flags is not None and getattr(flags, "writeable", True) is False:
+            raise ValueError(
+                f"attn: {name} is read-only (a NumPy array with flags.writeable == False), and attn writes its "
+                f"result there; pass a writable array (numpy.array({name}) copies it) or leave {name} out and "
+                f"attn allocates it"
+            )

@@ -10,6 +10,7 @@ spellings, 64-bit seeds); the core validates values with its own messages.
 from __future__ import annotations
 
 import atexit
+import operator
 from typing import Any, Optional, Tuple
 
 from . import _C
@@ -34,22 +35,37 @@ def mask_name(mask: Optional[str]) -> str:
     return name
 
 
+def integer(value: Any, name: str) -> int:
+    """value as an int: Python and NumPy integers, or anything with __index__
+    (a 0-d integer tensor). A float is refused, not truncated (2.7 is not 2)."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"attn: {name} must be an integer, got {value!r} ({type(value).__qualname__}); "
+            f"pass int({value!r}) if that is what you mean"
+        ) from None
+
+
 def window_pair(window: Any) -> Tuple[int, int]:
     """(left, right) as ints; None is unbounded on both sides."""
     if window is None:
         return (-1, -1)
     try:
         left, right = window
-        return (int(left), int(right))
     except (TypeError, ValueError):
         raise TypeError(
             f"attn: window must be a pair (left, right), -1 for an unbounded side; got {window!r}"
         ) from None
+    return (integer(left, "window's left side"), integer(right, "window's right side"))
 
 
 def uint(value: Any, name: str, limit: int = U64, limit_text: Optional[str] = None) -> int:
     """value as an int in [0, limit); limit_text spells the limit in the message (default: its digits)."""
-    v = int(value)
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise ValueError(f"attn: {name} must be an integer in [0, {limit_text or limit}), got {value!r}") from None
     if not 0 <= v < limit:
         raise ValueError(f"attn: {name} must be an integer in [0, {limit_text or limit}), got {value!r}")
     return v
@@ -57,7 +73,7 @@ def uint(value: Any, name: str, limit: int = U64, limit_text: Optional[str] = No
 
 def max_seqlen(value: Optional[int]) -> int:
     """The core's spelling: 0 derives the maximum from cu_seqlens."""
-    return 0 if value is None else int(value)
+    return 0 if value is None else integer(value, "max_seqlen")
 
 
 def format_name(value: Any) -> str:

@@ -102,3 +102,53 @@ def test_disabling_every_backend(monkeypatch):
     monkeypatch.setenv("ATTN_DISABLE", "reference")
     with pytest.raises(attn.BackendUnavailableError):
         attn.forward(q, k, v)
+
+
+def test_a_list_where_an_array_belongs_is_an_attn_type_error():
+    q, k, v = arrays((6, 2, 8), (6, 2, 8), (6, 2, 8))
+    # Not nanobind's signature dump: attn's message, naming the argument.
+    with pytest.raises(TypeError, match="attn: cu_seqlens_q must be an array") as e:
+        attn.forward(q, k, v, qkv_format="thd", cu_seqlens_q=[0, 6], cu_seqlens_kv=np.array([0, 6], np.int32))
+    assert "incompatible function arguments" not in str(e.value)
+    q4, k4, v4 = arrays((1, 4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8))
+    with pytest.raises(TypeError, match="attn: out must be an array"):
+        attn.forward(q4, k4, v4, out=[0.0])
+    out = attn.forward(q4, k4, v4)
+    lse = np.zeros((1, 2, 4), np.float32)
+    with pytest.raises(TypeError, match="attn: dq must be an array"):
+        attn.backward(q4, k4, v4, out, out, lse, dq=(1, 2))
+
+
+def test_read_only_outputs_are_refused_before_any_write():
+    q, k, v = arrays((1, 4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8))
+    out = np.full((1, 4, 2, 8), 7.0, np.float32)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="attn: out is read-only") as e:
+        attn.forward(q, k, v, out=out)
+    assert "numpy.array(out)" in str(e.value)
+    assert (out == 7.0).all()  # untouched
+    dq = np.zeros_like(q)
+    dq.flags.writeable = False
+    o = attn.forward(q, k, v)
+    with pytest.raises(ValueError, match="attn: dq is read-only"):
+        attn.backward(q, k, v, o, o, np.zeros((1, 2, 4), np.float32), dq=dq)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(window=(2.7, 0)), "window's left side must be an integer, got 2.7"),
+    (dict(window=(3, 0.5)), "window's right side must be an integer, got 0.5"),
+    (dict(max_seqlen_q=3.5), "max_seqlen must be an integer, got 3.5"),
+])
+def test_fractional_integers_are_refused_not_truncated(kw, match):
+    q, k, v = arrays((1, 4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8))
+    with pytest.raises(TypeError, match=match):
+        attn.forward(q, k, v, **kw)
+
+
+def test_numpy_and_index_integers_are_accepted():
+    q, k, v = arrays((1, 4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8))
+    a = attn.forward(q + 1, k + 1, v + np.arange(8, dtype=np.float32), window=(np.int64(1), np.int32(0)))
+    b = attn.forward(q + 1, k + 1, v + np.arange(8, dtype=np.float32), window=(1, 0))
+    assert np.array_equal(a, b)
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, "):
+        attn.forward(q, k, v, seed=1.5)
