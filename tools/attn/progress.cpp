@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <exception>
 
 namespace attn::cli {
 
@@ -49,7 +50,9 @@ void Ticker::finish() {
   cv_.notify_one();
   thread_.join();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  std::fprintf(stderr, "\r\033[K%s: done in %s\n", label_.c_str(), format_seconds(s).c_str());
+  // Unwinding (the step threw): its error follows; do not call it done.
+  const char* how = std::uncaught_exceptions() > 0 ? "stopped after" : "done in";
+  std::fprintf(stderr, "\r\033[K%s: %s %s\n", label_.c_str(), how, format_seconds(s).c_str());
   std::fflush(stderr);
 }
 

@@ -18,7 +18,8 @@ bool progress_wanted(bool quiet);
 std::string format_seconds(double s);
 
 // One long step: prints "label ..." and, every second while it runs, the
-// elapsed time on the same line; finish() prints "label: done in 12.3 s".
+// elapsed time on the same line; finish() (or the destructor) prints
+// "label: done in 12.3 s", or "stopped after" when an exception unwinds it.
 class Ticker {
  public:
   Ticker(bool enabled, std::string label);
