@@ -2,6 +2,7 @@
 // and is compared with the reference on fp64 copies of them. Where only the
 // reference can run (no GPU), the reference is checked on its own terms:
 // outputs written and finite, empty rows zero, gradients vs finite differences.
+// Prints text, or with --json one JSON object with the same rows and verdict.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,8 @@
 #include "attn/mask_rule.h"
 #include "commands.h"
 #include "core/sequences.h"
+#include "json.h"
+#include "progress.h"
 #include "report.h"
 #include "testing/compare.h"
 
@@ -26,12 +29,25 @@ using testing::Tolerance;
 // What check found: table rows of comparisons and one line per other check.
 struct Report {
   Table table{{"backend", "device", "tensor", "pass", "max abs", "max rel", "rel frob", "bad", "nan", "elements"}, {}};
+  std::vector<std::string> comparisons;  // the table's rows as JSON objects
   std::vector<std::pair<bool, std::string>> checks;
   int failures = 0;
 
   void add(const std::string& backend, const std::string& device, const std::string& tensor, const Comparison& c) {
     table.rows.push_back({backend, device, tensor, c.pass ? "ok" : "FAIL", sci(c.max_abs), sci(c.max_rel),
                           sci(c.rel_frobenius), std::to_string(c.bad), std::to_string(c.nan), std::to_string(c.count)});
+    comparisons.push_back(json::Object()
+                              .str("backend", backend)
+                              .str("device", device)
+                              .str("tensor", tensor)
+                              .boolean("pass", c.pass)
+                              .num("max_abs", c.max_abs)
+                              .num("max_rel", c.max_rel)
+                              .num("rel_frobenius", c.rel_frobenius)
+                              .integer("bad", c.bad)
+                              .integer("nan", c.nan)
+                              .integer("elements", c.count)
+                              .dump());
     if (!c.pass) ++failures;
   }
   void note(bool ok, const std::string& text) {
@@ -253,7 +269,8 @@ void check_backend(const std::string& backend, Device device, const Case& host, 
 }
 
 // GPU backends that can run the problem, in preference order (--backend: that one).
-std::vector<std::string> gpu_candidates(const CheckFlags& f, const CaseSpec& spec, Device device) {
+std::vector<std::string> gpu_candidates(const CheckFlags& f, const CaseSpec& spec, Device device,
+                                        std::vector<std::string>& skipped, std::FILE* out) {
   if (!device.is_cuda()) return {};
   const Problem p = testing::problem_of(spec, spec.backward ? Pass::backward : Pass::forward, device);
   Policy policy = Policy::from_env();
@@ -262,9 +279,10 @@ std::vector<std::string> gpu_candidates(const CheckFlags& f, const CaseSpec& spe
   for (const Verdict& v : explain(p, query_device(device), policy)) {
     if (!v.ok() || v.backend == "reference" || (f.problem.backend && *f.problem.backend != v.backend)) continue;
     if (spec.dropout_p > 0 && !find_backend(v.backend)->matches_reference_dropout()) {
-      std::printf("skipped:    %s: its dropout draws its own random pattern, not attn's, so it cannot match\n"
-                  "            the reference element by element (its tests check the statistics)\n",
-                  v.backend.c_str());
+      std::fprintf(out, "skipped:    %s: its dropout draws its own random pattern, not attn's, so it cannot match\n"
+                        "            the reference element by element (its tests check the statistics)\n",
+                   v.backend.c_str());
+      skipped.push_back(v.backend);
       continue;
     }
     names.push_back(v.backend);
@@ -279,25 +297,32 @@ int check_command(const CheckFlags& f) {
   spec.return_lse = true;
   const Device device = tensor_device(f.problem);
   const Problem p = testing::problem_of(spec, spec.backward ? Pass::backward : Pass::forward, Device::cpu());
-  const std::vector<std::string> candidates = gpu_candidates(f, spec, device);
+  std::FILE* out = text_stream(f.json);
+  std::vector<std::string> skipped;
+  const std::vector<std::string> candidates = gpu_candidates(f, spec, device, skipped, out);
   const bool self_check = candidates.empty();
   if (self_check && f.problem.backend && *f.problem.backend != "reference")
     fail(ErrorKind::unsupported, "the backend " + *f.problem.backend + " cannot run this problem on " + device_name(device),
          *f.problem.backend, "a backend whose verdict is yes",
          "see `attn explain` with the same flags (and --device) for its reasons");
 
-  std::printf("attn check: %s\n", describe_problem(p).c_str());
-  std::printf("oracle:     the reference backend on fp64 copies of the inputs\n");
-  note_if_slow_on_cpu(spec);
-  std::fflush(stdout);
+  std::fprintf(out, "attn check: %s\n", describe_problem(p).c_str());
+  std::fprintf(out, "oracle:     the reference backend on fp64 copies of the inputs\n");
+  note_if_slow_on_cpu(spec, out);
+  // Progress only for the CPU reference's passes, which can take minutes.
+  const bool progress = progress_wanted(f.quiet);
+  std::fflush(out);
   const Case host = testing::make_case(spec, Device::cpu(), data_seed(f.problem));
   Case ref64 = testing::copy_inputs_to(host, Device::cpu(), DType::f64);
-  run_passes(ref64, forcing("reference"));
+  {
+    Ticker ticker(progress, "oracle: the reference in fp64 on the CPU");
+    run_passes(ref64, forcing("reference"));
+  }
 
   Report report;
   for (const std::string& name : candidates) check_backend(name, device, host, ref64, report);
   if (self_check) {
-    std::printf("note:       %s, so only the reference backend can run. This checks the reference\n"
+    std::fprintf(out, "note:       %s, so only the reference backend can run. This checks the reference\n"
                 "            on its own terms instead: (a) every output element written and finite,\n"
                 "            (b) its gradients against central finite differences in fp64, (c) rows with\n"
                 "            no visible key giving out = 0, lse = -inf, dq = 0; and its %s outputs\n"
@@ -306,20 +331,39 @@ int check_command(const CheckFlags& f) {
                 : cuda_device_count() == 0 ? "this machine has no CUDA device"
                                            : "--device cpu",
                 dtype_name(spec.dtype));
-    std::fflush(stdout);
-    check_backend("reference", Device::cpu(), host, ref64, report);
+    std::fflush(out);
+    {
+      Ticker ticker(progress, std::string("reference in ") + dtype_name(spec.dtype) + " on the CPU");
+      check_backend("reference", Device::cpu(), host, ref64, report);
+    }
     structural_checks("reference (fp64)", ref64, report);
   }
-  if (const int samples = fd_samples(f, spec, self_check); samples > 0 && spec.backward)
+  if (const int samples = fd_samples(f, spec, self_check); samples > 0 && spec.backward) {
+    Ticker ticker(progress, "finite differences: " + std::to_string(samples) + " samples per gradient");
     finite_difference_checks(ref64, samples, data_seed(f.problem) + 1, report);
+  }
 
-  std::printf("\n%s\n", report.table.str().c_str());
-  for (const auto& [ok, text] : report.checks) std::printf("%-4s  %s\n", ok ? "ok" : "FAIL", text.c_str());
+  std::fprintf(out, "\n%s\n", report.table.str().c_str());
+  for (const auto& [ok, text] : report.checks) std::fprintf(out, "%-4s  %s\n", ok ? "ok" : "FAIL", text.c_str());
   const size_t total = report.table.rows.size() + report.checks.size();
   if (report.failures == 0)
-    std::printf("\nPASS: all %zu checks\n", total);
+    std::fprintf(out, "\nPASS: all %zu checks\n", total);
   else
-    std::printf("\nFAIL: %d of %zu checks failed\n", report.failures, total);
+    std::fprintf(out, "\nFAIL: %d of %zu checks failed\n", report.failures, total);
+  if (f.json) {
+    std::vector<std::string> names, skipped_json, checks;
+    for (const std::string& n : candidates) names.push_back(json::str(n));
+    for (const std::string& n : skipped) skipped_json.push_back(json::str(n));
+    for (const auto& [ok, text] : report.checks) checks.push_back(json::Object().boolean("ok", ok).str("what", text).dump());
+    json::Object doc;
+    doc.str("command", "check").raw("problem", problem_json(spec)).str("description", describe_problem(p));
+    doc.str("device", device_name(device)).str("oracle", "reference, fp64, cpu");
+    doc.raw("backends", json::array(names)).raw("skipped", json::array(skipped_json)).boolean("self_check", self_check);
+    doc.raw("comparisons", json::array(report.comparisons)).raw("checks", json::array(checks));
+    doc.integer("total", static_cast<int64_t>(total)).integer("failures", report.failures);
+    doc.str("verdict", report.failures == 0 ? "pass" : "fail");
+    std::fputs(doc.pretty().c_str(), stdout);
+  }
   return report.failures == 0 ? 0 : 1;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +30,8 @@ struct ProblemFlags {
 
 struct RunFlags {
   ProblemFlags problem;
+  bool json = false;   // one JSON object on stdout instead of the text
+  bool quiet = false;  // no progress on stderr
   std::optional<int> warmup, iters;  // unset: 3 / 20 on a GPU, 0 / 3 on the CPU
 };
 
@@ -40,6 +43,8 @@ struct ExplainFlags {
 
 struct CheckFlags {
   ProblemFlags problem;
+  bool json = false;
+  bool quiet = false;
   std::optional<int> fd_samples;  // finite-difference samples per gradient tensor
 };
 
@@ -53,6 +58,8 @@ struct BenchFlags {
   int64_t gqa_ratio = 1;   // kv_heads = heads / gqa_ratio
   std::optional<int> warmup, iters;
   std::string json_path;  // empty or "-": JSON to stdout
+  bool resume = false;    // skip the points json_path already holds
+  bool quiet = false;
 };
 
 // Presets: name, one-line description.
@@ -64,8 +71,10 @@ testing::CaseSpec spec_from_flags(const ProblemFlags& f);
 uint64_t data_seed(const ProblemFlags& f);
 // run/check: where the tensors live; cuda when a GPU exists unless --device says.
 Device tensor_device(const ProblemFlags& f);
-// Prints a note when the CPU reference will take long on this problem.
-void note_if_slow_on_cpu(const testing::CaseSpec& spec);
+// Prints a note (to `out`) when the CPU reference will take long on this problem.
+void note_if_slow_on_cpu(const testing::CaseSpec& spec, std::FILE* out = stdout);
+// The problem as JSON fields (run, check and bench share them).
+std::string problem_json(const testing::CaseSpec& spec);
 // Selection policy: ATTN_BACKEND / ATTN_DISABLE / ATTN_LOG, with --backend on top.
 Policy policy_from(const ProblemFlags& f);
 
@@ -75,5 +84,7 @@ int run_command(const RunFlags& f);
 int explain_command(const ExplainFlags& f);
 int check_command(const CheckFlags& f);
 int bench_command(const BenchFlags& f);
+// `attn --version`: version, commit, CUDA and cuDNN versions, the backends built.
+int version_command();
 
 }  // namespace attn::cli

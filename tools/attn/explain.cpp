@@ -6,6 +6,7 @@
 #include "attn/cp.h"
 #include "attn/error.h"
 #include "commands.h"
+#include "json.h"
 #include "report.h"
 
 namespace attn::cli {
@@ -59,27 +60,25 @@ void print_text(const Problem& p, const DeviceInfo& dev, const testing::CaseSpec
 
 void print_json(const Problem& p, const DeviceInfo& dev, const testing::CaseSpec& spec,
                 const std::vector<Verdict>& verdicts, const Choice& choice, const std::string* cp_plan) {
-  std::string s = "{\n";
-  s += "  \"problem\": " + json_string(describe_problem(p)) + ",\n";
-  s += "  \"device\": {\"name\": " + json_string(dev.name) + ", \"sm\": " + std::to_string(dev.sm) +
-       ", \"simulated\": " + (dev.simulated ? "true" : "false") + "},\n";
-  s += "  \"visible_pairs\": " + std::to_string(testing::visible_pairs(spec)) + ",\n";
-  s += "  \"forward_flops\": " + sci(testing::forward_flops(spec)) + ",\n";
-  s += "  \"chosen\": " + (choice.backend.empty() ? std::string("null") : json_string(choice.backend)) + ",\n";
-  s += "  \"why\": " + json_string(choice.why) + ",\n";
-  s += "  \"verdicts\": [";
-  for (size_t i = 0; i < verdicts.size(); ++i) {
-    const Verdict& v = verdicts[i];
-    s += std::string(i ? "," : "") + "\n    {\"backend\": " + json_string(v.backend) +
-         ", \"in_build\": " + (v.in_build ? "true" : "false") + ", \"ok\": " + (v.ok() ? "true" : "false") +
-         ", \"reasons\": [";
-    for (size_t r = 0; r < v.reasons.size(); ++r) s += (r ? ", " : "") + json_string(v.reasons[r]);
-    s += "]}";
+  json::Object o;
+  o.str("problem", describe_problem(p));
+  o.object("device", json::Object().str("name", dev.name).integer("sm", dev.sm).boolean("simulated", dev.simulated));
+  o.integer("visible_pairs", testing::visible_pairs(spec)).count("forward_flops", testing::forward_flops(spec));
+  o.raw("chosen", choice.backend.empty() ? std::string("null") : json::str(choice.backend)).str("why", choice.why);
+  std::vector<std::string> items;
+  for (const Verdict& v : verdicts) {
+    std::vector<std::string> reasons;
+    for (const std::string& r : v.reasons) reasons.push_back(json::str(r));
+    items.push_back(json::Object()
+                        .str("backend", v.backend)
+                        .boolean("in_build", v.in_build)
+                        .boolean("ok", v.ok())
+                        .raw("reasons", json::array(reasons))
+                        .dump());
   }
-  s += "\n  ]";
-  if (cp_plan) s += ",\n  \"cp_plan\": " + json_string(*cp_plan);
-  s += "\n}\n";
-  std::fputs(s.c_str(), stdout);
+  o.raw("verdicts", json::array(items));
+  if (cp_plan) o.str("cp_plan", *cp_plan);
+  std::fputs(o.pretty().c_str(), stdout);
 }
 
 // The context-parallel plan over `cp` ranks (attn/cp.h), or the rule the

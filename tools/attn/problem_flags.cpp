@@ -18,14 +18,15 @@ using testing::CaseSpec;
   fail(ErrorKind::value, "bad value for " + flag, got, expected, fix);
 }
 
-std::vector<int64_t> parse_ints(const std::string& flag, const std::string& text) {
+// `example`: a good value of this flag for the fix line.
+std::vector<int64_t> parse_ints(const std::string& flag, const std::string& text, const std::string& example) {
   std::vector<int64_t> out;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
     char* end = nullptr;
     const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0') bad_flag(flag, text, "comma-separated integers", "e.g. " + flag + " 300,800,948");
+    if (item.empty() || *end != '\0') bad_flag(flag, text, "comma-separated integers", "e.g. " + flag + " " + example);
     out.push_back(v);
   }
   return out;
@@ -126,7 +127,7 @@ CaseSpec base_spec(const ProblemFlags& f) {
 // batch); --batch or --seqlen alone replace a preset's lengths with uniform ones.
 void apply_lengths(const ProblemFlags& f, CaseSpec& s) {
   if (f.seqlens) {
-    s.seqlens_q = parse_ints("--seqlens", *f.seqlens);
+    s.seqlens_q = parse_ints("--seqlens", *f.seqlens, "300,800,948");
     s.seqlens_kv.clear();
     s.batch = static_cast<int64_t>(s.seqlens_q.size());
   } else if (f.batch || f.seqlen) {
@@ -134,7 +135,7 @@ void apply_lengths(const ProblemFlags& f, CaseSpec& s) {
     s.seqlens_kv.clear();
   }
   if (f.seqlens_kv) {
-    s.seqlens_kv = parse_ints("--seqlens-kv", *f.seqlens_kv);
+    s.seqlens_kv = parse_ints("--seqlens-kv", *f.seqlens_kv, "300,800,948");
     if (s.seqlens_q.empty())
       bad_flag("--seqlens-kv", *f.seqlens_kv, "--seqlens given too", "pass the query lengths with --seqlens");
   }
@@ -184,7 +185,7 @@ CaseSpec spec_from_flags(const ProblemFlags& f) {
     s.mask = *m;
   }
   if (f.window) {
-    const std::vector<int64_t> w = parse_ints("--window", *f.window);
+    const std::vector<int64_t> w = parse_ints("--window", *f.window, "255,0");
     if (w.size() != 2) bad_flag("--window", *f.window, "L,R (each -1 for unbounded)", "e.g. --window 255,0");
     s.window = {w[0], w[1]};
   }
@@ -218,12 +219,12 @@ Device tensor_device(const ProblemFlags& f) {
   return Device::cuda(index);
 }
 
-void note_if_slow_on_cpu(const CaseSpec& spec) {
+void note_if_slow_on_cpu(const CaseSpec& spec, std::FILE* out) {
   // The reference does a few GFLOP/s per core (fp64, exact): past ~20 GFLOP a
   // run takes tens of seconds or more.
   const double flops = testing::forward_flops(spec) + (spec.backward ? testing::backward_flops(spec) : 0.0);
   if (flops > 2e10)
-    std::printf("note:      %.3g GFLOP per run is a lot for the CPU reference: expect minutes; shrink the\n"
+    std::fprintf(out, "note:      %.3g GFLOP per run is a lot for the CPU reference: expect minutes; shrink the\n"
                 "           problem (--seqlen, --heads) for a quick look\n",
                 flops / 1e9);
 }

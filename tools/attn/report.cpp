@@ -39,33 +39,17 @@ std::string fixed(double x, int decimals) {
   return buf;
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);  // UTF-8 passes through unchanged
-        }
-    }
-  }
-  return out + "\"";
-}
-
 double median(std::vector<double> xs) {
   if (xs.empty()) return 0.0;
   std::sort(xs.begin(), xs.end());
   const size_t n = xs.size();
   return n % 2 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
+}
+
+std::FILE* text_stream(bool json) {
+  if (!json) return stdout;
+  static std::FILE* sink = std::fopen("/dev/null", "w");
+  return sink;
 }
 
 }  // namespace attn::cli

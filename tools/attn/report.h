@@ -1,6 +1,7 @@
-// Small text helpers of the `attn` command: aligned tables, numbers, JSON strings.
+// Small text helpers of the `attn` command: aligned tables, numbers (JSON: json.h).
 #pragma once
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -15,8 +16,8 @@ struct Table {
 
 std::string sci(double x);                  // "1.23e-03"
 std::string fixed(double x, int decimals);  // "12.35"
-// A JSON string literal: quotes, backslashes and control characters escaped; UTF-8 passes through.
-std::string json_string(const std::string& s);
 double median(std::vector<double> xs);
+// Where a subcommand's text goes: stdout, or nowhere when it prints JSON instead.
+std::FILE* text_stream(bool json);
 
 }  // namespace attn::cli
