@@ -27,7 +27,7 @@ fail() { echo "check_cmake_package: FAIL: $*" >&2; exit 1; }
 step() { echo "== check_cmake_package: $*"; }
 
 step "install $build into $prefix"
-cmake --install "$build" --prefix "$prefix" > "$work/install.log" || { cat "$work/install.log"; fail "cmake --install"; }
+cmake --install "$build" --prefix "$prefix" > "$work/install.log" 2>&1 || { cat "$work/install.log"; fail "cmake --install (is $build built? cmake --build $build)"; }
 libdir=lib
 [[ -d "$prefix/lib64" ]] && libdir=lib64
 for f in "$libdir/libattn.a" include/attn/attn.h "$libdir/cmake/attn/attnConfig.cmake" \
