@@ -4,31 +4,37 @@
 #             machines), or PyTorch's nvidia-cudnn package (the GPU machine).
 #   frontend: CUDNN_FRONTEND_ROOT, else .deps/cudnn_frontend (scripts/setup.sh
 #             unpacks the pinned PyPI wheel there), else .carry/include (device runs).
-# Sets ATTN_HAVE_CUDNN and the imported target attn_cudnn_deps.
+# Paths are attn's own (PROJECT_SOURCE_DIR), so add_subdirectory finds them too.
+# Sets ATTN_HAVE_CUDNN, ATTN_CUDNN_WHY (why it is left out, for the summary) and
+# the imported target attn::cudnn_deps. The frontend's headers are build-time
+# only: attn's objects link cuDNN, no installed header includes them.
 option(ATTN_WITH_CUDNN "Build the cudnn backend when cuDNN and cudnn-frontend are found" ON)
 set(ATTN_HAVE_CUDNN OFF)
 if(NOT ATTN_WITH_CUDNN)
+  set(ATTN_CUDNN_WHY "ATTN_WITH_CUDNN=OFF")
   return()
 endif()
 
 include(${CMAKE_CURRENT_LIST_DIR}/find_nvidia_library.cmake)
 attn_find_nvidia_library(CUDNN cudnn.h cudnn cudnn libcudnn.so.9)
 find_path(CUDNN_FRONTEND_INCLUDE_DIR cudnn_frontend.h
-          HINTS ${CUDNN_FRONTEND_ROOT} $ENV{CUDNN_FRONTEND_ROOT} ${CMAKE_SOURCE_DIR}/.deps/cudnn_frontend
-                ${CMAKE_SOURCE_DIR}/.carry
+          HINTS ${CUDNN_FRONTEND_ROOT} $ENV{CUDNN_FRONTEND_ROOT} ${PROJECT_SOURCE_DIR}/.deps/cudnn_frontend
+                ${PROJECT_SOURCE_DIR}/.carry
           PATH_SUFFIXES include NO_DEFAULT_PATH)
 
 if(CUDNN_INCLUDE_DIR AND CUDNN_LIBRARY AND CUDNN_FRONTEND_INCLUDE_DIR)
   set(ATTN_HAVE_CUDNN ON)
-  add_library(attn_cudnn_deps INTERFACE IMPORTED)
-  target_include_directories(attn_cudnn_deps INTERFACE ${CUDNN_INCLUDE_DIR})
-  target_include_directories(attn_cudnn_deps SYSTEM INTERFACE ${CUDNN_FRONTEND_INCLUDE_DIR})
+  add_library(attn::cudnn_deps INTERFACE IMPORTED)
+  target_include_directories(attn::cudnn_deps INTERFACE ${CUDNN_INCLUDE_DIR})
+  target_include_directories(attn::cudnn_deps SYSTEM INTERFACE ${CUDNN_FRONTEND_INCLUDE_DIR})
   # The frontend compiles some engines at run time (NVRTC).
-  target_link_libraries(attn_cudnn_deps INTERFACE ${CUDNN_LIBRARY} CUDA::nvrtc)
+  target_link_libraries(attn::cudnn_deps INTERFACE ${CUDNN_LIBRARY} CUDA::nvrtc)
   # No JSON serialization of graphs: attn never saves them, and it compiles faster.
-  target_compile_definitions(attn_cudnn_deps INTERFACE CUDNN_FRONTEND_SKIP_JSON_LIB)
-  message(STATUS "attn: cudnn backend: ${CUDNN_LIBRARY}, frontend ${CUDNN_FRONTEND_INCLUDE_DIR}")
+  target_compile_definitions(attn::cudnn_deps INTERFACE CUDNN_FRONTEND_SKIP_JSON_LIB)
+elseif(NOT CUDNN_FRONTEND_INCLUDE_DIR)
+  set(ATTN_CUDNN_WHY "cudnn-frontend headers not found (run scripts/setup.sh or pass -DCUDNN_FRONTEND_ROOT=...)")
+elseif(NOT CUDNN_INCLUDE_DIR)
+  set(ATTN_CUDNN_WHY "cudnn.h not found (install cuDNN 9 or pass -DCUDNN_ROOT=...)")
 else()
-  message(STATUS "attn: cudnn backend not built (cudnn.h: ${CUDNN_INCLUDE_DIR}, libcudnn: ${CUDNN_LIBRARY}, "
-                 "cudnn_frontend.h: ${CUDNN_FRONTEND_INCLUDE_DIR}); scripts/setup.sh installs the frontend")
+  set(ATTN_CUDNN_WHY "libcudnn not found beside ${CUDNN_INCLUDE_DIR} (pass -DCUDNN_ROOT=...)")
 endif()

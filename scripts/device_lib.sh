@@ -101,7 +101,7 @@ configure_attn() {
     verdict configure 1 "$build"
     return 1
   fi
-  if [ "${args[0]}" = -DATTN_WITH_CUDNN=ON ] && ! grep -q "attn: cudnn backend:" "$log/configure.log"; then
+  if [ "${args[0]}" = -DATTN_WITH_CUDNN=ON ] && ! grep -q "backend cudnn: *built" "$log/configure.log"; then
     echo "configure_attn: the cudnn backend is not configured in $build:"
     grep -i cudnn "$log/configure.log"
     verdict configure 1 "$build without cuDNN"
