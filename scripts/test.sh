@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Builds attn (installing what is missing) and runs every test: the C++ suites
-# with ctest, the attn command's end-to-end checks (scripts/check_cli.sh), then
-# the Python package's (pip install ., pytest).
+# with ctest, the attn command's end-to-end checks (scripts/check_cli.sh), the
+# CMake package (scripts/check_cmake_package.sh: install, build examples/cpp
+# against it, configure an add_subdirectory consumer), then the Python
+# package's (pip install ., pytest).
 # GPU tests report "skipped" where no GPU exists. Usage: bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh build
 ctest --test-dir build --output-on-failure -j "$(nproc)"
 bash scripts/check_cli.sh build
+bash scripts/check_cmake_package.sh build
 bash scripts/test_python.sh
