@@ -142,11 +142,15 @@ def forward(
         cp._forward(opts, cp_fallback, q, k, v, out, lse, cu_seqlens_q, backend, list(disable), _stream(q, stream))
         out = _arrays.finish(q, out)
         return (out, _arrays.finish(q, lse)) if return_lse else out
-    _C.forward(
-        opts, d(q), d(k), d(v), d(out), d(lse),
-        **_inputs(cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask),
-        backend=backend, disable=list(disable), stream=_stream(q, stream),
-    )
+    try:
+        _C.forward(
+            opts, d(q), d(k), d(v), d(out), d(lse),
+            **_inputs(cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask),
+            backend=backend, disable=list(disable), stream=_stream(q, stream),
+        )
+    except (TypeError, ValueError) as e:
+        _arrays.adapt_error(e, _arrays.framework(q))
+        raise
     out = _arrays.finish(q, out)
     return (out, _arrays.finish(q, lse)) if return_lse else out
 
@@ -219,11 +223,15 @@ def backward(
         cp._backward(opts, cp_fallback, q, k, v, out, dout, lse, dq, dk, dv, cu_seqlens_q, backend, list(disable),
                      _stream(q, stream))
         return tuple(_arrays.finish(q, g) for g in (dq, dk, dv))
-    _C.backward(
-        opts, d(q), d(k), d(v), d(out), d(dout), d(lse), d(dq), d(dk), d(dv), d(dbias),
-        **_inputs(cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask),
-        backend=backend, disable=list(disable), stream=_stream(q, stream),
-    )
+    try:
+        _C.backward(
+            opts, d(q), d(k), d(v), d(out), d(dout), d(lse), d(dq), d(dk), d(dv), d(dbias),
+            **_inputs(cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask),
+            backend=backend, disable=list(disable), stream=_stream(q, stream),
+        )
+    except (TypeError, ValueError) as e:
+        _arrays.adapt_error(e, _arrays.framework(q))
+        raise
     grads = tuple(_arrays.finish(q, g) for g in (dq, dk, dv))
     return grads + (_arrays.finish(q, dbias),) if want_dbias else grads
 

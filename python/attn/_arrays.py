@@ -8,6 +8,7 @@ DLPack producer works on the CPU with NumPy outputs, or with preallocated ones.
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any, Optional, Sequence
 
 
@@ -244,3 +245,41 @@ def require_writable(**named: Any) -> None:
                 f"result there; pass a writable array (numpy.array({name}) copies it) or leave {name} out and "
                 f"attn allocates it"
             )
+
+
+# The core's fixes for a dtype read "convert NAME to DTYPE" (or "to A or B");
+# in the caller's framework they become the call that does it.
+_CONVERT = re.compile(r"^convert (\w+) to (\w+)(?: or (\w+))?$")
+_CAST = {
+    "numpy": "{name}.astype(numpy.{dtype})",
+    "torch": "{name}.to(torch.{dtype})",
+    "jax": "{name}.astype(jax.numpy.{dtype})",
+    "cupy": "{name}.astype(cupy.{dtype})",
+}
+
+
+def framework_fix(framework: str, fix: str) -> Optional[str]:
+    """The core's dtype fix in `framework`'s words, or None to keep it."""
+    m = _CONVERT.match(fix or "")
+    if not m or framework not in _CAST:
+        return None
+    name, first, second = m.groups()
+    cast = _CAST[framework]
+    if framework == "numpy" and "bfloat16" in (first, second):
+        # NumPy arrays are host arrays: the CPU reference takes float32 and
+        # float64, and NumPy itself has no bfloat16.
+        return (f"convert it: {cast.format(name=name, dtype='float32')} (NumPy has no bfloat16; "
+                f"ml_dtypes.bfloat16 arrays work)")
+    return "convert it: " + " or ".join(cast.format(name=name, dtype=d) for d in (first, second) if d)
+
+
+def adapt_error(e: BaseException, framework_name: str) -> None:
+    """Rewrites an attn dtype error's fix (its `fix` attribute and the
+    message's fix line) in the words of the caller's framework; callers
+    re-raise it. (A try/except at the call, not a context manager: free
+    until something is raised.)"""
+    old = getattr(e, "fix", None)
+    new = framework_fix(framework_name, old) if old else None
+    if new:
+        e.fix = new
+        e.args = (str(e).replace(f"fix:      {old}", f"fix:      {new}"),) + e.args[1:]

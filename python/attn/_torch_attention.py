@@ -123,8 +123,12 @@ class _Call(_CallFields):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
         out = q.new_empty(q.shape[:-1] + v.shape[-1:])
         lse = q.new_empty(_lse_shape(q, self.qkv_format), dtype=torch.float32)
-        _C.forward(self.opts, to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(lse),
-                   *self._extras(bias), self.backend, _NO_DISABLE, _stream(q))
+        try:
+            _C.forward(self.opts, to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(lse),
+                       *self._extras(bias), self.backend, _NO_DISABLE, _stream(q))
+        except (TypeError, ValueError) as e:
+            _arrays.adapt_error(e, "torch")
+            raise
         return out, lse
 
     def backward(self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
@@ -135,9 +139,13 @@ class _Call(_CallFields):
             dout = dout.contiguous()
         dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
         dbias = bias.new_empty(bias.shape) if bias_grad else None
-        _C.backward(self.opts, to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(dout),
-                    to_dlpack(lse), to_dlpack(dq), to_dlpack(dk), to_dlpack(dv), _capsule(dbias),
-                    *self._extras(bias), self.backend, _NO_DISABLE, _stream(q))
+        try:
+            _C.backward(self.opts, to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(dout),
+                        to_dlpack(lse), to_dlpack(dq), to_dlpack(dk), to_dlpack(dv), _capsule(dbias),
+                        *self._extras(bias), self.backend, _NO_DISABLE, _stream(q))
+        except (TypeError, ValueError) as e:
+            _arrays.adapt_error(e, "torch")
+            raise
         return dq, dk, dv, dbias
 
 

@@ -24,7 +24,7 @@ bool is_padding_mask(MaskType m) {
 void check_cu_seqlens_shape(const TensorView& cu, const char* name, const Device& device, int64_t batch_expected) {
   if (cu.dtype != DType::i32)
     bad_type(std::string(name) + " has the wrong dtype", dtype_name(cu.dtype), "int32",
-             std::string("convert it: ") + name + ".to(torch.int32)");
+             std::string("convert ") + name + " to int32");
   if (cu.rank != 1)
     bad_value(std::string(name) + " must be one-dimensional", cu.shape_str(), "[batch + 1]",
               "pass the cumulative sequence lengths as a 1-d int32 tensor starting at 0");

@@ -152,3 +152,33 @@ def test_numpy_and_index_integers_are_accepted():
     assert np.array_equal(a, b)
     with pytest.raises(ValueError, match=r"seed must be an integer in \[0, "):
         attn.forward(q, k, v, seed=1.5)
+
+
+def test_dtype_fixes_speak_numpy_to_numpy_users():
+    q, k, v = arrays((6, 2, 8), (6, 2, 8), (6, 2, 8))
+    cu = np.array([0, 6], dtype=np.int64)
+    with pytest.raises(TypeError, match="cu_seqlens_q has the wrong dtype") as e:
+        attn.forward(q, k, v, qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu)
+    assert e.value.fix == "convert it: cu_seqlens_q.astype(numpy.int32)"
+    assert "torch" not in str(e.value) and "fix:      convert it: cu_seqlens_q.astype(numpy.int32)" in str(e.value)
+    qi = q.astype(np.int32)
+    with pytest.raises(TypeError, match="q has an unsupported dtype") as e:
+        attn.forward(qi, qi, qi, qkv_format="thd", cu_seqlens_q=cu.astype(np.int32), cu_seqlens_kv=cu.astype(np.int32))
+    assert e.value.fix.startswith("convert it: q.astype(numpy.float32)") and "NumPy has no bfloat16" in e.value.fix
+    with pytest.raises(TypeError, match="k's dtype differs from q's") as e:
+        attn.forward(q, k.astype(np.float64), v, qkv_format="thd", cu_seqlens_q=cu.astype(np.int32),
+                     cu_seqlens_kv=cu.astype(np.int32))
+    assert e.value.fix == "convert it: k.astype(numpy.float32)"
+
+
+@pytest.mark.parametrize("framework, fix, want", [
+    ("torch", "convert cu_seqlens_q to int32", "convert it: cu_seqlens_q.to(torch.int32)"),
+    ("torch", "convert q to bfloat16 or float16", "convert it: q.to(torch.bfloat16) or q.to(torch.float16)"),
+    ("jax", "convert attn_mask to bool", "convert it: attn_mask.astype(jax.numpy.bool)"),
+    ("cupy", "convert bias to float16", "convert it: bias.astype(cupy.float16)"),
+    ("dlpack", "convert bias to float16", None),
+    ("torch", "pass one slope per query head", None),
+])
+def test_framework_fix_words(framework, fix, want):
+    from attn import _arrays
+    assert _arrays.framework_fix(framework, fix) == want
