@@ -122,5 +122,8 @@ def backends() -> list[tuple[str, bool]]:
 def cuda_device_count() -> int:
     """CUDA devices this process can use (0 without a GPU)."""
 
+def build_info() -> dict[str, Any]:
+    """What this build holds: version, commit, CUDA, cuDNN, backends."""
+
 def device_info(device: str = "cpu") -> dict[str, Any]:
     """What selection knows about a device: "cpu", "cuda:N" or a simulated "sm80"."""

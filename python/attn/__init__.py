@@ -33,6 +33,7 @@ __all__ = [
     "backends",
     "cuda_device_count",
     "device_info",
+    "build_info",
     "Explanation",
     "Verdict",
     "BackendInfo",
@@ -404,6 +405,14 @@ def backends(detail: bool = False) -> Any:
 def cuda_device_count() -> int:
     """CUDA devices this process can use (0 without a GPU or driver)."""
     return _C.cuda_device_count()
+
+
+def build_info() -> dict:
+    """What this build holds, as `attn --version` prints it: version, commit,
+    cuda_toolkit (and cuda_runtime, cuda_driver: None where there is none),
+    cudnn (None: built without the cudnn backend, e.g. when `pip install .`
+    found no cudnn-frontend headers) and the backends compiled in."""
+    return _C.build_info()
 
 
 def device_info(device: str = "cpu") -> dict:

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attn/attn.h"
+#include "attn/build_info.h"
 #include "errors.h"
 #include "tensors.h"
 
@@ -356,6 +357,22 @@ NB_MODULE(_C, m) {
         return r;
       },
       "Every backend attn knows, as (name, compiled into this build).");
+  m.def(
+      "build_info",
+      []() {
+        const BuildInfo b = attn::build_info();
+        nb::dict r;
+        r["version"] = b.version;
+        r["commit"] = b.commit;
+        r["cuda_toolkit"] = cuda_version_string(b.cuda_toolkit);
+        r["cuda_runtime"] = b.cuda_runtime ? nb::object(nb::str(cuda_version_string(b.cuda_runtime).c_str())) : nb::none();
+        r["cuda_driver"] = b.cuda_driver ? nb::object(nb::str(cuda_version_string(b.cuda_driver).c_str())) : nb::none();
+        r["cudnn"] = b.cudnn ? nb::object(nb::str(cudnn_version_string(b.cudnn).c_str())) : nb::none();
+        r["backends"] = b.backends;
+        return r;
+      },
+      "What this build holds: version, commit, CUDA toolkit (and runtime, driver: None where absent), cuDNN "
+      "(None: built without the cudnn backend) and the backends compiled in.");
   m.def("cuda_device_count", &cuda_device_count, "CUDA devices this process can use (0 without a GPU).");
   m.def(
       "device_info",

@@ -109,3 +109,14 @@ def test_option_normalizers_live_in_keywords():
         text = open(path).read()
         for marker in ('"causal_bottom_right_padding"', "window must be a pair", "mask must be a string"):
             assert (marker in text) == (name == "attn._keywords"), (name, marker)
+
+
+def test_build_info_says_what_the_build_holds():
+    info = attn.build_info()
+    assert info["version"] == attn.__version__
+    assert info["commit"] and isinstance(info["commit"], str)
+    assert info["cuda_toolkit"].count(".") == 1  # "13.0"
+    assert "reference" in info["backends"]
+    # cuDNN's version exactly where the cudnn backend is compiled in.
+    in_build = dict(attn._C.backends())
+    assert (info["cudnn"] is not None) == in_build.get("cudnn", False)
