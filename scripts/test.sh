@@ -2,8 +2,9 @@
 # Builds attn (installing what is missing) and runs every test: the C++ suites
 # with ctest, the attn command's end-to-end checks (scripts/check_cli.sh), the
 # CMake package (scripts/check_cmake_package.sh: install, build examples/cpp
-# against it, configure an add_subdirectory consumer), then the Python
-# package's (pip install ., pytest).
+# against it, configure an add_subdirectory consumer), the Python package's
+# (pip install ., pytest), then the wheel in a fresh virtual environment
+# (scripts/check_wheel.sh).
 # GPU tests report "skipped" where no GPU exists. Usage: bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,3 +13,4 @@ ctest --test-dir build --output-on-failure -j "$(nproc)"
 bash scripts/check_cli.sh build
 bash scripts/check_cmake_package.sh build
 bash scripts/test_python.sh
+bash scripts/check_wheel.sh
