@@ -335,3 +335,38 @@ Problem validate_backward(const Options& opts, const BackwardArgs& args) {
 }
 
 }  // namespace attn
+
+namespace attn::detail {
+namespace {
+
+void require_input_data(const Inputs& in) {
+  require_data(in.q, "q");
+  require_data(in.k, "k");
+  require_data(in.v, "v");
+  require_data(in.cu_seqlens_q, "cu_seqlens_q");
+  require_data(in.cu_seqlens_kv, "cu_seqlens_kv");
+  require_data(in.bias, "bias");
+  require_data(in.alibi_slopes, "alibi_slopes");
+  require_data(in.attn_mask, "attn_mask");
+}
+
+}  // namespace
+
+void require_tensor_data(const ForwardArgs& args) {
+  require_input_data(args.in);
+  require_data(args.out, "out");
+  require_data(args.lse, "lse");
+}
+
+void require_tensor_data(const BackwardArgs& args) {
+  require_input_data(args.in);
+  require_data(args.out, "out");
+  require_data(args.dout, "dout");
+  require_data(args.lse, "lse");
+  require_data(args.dq, "dq");
+  require_data(args.dk, "dk");
+  require_data(args.dv, "dv");
+  require_data(args.dbias, "dbias");
+}
+
+}  // namespace attn::detail

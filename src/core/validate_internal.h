@@ -22,6 +22,21 @@ inline std::string str(int64_t v) { return std::to_string(v); }
   fail(ErrorKind::type, std::move(what), std::move(got), std::move(expected), std::move(fix));
 }
 
+// A view with elements points at them: a null data pointer with a non-zero
+// size would be dereferenced by the first backend that reads it.
+inline void require_data(const TensorView& t, const char* name) {
+  if (t.defined() && t.data == nullptr && t.numel() > 0)
+    bad_value(std::string(name) + " has no data", "a null data pointer for " + t.shape_str(),
+              "the address of the tensor's first element",
+              std::string("pass ") + name + "'s memory (make_view(ptr, ...)), or leave it out where it is optional");
+}
+
+// Every tensor of a call that is about to run has its memory (require_data).
+// Apart from validate_*(), which also answers shape-only questions (explain,
+// the CLI's plans) on views without data; forward() and backward() call these.
+void require_tensor_data(const ForwardArgs& args);
+void require_tensor_data(const BackwardArgs& args);
+
 inline void require_device(const TensorView& t, const char* name, const Device& expected) {
   if (!(t.device == expected))
     bad_value(std::string(name) + " is on another device than q", device_name(t.device),

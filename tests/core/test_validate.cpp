@@ -149,6 +149,24 @@ TEST(Validate, DtypeMix) {
   expect_forward_error(c, ErrorKind::type, {"v's dtype differs from q's", "float16", "bfloat16"});
 }
 
+TEST(Validate, NullDataWithElementsIsRefusedBeforeAnythingRuns) {
+  // Shape-only questions (explain, the CLI's plans) validate views without
+  // data; forward() and backward(), which run kernels, refuse them.
+  Call c = bshd_call();
+  c.fwd.in.q.data = c.fwd.in.k.data = c.fwd.in.v.data = nullptr;
+  EXPECT_NO_THROW(validate_forward(c.opts, c.fwd));
+  expect_error([&] { forward(c.opts, c.fwd); }, ErrorKind::value, {"q has no data", "a null data pointer for [2, 8, 4, 16]"});
+  Call d = bshd_call();
+  d.fwd.out.data = nullptr;
+  expect_error([&] { forward(d.opts, d.fwd); }, ErrorKind::value, {"out has no data"});
+  Call e = make_call(QkvFormat::thd, 2, 8, 8, 4, 2, 16, 16);
+  e.fwd.in.cu_seqlens_q.data = nullptr;  // validation would read its values
+  expect_error([&] { forward(e.opts, e.fwd); }, ErrorKind::value, {"cu_seqlens_q has no data"});
+  Call g = bshd_call();
+  g.bwd.dk.data = nullptr;
+  expect_error([&] { backward(g.opts, g.bwd); }, ErrorKind::value, {"dk has no data"});
+}
+
 TEST(Validate, IntegerInputs) {
   Call c = make_call(QkvFormat::bshd, 1, 2, 2, 1, 1, 8, 8, DType::i32);
   expect_forward_error(c, ErrorKind::type, {"q has an unsupported dtype", "int32"});
