@@ -43,9 +43,14 @@ double score(const Problem& p, const Inputs& in, int64_t b, int64_t h, int64_t i
 
 // log(sum_j exp(s_j)) over the given range, shifted by the maximum so that
 // nothing overflows; -inf when every score is -inf (or the range is empty).
+// A NaN score makes the row's lse NaN (and so every probability of the row):
+// std::max alone would skip it and the row would read as "no visible key".
 double log_sum_exp(const std::vector<double>& s, KeyRange<int64_t> keys) {
   double max = kNegInf;
-  for (int64_t j = keys.begin; j < keys.end; ++j) max = std::max(max, s[j]);
+  for (int64_t j = keys.begin; j < keys.end; ++j) {
+    if (std::isnan(s[j])) return s[j];
+    max = std::max(max, s[j]);
+  }
   if (max == kNegInf) return kNegInf;
   double sum = 0.0;
   for (int64_t j = keys.begin; j < keys.end; ++j) sum += std::exp(s[j] - max);

@@ -69,12 +69,16 @@ __device__ __forceinline__ float dropout_factor(const RowParams& p, int h, int64
              : 0.f;
 }
 
+// max that keeps a NaN (fmaxf drops it): a NaN score makes the row's lse NaN,
+// not a row that reads as "no visible key".
+__device__ __forceinline__ float max_keeping_nan(float a, float b) { return a != a || b != b ? a + b : fmaxf(a, b); }
+
 template <bool kMax>
 __device__ float block_reduce(float v) {
   __shared__ float partial[kThreads / 32];
   for (int o = 16; o > 0; o >>= 1) {
     const float other = __shfl_xor_sync(0xffffffffu, v, o);
-    v = kMax ? fmaxf(v, other) : v + other;
+    v = kMax ? max_keeping_nan(v, other) : v + other;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __syncthreads();  // partial may still be read by a previous reduction
@@ -83,7 +87,7 @@ __device__ float block_reduce(float v) {
   v = lane < kThreads / 32 ? partial[lane] : (kMax ? -INFINITY : 0.f);
   for (int o = 16; o > 0; o >>= 1) {
     const float other = __shfl_xor_sync(0xffffffffu, v, o);
-    v = kMax ? fmaxf(v, other) : v + other;
+    v = kMax ? max_keeping_nan(v, other) : v + other;
   }
   return v;
 }
@@ -91,7 +95,8 @@ __device__ float block_reduce(float v) {
 // The row's log-sum-exp over visible keys (-inf when none counts).
 __device__ float row_lse(const RowParams& p, const float* x, int h, int64_t i, KeyRange<int64_t> keys) {
   float m = -INFINITY;
-  for (int64_t j = keys.begin + threadIdx.x; j < keys.end; j += kThreads) m = fmaxf(m, score(p, h, i, j, x[j]));
+  for (int64_t j = keys.begin + threadIdx.x; j < keys.end; j += kThreads)
+    m = max_keeping_nan(m, score(p, h, i, j, x[j]));
   m = block_reduce<true>(m);
   if (m == -INFINITY) return -INFINITY;
   float sum = 0.f;

@@ -1,0 +1,72 @@
+// A NaN in q or k stays visible on every GPU backend: it reaches exactly the
+// rows that read it (as the fp64 reference and PyTorch's SDPA give), never a
+// clean zero row that reads as "no visible key". bshd 2 x 130 x 4 x 64,
+// causal, GQA 2, bf16.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attn/attn.h"
+#include "gpu/gpu_test_util.h"
+#include "testing/case.h"
+
+namespace attn {
+namespace {
+
+using testing::CaseSpec;
+
+constexpr int64_t kB = 2, kS = 130, kHq = 4, kHkv = 2, kD = 64;
+
+// Element (b, s, h, c) of a contiguous bshd tensor with `heads` heads set to NaN.
+void poison(testing::TensorBuffer& t, int64_t heads, int64_t b, int64_t s, int64_t h, int64_t c) {
+  const uint16_t bf16_nan = 0x7FC0;
+  const int64_t at = ((b * kS + s) * heads + h) * kD + c;
+  ATTN_CUDA_OK(cudaMemcpy(static_cast<uint16_t*>(t.data()) + at, &bf16_nan, 2, cudaMemcpyHostToDevice));
+}
+
+// Whether out's row (b, s, h) holds a NaN.
+bool row_has_nan(const std::vector<double>& out, int64_t b, int64_t s, int64_t h) {
+  for (int64_t c = 0; c < kD; ++c)
+    if (std::isnan(out[((b * kS + s) * kHq + h) * kD + c])) return true;
+  return false;
+}
+
+class NaNStaysVisible : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(NaNStaysVisible, InExactlyTheRowsThatReadIt) {
+  ATTN_REQUIRE_GPU();
+  const std::string backend = GetParam();
+  CaseSpec spec;
+  spec.batch = kB;
+  spec.s_q = spec.s_kv = kS;
+  spec.h_q = kHq;
+  spec.h_kv = kHkv;
+  spec.d_qk = spec.d_v = kD;
+  spec.mask = MaskType::causal;
+  if (!testing::claims(backend, spec, Pass::forward)) GTEST_SKIP() << backend << " does not run the problem";
+  testing::Case c = testing::make_case(spec, Device::cuda(0), 21);
+  poison(c.q, kHq, 1, 7, 2, 0);    // query row (1, 7, head 2)
+  poison(c.k, kHkv, 0, 50, 1, 3);  // key 50 of sequence 0, KV head 1: query heads 2 and 3, rows 50..129
+  testing::run_forced(c, backend);
+  ATTN_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<double> out = c.out.to(Device::cpu()).to_doubles();
+  int64_t wrong = 0;
+  for (int64_t b = 0; b < kB; ++b)
+    for (int64_t s = 0; s < kS; ++s)
+      for (int64_t h = 0; h < kHq; ++h) {
+        const bool reaches = (b == 1 && s == 7 && h == 2) || (b == 0 && h / (kHq / kHkv) == 1 && s >= 50);
+        if (row_has_nan(out, b, s, h) != reaches && wrong++ < 5)
+          ADD_FAILURE() << backend << ": row (" << b << ", " << s << ", " << h << ") "
+                        << (reaches ? "lost its NaN" : "has a NaN it does not read");
+      }
+  EXPECT_EQ(wrong, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Registered, NaNStaysVisible, ::testing::ValuesIn(testing::gpu_backends()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace
+}  // namespace attn
