@@ -72,8 +72,8 @@ int run_command(const RunFlags& f) {
                       "           (exact, fp64 accumulation, every feature; the oracle, not a fast path)\n");
   else
     std::fprintf(out, "device:    cpu (--device cpu): the reference backend runs on the CPU\n");
-  std::fprintf(out, "work:      %lld visible pairs; forward %s FLOP%s\n",
-               static_cast<long long>(testing::visible_pairs(spec)), sci(testing::forward_flops(spec)).c_str(),
+  std::fprintf(out, "work:      %s visible pairs; forward %s FLOP%s\n",
+               testing::decimal(testing::visible_pairs_wide(spec)).c_str(), sci(testing::forward_flops(spec)).c_str(),
                spec.backward ? (", backward " + sci(testing::backward_flops(spec)) + " FLOP").c_str() : "");
   if (!gpu) note_if_slow_on_cpu(spec, out);
   std::fflush(out);
