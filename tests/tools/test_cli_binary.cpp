@@ -1,6 +1,6 @@
 // The built `attn` binary on tiny CPU problems: --version, run/check --json,
 // bench's sweep validation, its per-point file and --resume, exact FLOPs,
-// sizes past 32 bits, readable flag errors. Runs everywhere (--device cpu).
+// sizes past 32 bits, out-of-memory refusals, readable flag errors. Runs everywhere (--device cpu).
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -110,6 +110,19 @@ TEST(CliBinary, ExplainHugeBatchIsQuick) {
       attn("explain --device cpu --batch 2147483647 --seqlen 512 --heads 8 --head-dim 128 --json", "timeout 20");
   ASSERT_EQ(r.rc, 0) << r.err;                                                   // 124: timed out
   EXPECT_EQ(json::parse(r.out).get("visible_pairs")->text, "4503599625273344");  // 2147483647 * 512^2 * 8
+}
+
+// Out of host memory: refused up front with the bytes needed, exit 2, no abort.
+TEST(CliBinary, RunTooBigFailsFastNamingBytes) {
+  const Result r =
+      attn("run --device cpu --batch 1000 --seqlen 1000000 --heads 64 --head-dim 128 --quiet", "timeout 20");
+  EXPECT_EQ(r.rc, 2) << r.err;  // not 134 (abort) nor 124 (timeout)
+  EXPECT_NE(r.err.find("host memory"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" bytes"), std::string::npos) << r.err;
+  const Result c =
+      attn("check --device cpu --batch 1000 --seqlen 1000000 --heads 64 --head-dim 128 --quiet", "timeout 20");
+  EXPECT_EQ(c.rc, 2) << c.err;
+  EXPECT_NE(c.err.find(" bytes"), std::string::npos) << c.err;
 }
 
 // Four tiny points: seqlens 16,32 x head dim 8 x masks no_mask,causal.

@@ -6,6 +6,7 @@
 
 #include "attn/attn.h"
 #include "commands.h"
+#include "host_memory.h"
 #include "json.h"
 #include "progress.h"
 #include "report.h"
@@ -58,6 +59,7 @@ int run_command(const RunFlags& f) {
   // Progress only where a pass can take long: the CPU reference.
   const bool progress = !gpu && progress_wanted(f.quiet);
 
+  require_host_memory("attn run", run_host_bytes(spec, !gpu));
   std::vector<Case> sets{testing::make_case(spec, device, data_seed(f.problem))};
   for (int i = 1; i < input_sets(sets[0]); ++i)
     sets.push_back(testing::make_case(spec, device, data_seed(f.problem) + static_cast<uint64_t>(i)));
