@@ -67,6 +67,16 @@ std::string TensorView::shape_str() const {
   return os.str();
 }
 
+namespace {
+
+std::string shape_text(const int64_t* shape, int rank) {
+  std::string s = "[";
+  for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+}  // namespace
+
 TensorView make_view(void* data, DType dtype, int rank, const int64_t* shape,
                      const int64_t* strides_elems, Device device) {
   if (rank < 1 || rank > kMaxRank)
@@ -81,7 +91,11 @@ TensorView make_view(void* data, DType dtype, int rank, const int64_t* shape,
   for (int i = rank - 1; i >= 0; --i) {
     v.shape[i] = shape[i];
     v.strides_elems[i] = strides_elems ? strides_elems[i] : running;
-    running *= shape[i];
+    // A shape whose element count passes int64 would wrap every stride and
+    // size after it (seqlen 2^32 x seqlen 2^32 bias); say so instead.
+    if (__builtin_mul_overflow(running, shape[i], &running))
+      fail(ErrorKind::value, "a tensor view has more elements than int64 can count", shape_text(shape, rank),
+           "at most 2^63 - 1 elements", "shrink the tensor (batch, sequence length, heads or head dim)");
   }
   return v;
 }

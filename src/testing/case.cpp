@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -14,12 +15,6 @@ namespace attn::testing {
 namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
-
-int64_t sum(const std::vector<int64_t>& v) {
-  int64_t s = 0;
-  for (int64_t x : v) s += x;
-  return s;
-}
 
 int64_t longest(const std::vector<int64_t>& v) {
   int64_t m = 0;
@@ -71,7 +66,7 @@ struct Shapes {
 
 Shapes shapes_of(const CaseSpec& s) {
   const int64_t rq = rows_q(s), rkv = rows_kv(s);
-  const int64_t tq = sum(lengths_q(s)), tkv = sum(lengths_kv(s));
+  const int64_t tq = tokens_q(s), tkv = tokens_kv(s);
   Shapes z;
   z.q = q_like_shape(s, rq, tq, s.h_q, s.d_qk);
   z.k = q_like_shape(s, rkv, tkv, s.h_kv, s.d_qk);
@@ -178,8 +173,42 @@ std::vector<int64_t> lengths_kv(const CaseSpec& s) {
   return std::vector<int64_t>(static_cast<size_t>(std::max<int64_t>(s.batch, 0)), s.s_kv);
 }
 
-int64_t rows_q(const CaseSpec& s) { return s.format == QkvFormat::thd ? longest(lengths_q(s)) : s.s_q; }
-int64_t rows_kv(const CaseSpec& s) { return s.format == QkvFormat::thd ? longest(lengths_kv(s)) : s.s_kv; }
+// Uniform lengths are answered from (batch, s) so that a shape-only question
+// about 2^31 sequences allocates nothing per sequence.
+int64_t rows_q(const CaseSpec& s) {
+  if (s.format != QkvFormat::thd) return s.s_q;
+  return s.seqlens_q.empty() ? (s.batch > 0 ? s.s_q : 0) : longest(s.seqlens_q);
+}
+
+int64_t rows_kv(const CaseSpec& s) {
+  if (s.format != QkvFormat::thd) return s.s_kv;
+  if (!s.seqlens_kv.empty()) return longest(s.seqlens_kv);
+  if (!s.seqlens_q.empty()) return longest(s.seqlens_q);
+  return s.batch > 0 ? s.s_kv : 0;
+}
+
+namespace {
+
+int64_t checked_tokens(const CaseSpec& s, const std::vector<int64_t>& lengths, int64_t uniform, const char* which) {
+  int64_t total = 0;
+  bool overflow = false;
+  if (lengths.empty())
+    overflow = __builtin_mul_overflow(std::max<int64_t>(s.batch, 0), uniform, &total);
+  else
+    for (int64_t x : lengths) overflow = overflow || __builtin_add_overflow(total, x, &total);
+  if (overflow)
+    fail(ErrorKind::value, std::string("the ") + which + " token count exceeds int64",
+         "batch " + str(s.batch) + " x seqlen " + str(uniform), "at most 2^63 - 1 tokens",
+         "shrink the batch or the lengths");
+  return total;
+}
+
+}  // namespace
+
+int64_t tokens_q(const CaseSpec& s) { return checked_tokens(s, s.seqlens_q, s.s_q, "query"); }
+int64_t tokens_kv(const CaseSpec& s) {
+  return checked_tokens(s, s.seqlens_kv.empty() ? s.seqlens_q : s.seqlens_kv, s.s_kv, "key/value");
+}
 
 void poison_outputs(Case& c) {
   for (TensorBuffer* b : {&c.out, &c.lse, &c.dq, &c.dk, &c.dv, &c.dbias})
@@ -304,25 +333,100 @@ Problem problem_of(const CaseSpec& spec, Pass pass, Device device) {
   return p;
 }
 
-int64_t visible_pairs(const CaseSpec& s) {
-  const std::vector<int64_t> lq = lengths_q(s), lkv = lengths_kv(s);
+namespace {
+
+using i128 = __int128;
+using u128 = unsigned __int128;
+
+// sum over i in [lo, hi) of max(0, a + slope * i), slope in {-1, 0, 1}. The
+// terms that count form one arithmetic run whose ends lie in [1, len_kv], so
+// n * (first + last) < 2^63 * 2^64 fits in 128 bits.
+u128 positive_run(i128 a, int slope, i128 lo, i128 hi) {
+  if (slope == 1) lo = std::max(lo, 1 - a);  // a + i > 0
+  if (slope == -1) hi = std::min(hi, a);     // a - i > 0
+  if (lo >= hi || (slope == 0 && a <= 0)) return 0;
+  const i128 first = a + slope * lo, last = a + slope * (hi - 1);
+  const u128 n = static_cast<u128>(hi - lo);
+  const u128 ends = static_cast<u128>(first + last);
+  // One of n and (first + last) is even when slope != 0; when slope == 0 they are n * 2a.
+  return n % 2 == 0 ? (n / 2) * ends : n * (ends / 2);
+}
+
+// Visible pairs of one sequence: visible_keys' begin and end are each linear in
+// i with slope 0 or 1 between two breakpoints (where the window's left edge
+// passes key 0 and its right edge passes len_kv), so the count is at most three
+// arithmetic runs instead of a loop over 2^32 rows.
+u128 sequence_pairs(int64_t len_q, int64_t len_kv, bool bottom_right, int64_t left, int64_t right) {
+  const i128 shift = alignment_shift<int64_t>(bottom_right, len_q, len_kv);
+  const i128 c_begin = shift - left;     // begin(i) = max(0, i + c_begin) when left >= 0
+  const i128 c_end = shift + right + 1;  // end(i) = min(len_kv, i + c_end) when right >= 0
+  std::vector<i128> cuts{0, len_q};
+  if (left >= 0) cuts.push_back(std::clamp<i128>(-c_begin, 0, len_q));
+  if (right >= 0) cuts.push_back(std::clamp<i128>(len_kv - c_end, 0, len_q));
+  std::sort(cuts.begin(), cuts.end());
+  u128 pairs = 0;
+  for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+    const i128 lo = cuts[k], hi = cuts[k + 1];
+    if (lo >= hi) continue;
+    // On [lo, hi) each edge is on one side of its breakpoint throughout.
+    const bool begin_moves = left >= 0 && lo + c_begin >= 0;
+    const bool end_moves = right >= 0 && lo + c_end < len_kv;
+    const i128 b0 = begin_moves ? c_begin : 0;
+    const i128 e0 = end_moves ? c_end : len_kv;
+    const int slope = (end_moves ? 1 : 0) - (begin_moves ? 1 : 0);
+    pairs += positive_run(e0 - b0, slope, lo, hi);
+  }
+  return pairs;
+}
+
+u128 times(u128 a, u128 b, const CaseSpec& s) {
+  u128 r = 0;
+  if (__builtin_mul_overflow(a, b, &r))
+    fail(ErrorKind::value, "the visible-pair count exceeds 128 bits",
+         "batch " + str(s.batch) + ", s_q " + str(s.s_q) + ", s_kv " + str(s.s_kv) + ", h_q " + str(s.h_q),
+         "a count below 2^128", "shrink the problem");
+  return r;
+}
+
+}  // namespace
+
+std::string decimal(unsigned __int128 v) {
+  std::string digits;
+  do {
+    digits.insert(digits.begin(), static_cast<char>('0' + static_cast<int>(v % 10)));
+    v /= 10;
+  } while (v != 0);
+  return digits;
+}
+
+unsigned __int128 visible_pairs_wide(const CaseSpec& s) {
+  check_spec(s);
   const int64_t left = s.window.left;
   const int64_t right = is_causal(s.mask) ? 0 : s.window.right;  // causal clips right to 0
   const bool bottom_right = !is_top_left(s.mask);
-  int64_t pairs = 0;
-  for (size_t b = 0; b < lq.size(); ++b) {
-    const int64_t shift = alignment_shift<int64_t>(bottom_right, lq[b], lkv[b]);
-    for (int64_t i = 0; i < lq[b]; ++i) {
-      const KeyRange<int64_t> r = visible_keys<int64_t>(i, lq[b], lkv[b], shift, left, right);
-      pairs += r.end - r.begin;
-    }
+  u128 pairs = 0;
+  if (s.seqlens_q.empty()) {  // every sequence alike: count one, never list 2^31 of them
+    pairs = times(sequence_pairs(s.s_q, s.s_kv, bottom_right, left, right), static_cast<u128>(s.batch), s);
+  } else {
+    const std::vector<int64_t>& lkv = s.seqlens_kv.empty() ? s.seqlens_q : s.seqlens_kv;
+    for (size_t b = 0; b < s.seqlens_q.size(); ++b)
+      if (__builtin_add_overflow(pairs, sequence_pairs(s.seqlens_q[b], lkv[b], bottom_right, left, right), &pairs))
+        times(~u128{0}, 2, s);  // reports the overflow
   }
-  return pairs * s.h_q;
+  return times(pairs, static_cast<u128>(s.h_q), s);
+}
+
+int64_t visible_pairs(const CaseSpec& s) {
+  const u128 pairs = visible_pairs_wide(s);
+  if (pairs > static_cast<u128>(std::numeric_limits<int64_t>::max()))
+    fail(ErrorKind::value, "the visible-pair count exceeds int64", decimal(pairs), "at most 2^63 - 1",
+         "use testing::visible_pairs_wide, or shrink the problem");
+  return static_cast<int64_t>(pairs);
 }
 
 double forward_flops(const CaseSpec& s) {
   const double d = 0.5 * static_cast<double>(s.d_qk + s.d_v);
-  return 4.0 * d * static_cast<double>(visible_pairs(s));
+  return 4.0 * d * static_cast<double>(visible_pairs_wide(s));
 }
 
 double backward_flops(const CaseSpec& s) { return 2.5 * forward_flops(s); }

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "attn/problem.h"
@@ -42,12 +43,18 @@ struct CaseSpec {
   bool return_lse = false;  // forward writes lse (always when backward)
 };
 
-// The spec's per-sequence lengths (seqlens or the uniform s_q / s_kv).
+// The spec's per-sequence lengths (seqlens or the uniform s_q / s_kv). These
+// hold one entry per sequence: shape-only questions (explain, visible_pairs)
+// use rows_q and tokens_q instead, so a batch of 2^31 costs no memory.
 std::vector<int64_t> lengths_q(const CaseSpec& s);
 std::vector<int64_t> lengths_kv(const CaseSpec& s);
 // Rows of the q-like tensors' sequence dimension: padded s_q, or thd's max_seqlen.
 int64_t rows_q(const CaseSpec& s);
 int64_t rows_kv(const CaseSpec& s);
+// Tokens over all sequences (thd's packed dimension); throws attn::Error when
+// the count exceeds int64.
+int64_t tokens_q(const CaseSpec& s);
+int64_t tokens_kv(const CaseSpec& s);
 
 // A spec with owned tensors and the views attn's API takes. Copies share the
 // storage (TensorBuffer holds it by shared_ptr), so views stay valid.
@@ -82,7 +89,13 @@ Problem problem_of(const CaseSpec& spec, Pass pass, Device device);
 // Visible (i, j) pairs summed over sequences and query heads (docs/SEMANTICS.md,
 // "Visibility"). An arbitrary mask's tensor is not consulted: its pairs are
 // those of the window and the lengths, as a dense kernel computes them.
+// Closed form per sequence (no loop over rows), in 128 bits: seqlen 2^32 alone
+// gives 2^64 pairs, past int64.
+unsigned __int128 visible_pairs_wide(const CaseSpec& s);
+// The same count; throws attn::Error when it exceeds int64 (use the wide form).
 int64_t visible_pairs(const CaseSpec& s);
+// A 128-bit count in decimal, for reports and JSON.
+std::string decimal(unsigned __int128 v);
 // FlashAttention's FLOP count: forward 4 * d * pairs with d = (d_qk + d_v) / 2.
 double forward_flops(const CaseSpec& s);
 double backward_flops(const CaseSpec& s);  // 2.5x forward

@@ -20,13 +20,25 @@ void check_cuda(cudaError_t err, const char* what) {
          "check that a CUDA device is present and has free memory");
 }
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 }  // namespace
 
 TensorBuffer::TensorBuffer(DType dtype, std::vector<int64_t> shape, Device device)
     : shape_(std::move(shape)) {
   int64_t n = 1;
-  for (int64_t s : shape_) n *= s;
-  const size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * dtype_size_bytes(dtype);
+  size_t bytes = 0;
+  bool overflow = false;
+  for (int64_t s : shape_) overflow = overflow || __builtin_mul_overflow(n, s, &n);
+  overflow =
+      overflow || __builtin_mul_overflow(static_cast<size_t>(std::max<int64_t>(n, 1)), dtype_size_bytes(dtype), &bytes);
+  if (overflow)
+    fail(ErrorKind::value, "a tensor's size in bytes exceeds 64 bits", shape_text(shape_) + " of " + dtype_name(dtype),
+         "a tensor that fits in memory", "shrink the problem");
   void* ptr = nullptr;
   if (device.is_cuda()) {
     check_cuda(cudaSetDevice(device.index), "cudaSetDevice");
@@ -34,7 +46,11 @@ TensorBuffer::TensorBuffer(DType dtype, std::vector<int64_t> shape, Device devic
     storage_ = std::shared_ptr<void>(ptr, [](void* p) { cudaFree(p); });
   } else {
     ptr = std::malloc(bytes);
-    if (!ptr) throw std::bad_alloc();
+    // An attn::Error rather than std::bad_alloc, so callers can report the size.
+    if (!ptr)
+      fail(ErrorKind::runtime, "out of host memory for a tensor",
+           std::to_string(bytes) + " bytes for " + shape_text(shape_) + " of " + dtype_name(dtype),
+           "an allocation that fits in free memory", "shrink the problem (batch, sequence length, heads or head dim)");
     storage_ = std::shared_ptr<void>(ptr, [](void* p) { std::free(p); });
   }
   view_ = make_view(ptr, dtype, static_cast<int>(shape_.size()), shape_.data(), nullptr, device);

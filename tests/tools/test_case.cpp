@@ -79,6 +79,27 @@ TEST(VisiblePairs, PackedSequencesCountEachSequenceAlone) {
   EXPECT_DOUBLE_EQ(backward_flops(s), 2.5 * forward_flops(s));
 }
 
+// Closed form, 128 bits: 2^32 x 2^32 pairs wrapped int64 to 0 ("0 visible
+// pairs"), and a per-row loop or per-sequence list made these slow or huge.
+TEST(VisiblePairs, PastInt64AndHugeBatches) {
+  CaseSpec s;
+  s.s_q = s.s_kv = int64_t{1} << 32;
+  s.h_q = s.h_kv = 1;
+  EXPECT_EQ(decimal(visible_pairs_wide(s)), "18446744073709551616");  // 2^64
+  EXPECT_THROW(visible_pairs(s), Error);
+  s.mask = MaskType::causal;
+  s.h_q = s.h_kv = 3;
+  EXPECT_EQ(decimal(visible_pairs_wide(s)), "27670116117006778368");  // 3 * 2^32 (2^32 + 1) / 2
+  CaseSpec many;
+  many.batch = 2147483647;
+  many.s_q = many.s_kv = 512;
+  EXPECT_EQ(visible_pairs(many), int64_t{2147483647} * 512 * 512 * 8);
+  many.format = QkvFormat::thd;
+  EXPECT_EQ(rows_q(many), 512);
+  EXPECT_EQ(tokens_q(many), int64_t{2147483647} * 512);
+  EXPECT_EQ(decimal(0), "0");
+}
+
 TEST(VisiblePairs, MatchesBruteForceOnRandomProblems) {
   std::mt19937_64 rng(3);
   auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
@@ -92,7 +113,7 @@ TEST(VisiblePairs, MatchesBruteForceOnRandomProblems) {
     s.s_kv = pick(0, 20);
     s.h_q = pick(1, 3);
     s.mask = masks[pick(0, 6)];
-    s.window = {pick(-1, 6), pick(-1, 6)};
+    s.window = {pick(-1, 24), pick(-1, 24)};  // also windows wider than the sequences
     if (s.format == QkvFormat::thd || pick(0, 1)) {
       for (int64_t b = 0; b < s.batch; ++b) {
         s.seqlens_q.push_back(pick(0, s.format == QkvFormat::thd ? 20 : s.s_q));

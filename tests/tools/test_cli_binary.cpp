@@ -1,6 +1,6 @@
 // The built `attn` binary on tiny CPU problems: --version, run/check --json,
 // bench's sweep validation, its per-point file and --resume, exact FLOPs,
-// readable flag errors. Runs everywhere (--device cpu).
+// sizes past 32 bits, out-of-memory refusals, readable flag errors. Runs everywhere (--device cpu).
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -86,6 +86,43 @@ TEST(CliBinary, ExplainJsonFlopsExact) {
   const Result r = attn("explain --device cpu --seqlen 4096 --heads 1 --head-dim 1 --json");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(json::parse(r.out).get("forward_flops")->text, "67108864");  // 4 * 1 * 4096^2, not 6.71e+07
+}
+
+// Sizes past 32 bits (issue 44): the count is exact, not wrapped to 0.
+TEST(CliBinary, ExplainPast32BitsCountsExactly) {
+  const Result r = attn("explain --device cpu --seqlen 4294967296 --heads 1 --head-dim 8 --json", "timeout 20");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).get("visible_pairs")->text, "18446744073709551616");  // 2^64 (no_mask: s^2 h b)
+  const Result text =
+      attn("explain --device cpu --seqlen 4294967296 --heads 3 --head-dim 8 --mask causal", "timeout 20");
+  ASSERT_EQ(text.rc, 0) << text.err;
+  EXPECT_NE(text.out.find("27670116117006778368 visible pairs"), std::string::npos) << text.out;  // 3 s (s + 1) / 2
+  // A tensor of 2^64 elements (the bias [1, 1, s, s]) is refused, not wrapped.
+  const Result bias =
+      attn("explain --device cpu --seqlen 4294967296 --heads 1 --head-dim 8 --bias post_scale", "timeout 20");
+  EXPECT_EQ(bias.rc, 2) << bias.out;
+  EXPECT_NE(bias.err.find("more elements than int64"), std::string::npos) << bias.err;
+}
+
+// A shape-only question allocates nothing per sequence.
+TEST(CliBinary, ExplainHugeBatchIsQuick) {
+  const Result r =
+      attn("explain --device cpu --batch 2147483647 --seqlen 512 --heads 8 --head-dim 128 --json", "timeout 20");
+  ASSERT_EQ(r.rc, 0) << r.err;                                                   // 124: timed out
+  EXPECT_EQ(json::parse(r.out).get("visible_pairs")->text, "4503599625273344");  // 2147483647 * 512^2 * 8
+}
+
+// Out of host memory: refused up front with the bytes needed, exit 2, no abort.
+TEST(CliBinary, RunTooBigFailsFastNamingBytes) {
+  const Result r =
+      attn("run --device cpu --batch 1000 --seqlen 1000000 --heads 64 --head-dim 128 --quiet", "timeout 20");
+  EXPECT_EQ(r.rc, 2) << r.err;  // not 134 (abort) nor 124 (timeout)
+  EXPECT_NE(r.err.find("host memory"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" bytes"), std::string::npos) << r.err;
+  const Result c =
+      attn("check --device cpu --batch 1000 --seqlen 1000000 --heads 64 --head-dim 128 --quiet", "timeout 20");
+  EXPECT_EQ(c.rc, 2) << c.err;
+  EXPECT_NE(c.err.find(" bytes"), std::string::npos) << c.err;
 }
 
 // Four tiny points: seqlens 16,32 x head dim 8 x masks no_mask,causal.

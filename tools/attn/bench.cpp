@@ -13,6 +13,7 @@
 #include "attn/attn.h"
 #include "bench_file.h"
 #include "commands.h"
+#include "host_memory.h"
 #include "json.h"
 #include "progress.h"
 #include "report.h"
@@ -137,6 +138,7 @@ std::string run_point(const Point& p, Device device, const Policy& policy, int w
   row.count("fwd_flops", testing::forward_flops(spec));
   if (spec.backward) row.count("bwd_flops", testing::backward_flops(spec));
   try {
+    require_host_memory("attn bench", run_host_bytes(spec, !gpu));  // the point records why it was skipped
     std::vector<testing::Case> sets{testing::make_case(spec, device, 1)};
     for (int i = 1; i < input_sets(sets[0]); ++i) sets.push_back(testing::make_case(spec, device, 1 + i));
     const Timing fwd = time_pass(sets, gpu, warmup, iters, [&](testing::Case& c) { return forward(c.opts, c.fwd, {}, policy); });

@@ -12,6 +12,7 @@
 #include "attn/mask_rule.h"
 #include "commands.h"
 #include "core/sequences.h"
+#include "host_memory.h"
 #include "json.h"
 #include "progress.h"
 #include "report.h"
@@ -312,6 +313,7 @@ int check_command(const CheckFlags& f) {
   // Progress only for the CPU reference's passes, which can take minutes.
   const bool progress = progress_wanted(f.quiet);
   std::fflush(out);
+  require_host_memory("attn check", check_host_bytes(spec));
   const Case host = testing::make_case(spec, Device::cpu(), data_seed(f.problem));
   Case ref64 = testing::copy_inputs_to(host, Device::cpu(), DType::f64);
   {

@@ -49,8 +49,8 @@ void print_text(const Problem& p, const DeviceInfo& dev, const testing::CaseSpec
   std::string device = dev.name;
   if (dev.sm && !dev.simulated) device += " (sm" + std::to_string(dev.sm) + ")";
   std::printf("device:  %s\n", device.c_str());
-  std::printf("work:    %lld visible pairs, forward %s FLOP\n", static_cast<long long>(testing::visible_pairs(spec)),
-              sci(testing::forward_flops(spec)).c_str());
+  std::printf("work:    %s visible pairs, forward %s FLOP\n",
+              testing::decimal(testing::visible_pairs_wide(spec)).c_str(), sci(testing::forward_flops(spec)).c_str());
   std::printf("verdicts, in this device's preference order:\n%s", format_verdicts(verdicts).c_str());
   if (choice.backend.empty())
     std::printf("choice:  none: %s\n", choice.why.c_str());
@@ -63,7 +63,8 @@ void print_json(const Problem& p, const DeviceInfo& dev, const testing::CaseSpec
   json::Object o;
   o.str("problem", describe_problem(p));
   o.object("device", json::Object().str("name", dev.name).integer("sm", dev.sm).boolean("simulated", dev.simulated));
-  o.integer("visible_pairs", testing::visible_pairs(spec)).count("forward_flops", testing::forward_flops(spec));
+  o.raw("visible_pairs", testing::decimal(testing::visible_pairs_wide(spec)))
+      .count("forward_flops", testing::forward_flops(spec));
   o.raw("chosen", choice.backend.empty() ? std::string("null") : json::str(choice.backend)).str("why", choice.why);
   std::vector<std::string> items;
   for (const Verdict& v : verdicts) {
@@ -85,7 +86,10 @@ void print_json(const Problem& p, const DeviceInfo& dev, const testing::CaseSpec
 // sequence lengths break, as the ring would report it before any transfer.
 std::string cp_report(const Problem& p, const testing::CaseSpec& spec, int cp) {
   try {
-    cp::check_lengths(testing::lengths_q(spec), cp);
+    // Uniform lengths: the first sequence speaks for all, without listing 2^31 of them.
+    const std::vector<int64_t> lengths =
+        spec.seqlens_q.empty() ? std::vector<int64_t>(spec.batch > 0 ? 1 : 0, spec.s_q) : spec.seqlens_q;
+    cp::check_lengths(lengths, cp);
   } catch (const Error& e) {
     return std::string(e.what());
   }

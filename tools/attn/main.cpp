@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <exception>
+#include <new>
 
 #include "attn/error.h"
 #include "cli_checks.h"
@@ -175,6 +177,22 @@ int main(int argc, char** argv) {
     if (*bench_cmd) return bench_command(bench);
   } catch (const attn::Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    // run and check refuse problems that cannot fit before allocating; this is
+    // the allocation their estimate missed. An exit code, not abort()'s core dump.
+    std::fprintf(
+        stderr, "%s\n",
+        attn::format_error({attn::ErrorKind::runtime, "out of host memory", "std::bad_alloc (a host allocation failed)",
+                            "the problem's buffers to fit in free memory",
+                            "shrink the problem (--batch, --seqlen, --heads, --head-dim)"})
+            .c_str());
+    return 2;
+  } catch (const std::exception& e) {  // e.g. std::length_error from a vector too large to describe
+    std::fprintf(stderr, "%s\n",
+                 attn::format_error({attn::ErrorKind::runtime, "the command failed", e.what(), "no exception",
+                                     "report this with the command line"})
+                     .c_str());
     return 2;
   }
   return 0;

@@ -21,7 +21,8 @@ std::string problem_json(const testing::CaseSpec& s) {
   o.raw("scale", s.softmax_scale ? json::num(*s.softmax_scale) : "null");
   o.num("softcap", s.softcap).str("bias", bias_name(s.bias)).num("dropout", s.dropout_p);
   o.raw("seed", std::to_string(s.seed)).raw("offset", std::to_string(s.offset)).boolean("backward", s.backward);
-  o.integer("visible_pairs", testing::visible_pairs(s)).count("forward_flops", testing::forward_flops(s));
+  o.raw("visible_pairs", testing::decimal(testing::visible_pairs_wide(s)))
+      .count("forward_flops", testing::forward_flops(s));
   if (s.backward) o.count("backward_flops", testing::backward_flops(s));
   return o.dump();
 }

@@ -6,6 +6,7 @@
 
 #include "attn/attn.h"
 #include "commands.h"
+#include "host_memory.h"
 #include "json.h"
 #include "progress.h"
 #include "report.h"
@@ -58,6 +59,7 @@ int run_command(const RunFlags& f) {
   // Progress only where a pass can take long: the CPU reference.
   const bool progress = !gpu && progress_wanted(f.quiet);
 
+  require_host_memory("attn run", run_host_bytes(spec, !gpu));
   std::vector<Case> sets{testing::make_case(spec, device, data_seed(f.problem))};
   for (int i = 1; i < input_sets(sets[0]); ++i)
     sets.push_back(testing::make_case(spec, device, data_seed(f.problem) + static_cast<uint64_t>(i)));
@@ -72,8 +74,8 @@ int run_command(const RunFlags& f) {
                       "           (exact, fp64 accumulation, every feature; the oracle, not a fast path)\n");
   else
     std::fprintf(out, "device:    cpu (--device cpu): the reference backend runs on the CPU\n");
-  std::fprintf(out, "work:      %lld visible pairs; forward %s FLOP%s\n",
-               static_cast<long long>(testing::visible_pairs(spec)), sci(testing::forward_flops(spec)).c_str(),
+  std::fprintf(out, "work:      %s visible pairs; forward %s FLOP%s\n",
+               testing::decimal(testing::visible_pairs_wide(spec)).c_str(), sci(testing::forward_flops(spec)).c_str(),
                spec.backward ? (", backward " + sci(testing::backward_flops(spec)) + " FLOP").c_str() : "");
   if (!gpu) note_if_slow_on_cpu(spec, out);
   std::fflush(out);
