@@ -71,6 +71,21 @@ TEST(CudnnRules, ThdAndPaddingUseSequenceLengths) {
   EXPECT_TRUE(mask_plan(q).bottom_right);
 }
 
+// A view whose base address or a stride is not a multiple of 16 bytes (a
+// storage offset of one bf16 element) is refused here, so selection moves on
+// instead of cuDNN failing when it runs the graph.
+TEST(CudnnRules, RowsAlignedToLessThan16BytesAreRefused) {
+  const auto sm90 = simulated_device("sm90");
+  for (int align : {8, 4, 2}) {
+    Problem p = problem();
+    p.row_alignment_bytes = align;
+    const std::string r = joined(static_reasons(p, sm90, kV919));
+    EXPECT_NE(r.find("aligned to " + std::to_string(align) + " bytes"), std::string::npos) << r;
+    EXPECT_NE(r.find("cuDNN needs 16"), std::string::npos) << r;
+  }
+  EXPECT_TRUE(static_reasons(problem(), sm90, kV919).empty());
+}
+
 TEST(CudnnRules, HeadDimsPerArchitecture) {
   const auto sm80 = simulated_device("sm80"), sm90 = simulated_device("sm90");
   EXPECT_TRUE(static_reasons(problem(128, 128), sm80, kV919).empty());
