@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   const int row0 = wg * 64 + ((tid / 32) & 3) * 16;  // this warp's first row in the tile
   const FwdEpilogue<T, Cfg> epilogue{args, smem, wg, ctid, lane, row0};
   FwdRegisters<Cfg> regs;
-  FwdMainloop<T, Cfg, kDropout> mainloop{args, args.p, smem, queue, epilogue, regs, wg, ctid, lane, row0,
+  FwdMainloop<T, Cfg, kDropout> mainloop{args.p, smem, queue, epilogue, regs, wg, ctid, lane, row0,
                                          args.p.score_mods ? 1.f : args.p.scale_log2};
   mainloop.first_turn();
 

@@ -12,12 +12,10 @@
 #include "backends/flash/online_softmax.cuh"
 #include "backends/flash/tile_ranges.h"
 #include "backends/flash_sm90/fwd_epilogue.cuh"
-#include "backends/flash_sm90/fwd_params.h"
 #include "backends/flash_sm90/fwd_smem.cuh"
 #include "backends/flash_sm90/fwd_softmax.cuh"
 #include "backends/flash_sm90/fwd_storage.cuh"
 #include "backends/flash_sm90/fwd_work_queue.cuh"
-#include "kernels/sm80/mma.cuh"
 #include "kernels/sm90/pipeline.cuh"
 #include "kernels/sm90/wgmma.cuh"
 #include "kernels/sm90/wgmma_ops.cuh"
@@ -27,8 +25,7 @@ namespace attn::flash_sm90 {
 template <typename T, class Cfg, bool kDropout>
 struct FwdMainloop {
   static constexpr int kDQK = Cfg::kHeadDimQK, kDV = Cfg::kHeadDimV;
-  static constexpr int kM = Cfg::kBlockM, kN = Cfg::kBlockN, NA = kN / 8, NO = kDV / 8;
-  const Sm90FwdParams& args;
+  static constexpr int kN = Cfg::kBlockN, NO = kDV / 8;
   const flash::FwdParams& p;
   const FwdSmem<Cfg>& smem;
   FwdWorkQueue<Cfg>& queue;
