@@ -81,7 +81,7 @@ TEST(CudnnRules, RowsAlignedToLessThan16BytesAreRefused) {
     p.row_alignment_bytes = align;
     const std::string r = joined(static_reasons(p, sm90, kV919));
     EXPECT_NE(r.find("aligned to " + std::to_string(align) + " bytes"), std::string::npos) << r;
-    EXPECT_NE(r.find("cuDNN needs 16"), std::string::npos) << r;
+    EXPECT_NE(r.find("cudnn needs 16"), std::string::npos) << r;
   }
   EXPECT_TRUE(static_reasons(problem(), sm90, kV919).empty());
 }

@@ -20,4 +20,10 @@ std::vector<std::string> gpu_device_reasons(const Problem& p, const DeviceInfo& 
   return no;
 }
 
+std::string row_alignment_reason(const Problem& p, const char* backend) {
+  if (p.row_alignment_bytes >= 16) return {};
+  return "q/k/v/out rows are aligned to " + std::to_string(p.row_alignment_bytes) + " bytes; " + backend +
+         " needs 16 (base addresses and strides multiples of 8 elements; unfused runs any layout)";
+}
+
 }  // namespace attn::detail

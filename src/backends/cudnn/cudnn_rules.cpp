@@ -2,6 +2,8 @@
 #include "backends/cudnn/cudnn_rules.h"
 
 #include <cstdint>
+#include <string>
+#include <utility>
 
 #include "attn/mask_rule.h"
 #include "backends/common/device_reasons.h"
@@ -57,10 +59,8 @@ std::vector<std::string> static_reasons(const Problem& p, const DeviceInfo& dev,
     no.push_back(std::string("dtype ") + dtype_name(p.dtype) +
                  ": cuDNN's fused attention takes bfloat16 or float16 (unfused runs float32)");
   // cuDNN checks each tensor's pointer and strides against 16 bytes when it
-  // runs the graph, not when it builds it: refused here, unfused runs them.
-  if (p.row_alignment_bytes < 16)
-    no.push_back("q/k/v/out rows are aligned to " + str(p.row_alignment_bytes) +
-                 " bytes (base address or a stride); cuDNN needs 16 (unfused runs any layout)");
+  // runs the graph, not when it builds it: refused here.
+  if (std::string r = detail::row_alignment_reason(p, "cudnn"); !r.empty()) no.push_back(std::move(r));
 
   // Head dims: multiples of 8; at most 128 before Hopper, 256 on Hopper.
   const int64_t max_d = dev.sm == 90 ? 256 : 128;

@@ -3,8 +3,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "attn/error.h"
+#include "backends/common/device_reasons.h"
 
 namespace attn::flash {
 
@@ -15,9 +17,7 @@ std::vector<std::string> kernel_reasons(const Problem& p, const char* backend) {
   if (p.mask == MaskType::arbitrary) no.push_back("mask=arbitrary (a mask tensor) is not supported; unfused runs it");
   if (p.bias == BiasType::post_scale_bias)
     no.push_back("post_scale_bias (a bias tensor) is not supported; ALiBi slopes are");
-  if (p.row_alignment_bytes < 16)
-    no.push_back("q/k/v/out rows are aligned to " + std::to_string(p.row_alignment_bytes) + " bytes; " + backend +
-                 " needs 16 (base addresses and strides multiples of 8 elements)");
+  if (std::string r = detail::row_alignment_reason(p, backend); !r.empty()) no.push_back(std::move(r));
   if (p.s_q > INT32_MAX || p.s_kv > INT32_MAX || p.total_q > INT32_MAX || p.total_kv > INT32_MAX)
     no.push_back("sequence lengths beyond 2^31 tokens");
   return no;
