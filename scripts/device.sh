@@ -18,8 +18,13 @@
 #   sanitize [TARGET ...]     [build-device] $SANITIZERS over each TARGET: an
 #                             `attn check` case ("--backend X --format thd ..."
 #                             as one word), a .py file, or a GoogleTest filter.
-#                             Default: memcheck on UncheckedSeqlens.*, all three
-#                             tools on tests/python/sanitize_rotary.py.
+#                             Default: the reduced grid, every GPU backend
+#                             forced on a causal GQA bshd case and a packed
+#                             windowed case with empty and length-1 sequences,
+#                             forward and backward, under memcheck, racecheck,
+#                             initcheck and synccheck; the CUDA graph tests and
+#                             UncheckedSeqlens.* under memcheck; all four tools
+#                             on tests/python/sanitize_rotary.py.
 #   flash_sm80 [COMPARE ...]  [build-kernels] ptxas report, the sm80 primitive,
 #                             grid and backward tests (the grid again with
 #                             ATTN_SM80_BWD_GROUP_CHUNK=3), sanitizers on eight
@@ -146,10 +151,16 @@ suite_sanitize() {
   stage_python
   local i=0 target
   if [ $# -eq 0 ]; then
+    local tools=${SANITIZERS:-memcheck racecheck initcheck synccheck} b
+    for b in flash_sm90 flash_sm80 cudnn unfused; do
+      SANITIZERS=$tools sanitize "$b-gqa" "--backend $b --batch 2 --seqlen 130 --heads 4 --kv-heads 2 --head-dim 64 --mask causal --seed 3 --backward"
+      SANITIZERS=$tools sanitize "$b-thd" "--backend $b --format thd --seqlens 5,0,1,170 --heads 4 --kv-heads 2 --head-dim 128 --mask padding_causal --window 40,0 --seed 5 --backward"
+    done
     # Unchecked cu_seqlens must not make a kernel read or write outside the
-    # tensors (tests/gpu/test_unchecked_seqlens.cpp); the rotary kernel's case.
-    SANITIZERS=${SANITIZERS:-memcheck} sanitize unchecked 'UncheckedSeqlens.*'
-    sanitize rotary tests/python/sanitize_rotary.py
+    # tensors (tests/gpu/test_unchecked_seqlens.cpp); captured graphs replayed.
+    SANITIZERS=memcheck sanitize unchecked 'UncheckedSeqlens.*'
+    SANITIZERS=memcheck sanitize graphs '*CudaGraphs*'
+    SANITIZERS=$tools sanitize rotary tests/python/sanitize_rotary.py
   fi
   for target in "$@"; do
     i=$((i + 1))

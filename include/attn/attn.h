@@ -19,6 +19,14 @@ Selection backward(const Options& opts, const BackwardArgs& args, const RunConte
 Selection backward(const Options& opts, const BackwardArgs& args, const RunContext& ctx,
                    const Policy& policy);
 
+// Device scratch bytes the call would take (RunContext::workspace): validates
+// and selects exactly as forward() / backward() do, and asks the chosen
+// backend; 0 when it needs none. Query once per shape, outside graph capture.
+int64_t forward_workspace_size(const Options& opts, const ForwardArgs& args);
+int64_t forward_workspace_size(const Options& opts, const ForwardArgs& args, const Policy& policy);
+int64_t backward_workspace_size(const Options& opts, const BackwardArgs& args);
+int64_t backward_workspace_size(const Options& opts, const BackwardArgs& args, const Policy& policy);
+
 // The library's version and the commit it was built from (for benchmark records).
 const char* version();
 const char* git_commit();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,18 @@ int cuda_device_count();
 
 struct RunContext {
   void* stream = nullptr;  // cudaStream_t; nullptr = the legacy default stream
+  // Device scratch memory for the call, as cuDNN and TransformerEngine take it:
+  // at least forward_workspace_size() / backward_workspace_size() bytes on the
+  // call's device, 256-byte aligned, used by the call's work in stream order
+  // (so reusable by the next call on the same stream). Null: a framework's
+  // allocator (below), else attn's pool: one block per (device, stream) that
+  // never allocates or waits while its stream is capturing a CUDA graph.
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
+  // A framework's stream-ordered allocator (PyTorch's caching allocator, which
+  // knows about graph capture): called at most once per call with the bytes
+  // needed, returns device memory valid for work queued on `stream`.
+  std::function<void*(int64_t bytes)> workspace_allocator;
 };
 
 class Backend {
@@ -46,6 +59,10 @@ class Backend {
   // True when its dropout drops exactly the elements the reference drops (attn's
   // Philox pattern). cuDNN draws its own pattern: tests check its statistics instead.
   virtual bool matches_reference_dropout() const { return true; }
+  // Device scratch bytes forward() / backward() take for these arguments (0:
+  // none). Same preconditions as forward() / backward().
+  virtual int64_t forward_workspace_bytes(const Problem&, const ForwardArgs&) const { return 0; }
+  virtual int64_t backward_workspace_bytes(const Problem&, const BackwardArgs&) const { return 0; }
   // Called only after validation and a positive supports(); may trust both.
   virtual void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) const = 0;
   virtual void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx) const = 0;

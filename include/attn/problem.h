@@ -146,6 +146,9 @@ struct Problem {
   // stride but the last (in bytes) of q, k, v, out (and in the backward dout,
   // dq, dk, dv): kernels that move rows in 16-byte pieces need 16.
   int row_alignment_bytes = 16;
+  // The call's stream is capturing a CUDA graph: a backend that reads values
+  // back to the host while it runs (lengths from cu_seqlens) refuses.
+  bool capturing = false;
 
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
 };

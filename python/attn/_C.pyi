@@ -3,7 +3,7 @@ backends themselves. Tensors arrive through DLPack without copies; outputs are
 preallocated by the pure-Python layer (attn/__init__.py). Use `attn.forward`
 etc.; this module is the thin layer underneath."""
 
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 # Any DLPack producer: a NumPy, PyTorch, JAX or CuPy array, CPU or CUDA. Inputs
 # may be read-only; outputs must be writable.
@@ -65,6 +65,7 @@ def forward(
     backend: Optional[str] = None,
     disable: Sequence[str] = ...,
     stream: int = 0,
+    workspace_allocator: Optional[Callable[[int], int]] = None,
 ) -> Tuple[str, str]:
     """Validates, selects a backend and runs the forward pass into the
     preallocated out (and lse). Returns (backend name, why it was chosen)."""
@@ -90,6 +91,7 @@ def backward(
     backend: Optional[str] = None,
     disable: Sequence[str] = ...,
     stream: int = 0,
+    workspace_allocator: Optional[Callable[[int], int]] = None,
 ) -> Tuple[str, str]:
     """Validates, selects a backend and runs the backward pass into the
     preallocated dq, dk, dv (and dbias). Returns (backend name, why)."""

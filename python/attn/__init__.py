@@ -52,6 +52,14 @@ def _out_shape(q: Any, v: Any) -> tuple:
     return qs[:-1] + vs[-1:] if qs and vs else qs
 
 
+def _capture_workspace(q: Any, stream: Optional[int]) -> Any:
+    """Under CUDA graph capture of PyTorch's current stream (the call's stream
+    when none is given), the workspace comes from PyTorch's allocator."""
+    if stream is not None or _arrays.framework(q) != "torch":
+        return None
+    return _arrays.torch_capture_workspace(q)
+
+
 def _stream(q: Any, stream: Optional[int]) -> int:
     return _arrays.stream_of(q) if stream is None else int(stream)
 
@@ -148,6 +156,7 @@ def forward(
             opts, d(q), d(k), d(v), d(out), d(lse),
             **_inputs(cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask),
             backend=backend, disable=list(disable), stream=_stream(q, stream),
+            workspace_allocator=_capture_workspace(q, stream),
         )
     except (TypeError, ValueError) as e:
         _arrays.adapt_error(e, _arrays.framework(q))
@@ -229,6 +238,7 @@ def backward(
             opts, d(q), d(k), d(v), d(out), d(dout), d(lse), d(dq), d(dk), d(dv), d(dbias),
             **_inputs(cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask),
             backend=backend, disable=list(disable), stream=_stream(q, stream),
+            workspace_allocator=_capture_workspace(q, stream),
         )
     except (TypeError, ValueError) as e:
         _arrays.adapt_error(e, _arrays.framework(q))

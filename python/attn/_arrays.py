@@ -105,6 +105,39 @@ def torch_tensor_stream(t: Any) -> int:
     return torch_stream(index) if index >= 0 else 0
 
 
+class _TorchWorkspace:
+    """attn's workspace from PyTorch's caching allocator: called by the core
+    with the bytes a call needs, returns the device address and keeps the
+    tensor alive until this object goes (after the call has queued its work,
+    which runs in the current stream's order, as the allocator expects)."""
+
+    __slots__ = ("device", "blocks")
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self.blocks: list = []
+
+    def __call__(self, nbytes: int) -> int:
+        import torch
+
+        block = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+        self.blocks.append(block)
+        return block.data_ptr()
+
+
+def torch_capture_workspace(t: Any) -> Optional[_TorchWorkspace]:
+    """Under CUDA graph capture on PyTorch's current stream: a workspace
+    allocator over PyTorch's caching allocator, whose memory belongs to the
+    graph's pool (attn's own pool neither allocates nor waits while capturing,
+    and torch.cuda.graph captures on a stream attn has not seen). None
+    otherwise: attn's own pool serves, without a tensor per call."""
+    import torch
+
+    if t.get_device() < 0 or not torch._C._cuda_isCurrentStreamCapturing():
+        return None
+    return _TorchWorkspace(t.device)
+
+
 def stream_of(x: Any) -> int:
     """The CUDA stream (as an integer handle) x's framework is working on; 0 on the CPU."""
     fw = framework(x)

@@ -120,12 +120,24 @@ class _Call(_CallFields):
         c = _capsule
         return c(self.cu_seqlens_q), c(self.cu_seqlens_kv), c(bias), c(self.alibi_slopes), c(self.attn_mask)
 
+    def _capture_workspace(self, q: Tensor) -> Any:
+        """PyTorch's allocator for the workspace under CUDA graph capture (else
+        None: attn's pool). Dropout is refused there: its seed is drawn on the
+        host per call, so every replay would drop the same elements."""
+        ws = _arrays.torch_capture_workspace(q)
+        if ws is not None and self.dropout_p > 0:
+            raise RuntimeError(
+                "attn: dropout inside CUDA graph capture is not supported yet: attn.torch draws the seed on the "
+                "host per call, so every replay would drop the same elements. Capture with dropout_p=0, or call "
+                "attn.forward/attn.backward with your own seed and offset (a replay then repeats them).")
+        return ws
+
     def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
         out = q.new_empty(q.shape[:-1] + v.shape[-1:])
         lse = q.new_empty(_lse_shape(q, self.qkv_format), dtype=torch.float32)
         try:
             _C.forward(self.opts, to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(lse),
-                       *self._extras(bias), self.backend, _NO_DISABLE, _stream(q))
+                       *self._extras(bias), self.backend, _NO_DISABLE, _stream(q), self._capture_workspace(q))
         except (TypeError, ValueError) as e:
             _arrays.adapt_error(e, "torch")
             raise
@@ -142,7 +154,7 @@ class _Call(_CallFields):
         try:
             _C.backward(self.opts, to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(dout),
                         to_dlpack(lse), to_dlpack(dq), to_dlpack(dk), to_dlpack(dv), _capsule(dbias),
-                        *self._extras(bias), self.backend, _NO_DISABLE, _stream(q))
+                        *self._extras(bias), self.backend, _NO_DISABLE, _stream(q), self._capture_workspace(q))
         except (TypeError, ValueError) as e:
             _arrays.adapt_error(e, "torch")
             raise

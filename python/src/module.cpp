@@ -55,6 +55,21 @@ Policy make_policy(const std::optional<std::string>& backend, const std::vector<
   return policy;
 }
 
+// The call's stream and, when given, a Python callable (bytes -> device
+// address) that serves the workspace from a framework's allocator: attn.torch
+// passes one under CUDA graph capture. The call runs without the GIL; the
+// callable takes it back.
+RunContext run_context(uintptr_t stream, const nb::object& workspace_allocator) {
+  RunContext ctx;
+  ctx.stream = reinterpret_cast<void*>(stream);
+  if (!workspace_allocator.is_none())
+    ctx.workspace_allocator = [workspace_allocator](int64_t bytes) -> void* {
+      nb::gil_scoped_acquire gil;
+      return reinterpret_cast<void*>(nb::cast<uintptr_t>(workspace_allocator(bytes)));
+    };
+  return ctx;
+}
+
 nb::tuple selection_tuple(const Selection& s) {
   return nb::make_tuple(std::string(s.backend ? s.backend->name() : ""), s.why);
 }
@@ -255,16 +270,17 @@ NB_MODULE(_C, m) {
       [](const Options& opts, const InArray& q, const InArray& k, const InArray& v, const OutArray& out,
          const OptOut& lse, const OptIn& cu_seqlens_q, const OptIn& cu_seqlens_kv, const OptIn& bias,
          const OptIn& alibi_slopes, const OptIn& attn_mask, const std::optional<std::string>& backend,
-         const std::vector<std::string>& disable, uintptr_t stream) {
+         const std::vector<std::string>& disable, uintptr_t stream, const nb::object& workspace_allocator) {
         ForwardArgs args;
         args.in = make_inputs(q, k, v, {cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask});
         args.out = to_view(out, "out");
         args.lse = to_view(lse, "lse");
         const Policy policy = make_policy(backend, disable);
+        const RunContext ctx = run_context(stream, workspace_allocator);
         Selection s;
         {
           nb::gil_scoped_release release;
-          s = forward(opts, args, RunContext{reinterpret_cast<void*>(stream)}, policy);
+          s = forward(opts, args, ctx, policy);
         }
         return selection_tuple(s);
       },
@@ -273,6 +289,7 @@ NB_MODULE(_C, m) {
       "cu_seqlens_kv"_a.noconvert() = nb::none(), "bias"_a.noconvert() = nb::none(),
       "alibi_slopes"_a.noconvert() = nb::none(), "attn_mask"_a.noconvert() = nb::none(),
       "backend"_a = nb::none(), "disable"_a = std::vector<std::string>{}, "stream"_a = 0,
+      "workspace_allocator"_a = nb::none(),
       "Validates, selects a backend and runs the forward pass into the preallocated out (and lse). "
       "Returns (backend name, why it was chosen).");
 
@@ -282,7 +299,7 @@ NB_MODULE(_C, m) {
          const InArray& dout, const InArray& lse, const OutArray& dq, const OutArray& dk, const OutArray& dv,
          const OptOut& dbias, const OptIn& cu_seqlens_q, const OptIn& cu_seqlens_kv, const OptIn& bias,
          const OptIn& alibi_slopes, const OptIn& attn_mask, const std::optional<std::string>& backend,
-         const std::vector<std::string>& disable, uintptr_t stream) {
+         const std::vector<std::string>& disable, uintptr_t stream, const nb::object& workspace_allocator) {
         BackwardArgs args;
         args.in = make_inputs(q, k, v, {cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask});
         args.out = to_view(out, "out");
@@ -293,10 +310,11 @@ NB_MODULE(_C, m) {
         args.dv = to_view(dv, "dv");
         args.dbias = to_view(dbias, "dbias");
         const Policy policy = make_policy(backend, disable);
+        const RunContext ctx = run_context(stream, workspace_allocator);
         Selection s;
         {
           nb::gil_scoped_release release;
-          s = backward(opts, args, RunContext{reinterpret_cast<void*>(stream)}, policy);
+          s = backward(opts, args, ctx, policy);
         }
         return selection_tuple(s);
       },
@@ -306,6 +324,7 @@ NB_MODULE(_C, m) {
       "cu_seqlens_kv"_a.noconvert() = nb::none(), "bias"_a.noconvert() = nb::none(),
       "alibi_slopes"_a.noconvert() = nb::none(), "attn_mask"_a.noconvert() = nb::none(),
       "backend"_a = nb::none(), "disable"_a = std::vector<std::string>{}, "stream"_a = 0,
+      "workspace_allocator"_a = nb::none(),
       "Validates, selects a backend and runs the backward pass into the preallocated dq, dk, dv "
       "(and dbias). Returns (backend name, why it was chosen).");
 

@@ -70,6 +70,7 @@ std::string describe_problem(const Problem& p) {
   if (p.dropout_p > 0) os << " dropout=" << p.dropout_p << " seed=" << p.seed << " offset=" << p.offset;
   if (p.deterministic) os << " deterministic";
   if (p.return_lse) os << " lse";
+  if (p.capturing) os << " capturing";
   return os.str();
 }
 

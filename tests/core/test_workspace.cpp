@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "attn/error.h"
 #include "core/workspace.h"
 
 namespace attn::detail {
@@ -100,6 +101,83 @@ TEST(Workspace, PerThreadDefaultStreamIsOneStreamPerThread) {
   void* legacy = cache.get(0, nullptr, 100);
   std::thread third([&] { EXPECT_EQ(cache.get(0, nullptr, 100), legacy) << "one legacy stream for all threads"; });
   third.join();
+}
+
+TEST(Workspace, UnderCaptureAReadyBlockServesAndIsKeptForGood) {
+  FakeMemory m;
+  WorkspaceCache cache(m, kPerThread, 2);
+  void* a = cache.get(0, stream(10), 1000);
+  m.log.clear();
+  EXPECT_EQ(cache.get(0, stream(10), 900, /*capturing=*/true), a);
+  EXPECT_TRUE(m.log.empty()) << "nothing allocated or waited for while capturing";
+  // Growing after the capture: a new block, and the captured one is kept (a replay reads it).
+  void* grown = cache.get(0, stream(10), int64_t{8} << 20);
+  EXPECT_NE(grown, a);
+  EXPECT_EQ(m.live.count(a), 1u) << "the captured block was freed";
+  EXPECT_EQ(cache.kept_blocks(), 1);
+}
+
+TEST(Workspace, UnderCaptureAMissingOrSmallBlockIsAnErrorThatSaysHowToSizeIt) {
+  FakeMemory m;
+  WorkspaceCache cache(m, kPerThread);
+  try {
+    cache.get(0, stream(10), 1000, true);
+    ADD_FAILURE() << "allocated while capturing";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("capturing a CUDA graph"), std::string::npos) << e.what();
+    EXPECT_NE(e.info().fix.find("before capturing"), std::string::npos);
+    EXPECT_NE(e.info().fix.find("forward_workspace_size"), std::string::npos);
+  }
+  EXPECT_TRUE(m.log.empty());
+  cache.get(0, stream(10), 1000);  // outside capture: made
+  m.log.clear();
+  EXPECT_THROW(cache.get(0, stream(10), int64_t{64} << 20, true), Error) << "growing under capture";
+  EXPECT_TRUE(m.log.empty()) << "neither waited nor freed: the stream's queued work still uses the block";
+  EXPECT_EQ(cache.blocks(), 1);
+}
+
+TEST(Workspace, EvictingACapturedBlockKeepsIt) {
+  FakeMemory m;
+  WorkspaceCache cache(m, kPerThread, 1);
+  void* a = cache.get(0, stream(1), 100);
+  cache.get(0, stream(1), 100, true);
+  cache.get(0, stream(2), 100);  // past the cap of 1: stream 1's block leaves the pool
+  EXPECT_EQ(m.live.count(a), 1u);
+  EXPECT_EQ(cache.kept_blocks(), 1);
+  EXPECT_EQ(cache.blocks(), 1);
+}
+
+TEST(Workspace, CallersBlockIsCheckedAndUsedWithoutThePool) {
+  alignas(256) static char block[512];
+  RunContext ctx;
+  ctx.workspace = block;
+  ctx.workspace_bytes = 512;
+  EXPECT_EQ(workspace(ctx, 0, 512), block);
+  EXPECT_EQ(workspace(ctx, 0, 0), nullptr) << "no bytes, no memory";
+  try {
+    workspace(ctx, 0, 513);
+    ADD_FAILURE() << "a workspace one byte short was taken";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.info().got, "512 bytes");
+    EXPECT_EQ(e.info().expected, "at least 513 bytes");
+  }
+  ctx.workspace = block + 16;
+  ctx.workspace_bytes = 256;
+  EXPECT_THROW(workspace(ctx, 0, 64), Error) << "not 256-byte aligned";
+}
+
+TEST(Workspace, AllocatorIsAskedForTheBytesOnce) {
+  alignas(256) static char block[1024];
+  std::vector<int64_t> asked;
+  RunContext ctx;
+  ctx.workspace_allocator = [&](int64_t bytes) -> void* {
+    asked.push_back(bytes);
+    return block;
+  };
+  EXPECT_EQ(workspace(ctx, 0, 700), block);
+  EXPECT_EQ(asked, std::vector<int64_t>{700});
+  ctx.workspace_allocator = [](int64_t) -> void* { return nullptr; };
+  EXPECT_THROW(workspace(ctx, 0, 700), Error) << "an allocator with no memory";
 }
 
 }  // namespace

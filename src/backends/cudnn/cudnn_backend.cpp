@@ -206,25 +206,49 @@ void lse_strides(const Problem& p, const TensorView& lse, int64_t& b, int64_t& h
   }
 }
 
+// What a forward call needs besides its tensors: cuDNN's plan and the
+// workspace's layout (forward_workspace_bytes asks the same).
+struct ForwardSetup {
+  MaskPlan m;
+  int64_t rows = 0;
+  bool no_keys = false, direct = false, ws_stats = false;
+  PlanResult plan;
+  int64_t cudnn_bytes = 0;
+  int64_t workspace_bytes = 0;
+};
+
+ForwardSetup forward_setup(const Problem& p, const ForwardArgs& a) {
+  ForwardSetup f;
+  f.m = mask_plan(p);
+  f.rows = view_rows(p, p.s_q);
+  f.no_keys = p.total_kv == 0 || p.s_kv == 0;
+  f.direct = p.return_lse && lse_packed(p, a.lse);
+  if (!f.no_keys) {
+    f.plan = get_plan(spec_for(p, &a.in, &a.out, nullptr, nullptr, nullptr, nullptr));
+    if (!f.plan.plan) no_plan(p, f.plan.error);
+  }
+  f.cudnn_bytes = f.plan.plan ? workspace_bytes(*f.plan.plan) : 0;
+  f.ws_stats = p.return_lse && !f.direct;
+  detail::Carver sizing(nullptr);
+  carve(sizing, p, f.m, f.rows, f.ws_stats, f.cudnn_bytes);
+  f.workspace_bytes = sizing.used();
+  return f;
+}
+
+int64_t forward_workspace(const Problem& p, const ForwardArgs& a) {
+  return p.total_q == 0 || p.h_q == 0 ? 0 : forward_setup(p, a).workspace_bytes;
+}
+
 void forward_pass(const Problem& p, const ForwardArgs& a, const RunContext& ctx) {
   if (p.total_q == 0 || p.h_q == 0) return;
   ATTN_CUDA(cudaSetDevice(p.device.index));
-  const MaskPlan m = mask_plan(p);
-  const int64_t rows = view_rows(p, p.s_q);
-  const bool no_keys = p.total_kv == 0 || p.s_kv == 0;
-  const bool direct = p.return_lse && lse_packed(p, a.lse);
-  const GraphSpec spec = spec_for(p, &a.in, &a.out, nullptr, nullptr, nullptr, nullptr);
-  PlanResult plan;
-  if (!no_keys) {
-    plan = get_plan(spec);
-    if (!plan.plan) no_plan(p, plan.error);
-  }
-  const int64_t cudnn_bytes = plan.plan ? workspace_bytes(*plan.plan) : 0;
-  const bool ws_stats = p.return_lse && !direct;
-  detail::Carver sizing(nullptr);
-  carve(sizing, p, m, rows, ws_stats, cudnn_bytes);
-  detail::Carver c(static_cast<char*>(detail::workspace(p.device.index, ctx.stream, sizing.used())));
-  const Scratch s = carve(c, p, m, rows, ws_stats, cudnn_bytes);
+  const ForwardSetup setup = forward_setup(p, a);
+  const MaskPlan& m = setup.m;
+  const int64_t rows = setup.rows;
+  const bool no_keys = setup.no_keys, direct = setup.direct, ws_stats = setup.ws_stats;
+  const PlanResult& plan = setup.plan;
+  detail::Carver c(static_cast<char*>(detail::workspace(ctx, p.device.index, setup.workspace_bytes)));
+  const Scratch s = carve(c, p, m, rows, ws_stats, setup.cudnn_bytes);
   const TensorView* views[kRoles] = {&a.in.q, &a.in.k, &a.in.v, &a.out, nullptr, nullptr, nullptr, nullptr};
   prepare_sequences(p, a.in, s, views, ctx.stream);
 
@@ -279,30 +303,54 @@ void zero_gradient_rows(const Problem& p, const BackwardArgs& a, int32_t* len_q,
   }
 }
 
+// What a backward call needs besides its tensors: cuDNN's plan and the
+// workspace's layout (backward_workspace_bytes asks the same).
+struct BackwardSetup {
+  MaskPlan m;
+  int64_t rows = 0;
+  bool nothing_to_attend = false;  // no keys or no queries: every gradient is zero
+  bool direct = false;
+  PlanResult plan;
+  int64_t cudnn_bytes = 0;
+  int64_t workspace_bytes = 0;
+};
+
+BackwardSetup backward_setup(const Problem& p, const BackwardArgs& a) {
+  BackwardSetup b;
+  b.m = mask_plan(p);
+  b.rows = view_rows(p, p.s_q);
+  b.nothing_to_attend = p.total_kv == 0 || p.s_kv == 0 || p.total_q == 0;
+  // cuDNN reads packed [b, h, s] stats; the caller's lse serves in place when it
+  // is packed and has no -inf (rows that see no key).
+  b.direct = !may_have_empty_rows(p) && lse_packed(p, a.lse);
+  if (!b.nothing_to_attend) {
+    b.plan = get_plan(spec_for(p, &a.in, &a.out, &a.dout, &a.dq, &a.dk, &a.dv, a.dbias.defined() ? &a.dbias : nullptr));
+    if (!b.plan.plan) no_plan(p, b.plan.error);
+  }
+  b.cudnn_bytes = b.plan.plan ? workspace_bytes(*b.plan.plan) : 0;
+  detail::Carver sizing(nullptr);
+  carve(sizing, p, b.m, b.rows, !b.direct, b.cudnn_bytes);
+  if (b.nothing_to_attend) sizing.take<int32_t>(p.batch);  // the zero lengths
+  b.workspace_bytes = sizing.used();
+  return b;
+}
+
+int64_t backward_workspace(const Problem& p, const BackwardArgs& a) {
+  return p.h_q == 0 ? 0 : backward_setup(p, a).workspace_bytes;
+}
+
 void backward_pass(const Problem& p, const BackwardArgs& a, const RunContext& ctx) {
   if (p.h_q == 0) return;
   ATTN_CUDA(cudaSetDevice(p.device.index));
-  const MaskPlan m = mask_plan(p);
-  const int64_t rows = view_rows(p, p.s_q);
-  const bool no_keys = p.total_kv == 0 || p.s_kv == 0;
-  const bool empty_rows = may_have_empty_rows(p);
-  // cuDNN reads packed [b, h, s] stats; the caller's lse serves in place when it
-  // is packed and has no -inf (rows that see no key).
-  const bool direct = !empty_rows && lse_packed(p, a.lse);
-  PlanResult plan;
-  if (p.total_q > 0 && !no_keys) {
-    plan = get_plan(spec_for(p, &a.in, &a.out, &a.dout, &a.dq, &a.dk, &a.dv, a.dbias.defined() ? &a.dbias : nullptr));
-    if (!plan.plan) no_plan(p, plan.error);
-  }
-  const int64_t cudnn_bytes = plan.plan ? workspace_bytes(*plan.plan) : 0;
+  const BackwardSetup setup = backward_setup(p, a);
+  const int64_t rows = setup.rows;
+  const bool direct = setup.direct;
+  const PlanResult& plan = setup.plan;
   const bool padded_grads = p.has_seqlens && !thd(p);
-  detail::Carver sizing(nullptr);
-  carve(sizing, p, m, rows, !direct, cudnn_bytes);
-  if (no_keys) sizing.take<int32_t>(p.batch);
-  detail::Carver c(static_cast<char*>(detail::workspace(p.device.index, ctx.stream, sizing.used())));
-  const Scratch s = carve(c, p, m, rows, !direct, cudnn_bytes);
+  detail::Carver c(static_cast<char*>(detail::workspace(ctx, p.device.index, setup.workspace_bytes)));
+  const Scratch s = carve(c, p, setup.m, rows, !direct, setup.cudnn_bytes);
 
-  if (no_keys || p.total_q == 0) {  // nothing to attend to: every gradient is zero
+  if (setup.nothing_to_attend) {  // every gradient is zero
     int32_t* zeros = c.take<int32_t>(p.batch);
     ATTN_CUDA(cudaMemsetAsync(zeros, 0, p.batch * sizeof(int32_t), static_cast<cudaStream_t>(ctx.stream)));
     zero_gradient_rows(p, a, zeros, zeros, ctx.stream);
@@ -371,6 +419,12 @@ class CudnnBackend final : public Backend {
 
  public:
 
+  int64_t forward_workspace_bytes(const Problem& p, const ForwardArgs& args) const override {
+    return forward_workspace(p, args);
+  }
+  int64_t backward_workspace_bytes(const Problem& p, const BackwardArgs& args) const override {
+    return backward_workspace(p, args);
+  }
   void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) const override {
     forward_pass(p, args, ctx);
   }

@@ -18,6 +18,8 @@ struct Entries {
   std::vector<std::string> (*obstacles)(const Problem&, const DeviceInfo&);
   void (*forward)(const Problem&, const ForwardArgs&, const RunContext&);
   void (*backward)(const Problem&, const BackwardArgs&, const RunContext&);
+  int64_t (*forward_workspace)(const Problem&);  // device scratch bytes of each pass
+  int64_t (*backward_workspace)(const Problem&);
 };
 
 class FlashBackend final : public Backend {
@@ -26,6 +28,12 @@ class FlashBackend final : public Backend {
   const char* name() const override { return e_.name; }
   std::vector<std::string> supports(const Problem& p, const DeviceInfo& dev) const override {
     return e_.obstacles(p, dev);
+  }
+  int64_t forward_workspace_bytes(const Problem& p, const ForwardArgs&) const override {
+    return e_.forward_workspace(p);
+  }
+  int64_t backward_workspace_bytes(const Problem& p, const BackwardArgs&) const override {
+    return e_.backward_workspace(p);
   }
   void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) const override {
     e_.forward(p, args, ctx);

@@ -104,7 +104,7 @@ int64_t backward_workspace_bytes(const Problem& p, int semaphore_block_m) {
   return carve(p, semaphore_block_m, nullptr, nullptr);
 }
 
-BwdParams backward_params(const Problem& p, const BackwardArgs& a, int semaphore_block_m, cudaStream_t stream) {
+BwdParams backward_params(const Problem& p, const BackwardArgs& a, int semaphore_block_m, const RunContext& ctx) {
   BwdParams k;
   k.fwd = forward_params(p, ForwardArgs{a.in, a.out, a.lse});
   const QkvFormat f = p.qkv_format;
@@ -119,10 +119,10 @@ BwdParams backward_params(const Problem& p, const BackwardArgs& a, int semaphore
   k.dk_batch_stride = kk.batch, k.dk_row_stride = kk.row, k.dk_head_stride = kk.head;
   k.dv_batch_stride = v.batch, k.dv_row_stride = v.row, k.dv_head_stride = v.head;
   const int64_t bytes = backward_workspace_bytes(p, semaphore_block_m);
-  carve(p, semaphore_block_m, static_cast<char*>(detail::workspace(p.device.index, stream, bytes)), &k);
+  carve(p, semaphore_block_m, static_cast<char*>(detail::workspace(ctx, p.device.index, bytes)), &k);
   if (k.dq_semaphore)
     ATTN_CUDA(cudaMemsetAsync(k.dq_semaphore, 0, static_cast<size_t>(p.batch * p.h_q * k.m_tiles) * sizeof(int),
-                              stream));
+                              static_cast<cudaStream_t>(ctx.stream)));
   return k;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "attn/backend.h"
 #include "attn/problem.h"
 #include "backends/flash/params.h"
 
@@ -28,7 +29,7 @@ FwdParams forward_params(const Problem& p, const ForwardArgs& a);
 int64_t backward_workspace_bytes(const Problem& p, int semaphore_block_m);
 
 // The forward's fields, dout / dq / dk / dv and their strides, and the
-// workspace carved on `stream` (deterministic mode's counters zeroed).
-BwdParams backward_params(const Problem& p, const BackwardArgs& a, int semaphore_block_m, cudaStream_t stream);
+// workspace carved for ctx's stream (deterministic mode's counters zeroed).
+BwdParams backward_params(const Problem& p, const BackwardArgs& a, int semaphore_block_m, const RunContext& ctx);
 
 }  // namespace attn::flash

@@ -16,7 +16,9 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev);
 
 void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx);
 void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx);
-// Device workspace of one backward call (D, the fp32 dQ accumulator, counters).
+// Device workspace of each pass: none in the forward; the backward's D, fp32
+// dQ accumulator and counters.
+int64_t forward_workspace_bytes(const Problem& p);
 int64_t backward_workspace_bytes(const Problem& p);
 
 const Backend& backend();

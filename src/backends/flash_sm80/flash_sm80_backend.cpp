@@ -68,7 +68,7 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
 }
 
 const Backend& backend() {
-  static const flash::FlashBackend instance({"flash_sm80", obstacles, forward, backward});
+  static const flash::FlashBackend instance({"flash_sm80", obstacles, forward, backward, forward_workspace_bytes, backward_workspace_bytes});
   return instance;
 }
 

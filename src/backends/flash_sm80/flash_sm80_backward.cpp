@@ -60,13 +60,14 @@ void run(const Problem& p, const flash::BwdParams& k, cudaStream_t stream) {
 
 }  // namespace
 
+int64_t forward_workspace_bytes(const Problem&) { return 0; }
 int64_t backward_workspace_bytes(const Problem& p) { return flash::backward_workspace_bytes(p, min_block_m()); }
 
 void backward(const Problem& p, const BackwardArgs& a, const RunContext& ctx) {
   ATTN_CUDA(cudaSetDevice(p.device.index));
   if (p.batch == 0 || p.h_q == 0) return;  // nothing to write
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
-  const flash::BwdParams k = flash::backward_params(p, a, min_block_m(), stream);
+  const flash::BwdParams k = flash::backward_params(p, a, min_block_m(), ctx);
   if (p.dtype == DType::bf16)
     run<__nv_bfloat16>(p, k, stream);
   else

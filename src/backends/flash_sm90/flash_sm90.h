@@ -2,6 +2,7 @@
 // warp specialization), forward and backward, sm_90a only. docs/FLASH_SM90.md describes the design.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,10 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev);
 
 void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx);
 void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx);
+// Device workspace of each pass: the forward's work-item counter; the
+// backward's D, fp32 dQ accumulator and counters.
+int64_t forward_workspace_bytes(const Problem& p);
+int64_t backward_workspace_bytes(const Problem& p);
 
 // Whether Hopper's backward order should put flash_sm90 first for p, where
 // it measured faster than cuDNN: head dim 128 under a causal shape with 4 or

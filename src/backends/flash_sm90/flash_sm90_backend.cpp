@@ -77,7 +77,7 @@ bool leads_backward(const Problem& p, std::string* rule) {
 }
 
 const Backend& backend() {
-  static const flash::FlashBackend instance({"flash_sm90", obstacles, forward, backward});
+  static const flash::FlashBackend instance({"flash_sm90", obstacles, forward, backward, forward_workspace_bytes, backward_workspace_bytes});
   return instance;
 }
 

@@ -53,11 +53,15 @@ bool dispatch(const Problem& p, const BackwardArgs& a, const flash::BwdParams& k
 
 }  // namespace
 
+int64_t backward_workspace_bytes(const Problem& p) {
+  return flash::backward_workspace_bytes(p, BwdConfig<64, 64>::kBlockM);
+}
+
 void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx) {
   ATTN_CUDA(cudaSetDevice(p.device.index));
   if (p.batch == 0 || p.h_q == 0) return;  // nothing to write
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
-  const flash::BwdParams k = flash::backward_params(p, args, BwdConfig<64, 64>::kBlockM, stream);
+  const flash::BwdParams k = flash::backward_params(p, args, BwdConfig<64, 64>::kBlockM, ctx);
   const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, args, k, stream)
                                           : dispatch<__half>(p, args, k, stream);
   if (!ran)  // supports() refuses these; reaching here is a bug in attn

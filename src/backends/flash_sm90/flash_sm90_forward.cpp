@@ -21,7 +21,7 @@ namespace attn::flash_sm90 {
 namespace {
 
 template <typename T, int kDQK, int kDV>
-void run(const Problem& p, const ForwardArgs& a, cudaStream_t stream) {
+void run(const Problem& p, const ForwardArgs& a, int* item_counter, cudaStream_t stream) {
   using Cfg = FwdConfig<kDQK, kDV>;
   const bool packed = p.qkv_format == QkvFormat::thd;
   Sm90FwdParams args;
@@ -30,9 +30,7 @@ void run(const Problem& p, const ForwardArgs& a, cudaStream_t stream) {
   args.k = tile_map(p, a.in.k, packed ? p.total_kv : p.s_kv, p.h_kv, kDQK, Cfg::kBlockN, "k");
   args.v = tile_map(p, a.in.v, packed ? p.total_kv : p.s_kv, p.h_kv, kDV, Cfg::kBlockN, "v");
   args.o = tile_map(p, a.out, packed ? p.total_q : p.s_q, p.h_q, kDV, 64, "out");
-  // The work-item counter: the stream's workspace, zeroed on the stream.
-  args.item_counter = static_cast<int*>(detail::workspace(p.device.index, stream, sizeof(int)));
-  ATTN_CUDA(cudaMemsetAsync(args.item_counter, 0, sizeof(int), stream));
+  args.item_counter = item_counter;
   args.section_pairs = fwd_section_pairs(args.p.h_per_kv, args.p.window_left, args.p.window_right, args.p.s_kv,
                                          kDQK, kDV, args.p.h_q * args.p.batch);
   const int sm_count = query_device(p.device).sm_count;  // cached per device
@@ -43,11 +41,11 @@ void run(const Problem& p, const ForwardArgs& a, cudaStream_t stream) {
 }
 
 template <typename T>
-bool dispatch(const Problem& p, const ForwardArgs& a, cudaStream_t stream) {
-#define ATTN_DISPATCH_ROW(dqk, dv)         \
-  if (p.d_qk == (dqk) && p.d_v == (dv)) {  \
-    run<T, dqk, dv>(p, a, stream);         \
-    return true;                           \
+bool dispatch(const Problem& p, const ForwardArgs& a, int* item_counter, cudaStream_t stream) {
+#define ATTN_DISPATCH_ROW(dqk, dv)                   \
+  if (p.d_qk == (dqk) && p.d_v == (dv)) {            \
+    run<T, dqk, dv>(p, a, item_counter, stream);     \
+    return true;                                     \
   }
   ATTN_FLASH_SM90_FWD_TABLE(ATTN_DISPATCH_ROW)
 #undef ATTN_DISPATCH_ROW
@@ -56,12 +54,17 @@ bool dispatch(const Problem& p, const ForwardArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
+int64_t forward_workspace_bytes(const Problem&) { return sizeof(int); }
+
 void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) {
   ATTN_CUDA(cudaSetDevice(p.device.index));
   if (p.batch == 0 || p.h_q == 0 || p.s_q == 0 || p.total_q == 0) return;  // nothing to write
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
-  const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, args, stream)
-                                          : dispatch<__half>(p, args, stream);
+  // The work-item counter: the call's workspace, zeroed on the stream.
+  int* item_counter = static_cast<int*>(detail::workspace(ctx, p.device.index, forward_workspace_bytes(p)));
+  ATTN_CUDA(cudaMemsetAsync(item_counter, 0, sizeof(int), stream));
+  const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, args, item_counter, stream)
+                                          : dispatch<__half>(p, args, item_counter, stream);
   if (!ran)  // supports() refuses these; reaching here is a bug in attn
     flash::fail_missing_table_row(p, "flash_sm90 has no kernel", "fwd_table.h");
 }

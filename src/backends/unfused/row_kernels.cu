@@ -199,6 +199,18 @@ __global__ void store_dense4_kernel(const float* src, void* dst, DType t, int64_
 
 int grid_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + 255) / 256, 65535)); }
 
+// Pointers per launch: the chunk stays within the 4 KiB of kernel parameters.
+constexpr int kPointersPerLaunch = 480;
+struct PointerChunk {
+  const void** dst;
+  int count;
+  const void* ptrs[kPointersPerLaunch];
+};
+
+__global__ void write_pointers_kernel(PointerChunk c) {
+  if (static_cast<int>(threadIdx.x) < c.count) c.dst[threadIdx.x] = c.ptrs[threadIdx.x];
+}
+
 }  // namespace
 
 void launch_probabilities(const RowParams& prm, const float* scores, void* probs, DType t, LseOut lse, void* stream) {
@@ -244,6 +256,17 @@ void launch_store_dense4(const float* src, void* dst, DType t, const int64_t sha
   store_dense4_kernel<<<grid_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
       src, dst, t, shape[0], shape[1], shape[2], shape[3], stride[0], stride[1], stride[2], stride[3]);
   ATTN_CUDA(cudaGetLastError());
+}
+
+void launch_write_pointers(const void** dst, const void* const* ptrs, int64_t n, void* stream) {
+  for (int64_t first = 0; first < n; first += kPointersPerLaunch) {
+    PointerChunk c;
+    c.dst = dst + first;
+    c.count = static_cast<int>(std::min<int64_t>(n - first, kPointersPerLaunch));
+    for (int i = 0; i < c.count; ++i) c.ptrs[i] = ptrs[first + i];
+    write_pointers_kernel<<<1, 512, 0, static_cast<cudaStream_t>(stream)>>>(c);
+    ATTN_CUDA(cudaGetLastError());
+  }
 }
 
 }  // namespace attn::unfused

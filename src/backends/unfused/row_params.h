@@ -78,4 +78,10 @@ void launch_store_accumulator(const float* src, void* dst, DType t, int64_t rows
 void launch_store_dense4(const float* src, void* dst, DType t, const int64_t shape[4], const int64_t stride[4],
                          void* stream);
 
+// dst[i] = ptrs[i] for n host-side pointers, carried in kernel parameters: a
+// launch takes its parameters by value, so a CUDA graph that captures it
+// replays the same table (a copy from host memory would read memory that is
+// gone by then).
+void launch_write_pointers(const void** dst, const void* const* ptrs, int64_t n, void* stream);
+
 }  // namespace attn::unfused

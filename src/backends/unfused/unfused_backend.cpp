@@ -43,6 +43,10 @@ class UnfusedBackend final : public Backend {
       no.push_back("deterministic=true with a bias gradient: unfused sums dbias with atomics");
     if (p.s_q > INT32_MAX || p.s_kv > INT32_MAX)
       no.push_back("sequence lengths beyond 2^31 do not fit cuBLAS's int dimensions");
+    if (p.capturing && p.has_seqlens)
+      no.push_back("under CUDA graph capture with cu_seqlens: unfused plans each sequence's products on the host "
+                   "from the lengths, which a captured call cannot read (flash_sm80, flash_sm90 and cudnn read "
+                   "them on the device)");
     const int64_t need = workspace_bytes(p);
     int64_t available = dev.global_mem_bytes;
     // Free memory is asked only when the need is a real share of the card, so
@@ -62,6 +66,12 @@ class UnfusedBackend final : public Backend {
     return no;
   }
 
+  int64_t forward_workspace_bytes(const Problem& p, const ForwardArgs&) const override {
+    return workspace_bytes(p);
+  }
+  int64_t backward_workspace_bytes(const Problem& p, const BackwardArgs&) const override {
+    return workspace_bytes(p);
+  }
   void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) const override {
     unfused::forward(p, args, ctx);
   }

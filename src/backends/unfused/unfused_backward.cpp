@@ -20,7 +20,7 @@ void backward(const Problem& p, const BackwardArgs& a, const RunContext& ctx) {
   const int64_t g = p.h_q / p.h_kv, elem = static_cast<int64_t>(dtype_size_bytes(p.dtype));
   const int64_t score_elems = p.h_q * p.s_q * p.s_kv;
 
-  detail::Carver ws(static_cast<char*>(detail::workspace(device, stream, workspace_bytes(p))));
+  detail::Carver ws(static_cast<char*>(detail::workspace(ctx, device, workspace_bytes(p))));
   const void** table = ws.take<const void*>(p.batch * p.h_q * 15);
   float* scores = ws.take<float>(score_elems);
   float* dprobs = ws.take<float>(score_elems);

@@ -17,7 +17,7 @@ void forward(const Problem& p, const ForwardArgs& a, const RunContext& ctx) {
   const int64_t group = p.h_q / p.h_kv, elem = static_cast<int64_t>(dtype_size_bytes(p.dtype));
   const int64_t score_elems = p.h_q * p.s_q * p.s_kv;
 
-  detail::Carver ws(static_cast<char*>(detail::workspace(device, ctx.stream, workspace_bytes(p))));
+  detail::Carver ws(static_cast<char*>(detail::workspace(ctx, device, workspace_bytes(p))));
   const void** table = ws.take<const void*>(p.batch * p.h_q * 6);
   float* scores = ws.take<float>(score_elems);
   void* probs = ws.take_bytes(score_elems * elem);

@@ -106,10 +106,7 @@ int64_t PointerTable::add(const std::vector<const void*>& ptrs) {
 }
 
 void PointerTable::upload(const void** device_table, void* stream) const {
-  if (host_.empty()) return;
-  // From pageable memory: returns once the data is staged, so host_ may go away after.
-  ATTN_CUDA(cudaMemcpyAsync(device_table, host_.data(), host_.size() * sizeof(void*), cudaMemcpyHostToDevice,
-                            static_cast<cudaStream_t>(stream)));
+  launch_write_pointers(device_table, host_.data(), size(), stream);
 }
 
 }  // namespace attn::unfused

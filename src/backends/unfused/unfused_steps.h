@@ -32,7 +32,8 @@ RowParams row_params(const Problem& p, const Inputs& in, const detail::Sequences
 
 
 // Collects the pointer arrays of many batched products on the host, then
-// uploads them in one copy; each product then reads its slice on the device.
+// writes them to the device in kernel parameters (so a CUDA graph capture
+// keeps them); each product then reads its slice on the device.
 class PointerTable {
  public:
   // Appends one array; returns its index (offset in pointers).

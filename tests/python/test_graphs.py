@@ -1,0 +1,116 @@
+"""attn inside torch.cuda.graph (DESIGN.md, "Calls inside CUDA graphs"):
+forward, forward with backward, packed sequences with check_seqlens=False, and
+the functional API, each captured once and replayed on new inputs, equal to
+eager calls on the same inputs. torch.cuda.graph captures on a stream attn has
+not seen: the workspace comes from PyTorch's allocator. Skipped without a
+CUDA device and a GPU backend."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import attn  # noqa: E402
+import attn.torch  # noqa: E402
+
+HAS_GPU = attn.cuda_device_count() > 0 and any(
+    b.available and b.device == "cuda" for b in attn.backends(detail=True))
+pytestmark = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA device and a GPU backend")
+
+BACKENDS = ["auto", "flash_sm90", "flash_sm80", "cudnn", "unfused"]
+
+
+def _claims(backend, q, k, v, **kw):
+    if backend == "auto":
+        return True
+    return attn.explain(q, k, v, backward=True, **kw)[backend].ok and attn.explain(q, k, v, **kw)[backend].ok
+
+
+def _inputs(seed, b=2, s=200, h=4, h_kv=2, d=64):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    mk = lambda heads: torch.rand(b, s, heads, d, device="cuda", generator=g, dtype=torch.bfloat16) * 2 - 1  # noqa: E731
+    return mk(h), mk(h_kv), mk(h_kv)
+
+
+def _capture(fn):
+    """PyTorch's recipe: warm up on a side stream, then capture."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        outs = fn()
+    return g, outs
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_forward_and_backward_replay_on_new_inputs(backend):
+    q, k, v = (x.requires_grad_() for x in _inputs(1))
+    dout = torch.randn(q.shape[:-1] + v.shape[-1:], device="cuda", dtype=torch.bfloat16)
+    kw = dict(mask="causal", backend=None if backend == "auto" else backend)
+    if not _claims(backend, q.detach(), k.detach(), v.detach(), mask="causal"):
+        pytest.skip(f"{backend} does not run this call here")
+
+    def step():
+        out = attn.torch.attention(q, k, v, **kw)
+        return (out,) + torch.autograd.grad(out, (q, k, v), dout)
+
+    g, static = _capture(step)
+    for seed in (2, 3):
+        nq, nk, nv = _inputs(seed)
+        with torch.no_grad():
+            q.copy_(nq), k.copy_(nk), v.copy_(nv)
+            dout.normal_()
+        g.replay()
+        torch.cuda.synchronize()
+        eager = step()
+        for name, got, want in zip(("out", "dq", "dk", "dv"), static, eager):
+            # The same kernels on the same inputs; gradients summed with atomics may differ in the last bits.
+            torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2, msg=f"{name} after replay")
+
+
+def test_packed_sequences_with_unchecked_lengths_replay_with_new_lengths():
+    h, d, total = 4, 64, 400
+    q = torch.randn(total, h, d, device="cuda", dtype=torch.bfloat16)
+    k, v = torch.randn_like(q), torch.randn_like(q)
+    cu = torch.tensor([0, 1, 101, 400], device="cuda", dtype=torch.int32)
+    kw = dict(qkv_format="thd", mask="padding_causal", cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=300,
+              max_seqlen_kv=300, check_seqlens=False)
+    g, (out,) = _capture(lambda: (attn.torch.attention(q, k, v, **kw),))
+    cu.copy_(torch.tensor([0, 300, 300, 400], dtype=torch.int32))  # other lengths, the same longest
+    q.normal_()
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, attn.torch.attention(q, k, v, **kw), atol=2e-2, rtol=2e-2)
+
+
+def test_checked_lengths_under_capture_name_the_keyword():
+    q = torch.randn(10, 2, 64, device="cuda", dtype=torch.bfloat16)
+    cu = torch.tensor([0, 4, 10], device="cuda", dtype=torch.int32)
+    kw = dict(qkv_format="thd", mask="padding_causal", cu_seqlens_q=cu, cu_seqlens_kv=cu)
+    attn.torch.attention(q, q, q, **kw)
+    g = torch.cuda.CUDAGraph()
+    with pytest.raises(ValueError, match="check_seqlens"):
+        with torch.cuda.graph(g):
+            attn.torch.attention(q, q, q, **kw)
+
+
+def test_functional_api_replays():
+    q, k, v = _inputs(4)
+    g, (out,) = _capture(lambda: (attn.forward(q, k, v, mask="causal"),))
+    nq, _, _ = _inputs(5)
+    q.copy_(nq)
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, attn.forward(q, k, v, mask="causal"), atol=2e-2, rtol=2e-2)
+
+
+def test_dropout_under_capture_is_refused_with_the_reason():
+    q, k, v = _inputs(6)
+    attn.torch.attention(q, k, v, dropout_p=0.1)
+    g = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="dropout inside CUDA graph capture"):
+        with torch.cuda.graph(g):
+            attn.torch.attention(q, k, v, dropout_p=0.1)
