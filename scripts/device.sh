@@ -139,7 +139,7 @@ suite_test() {
   echo "== failures / skips"
   grep -E '\*\*\*|\(Skipped\)|Not Run' "$log/ctest.log" | head -40
   echo "== figures the GPU tests print"
-  grep -hE "grid cases compared|forward > backward|cudnn dropout|cudnn plan cache|window boundaries" "$log/ctest.log" | sort -u
+  grep -hE "grid cases compared|forward > backward|cudnn dropout|cudnn plan cache|window boundaries|soak:" "$log/ctest.log" | sort -u
   echo "== attn check cases"
   cat "$log/checks.txt"
   return 0
