@@ -84,7 +84,10 @@
 #   ATTN_PASS            flash_sm90: fwd, bwd or both (both)
 #   ATTN_SKIP_BENCH=1    flash_sm80, flash_sm90: stop after the checks
 #   ATTN_KEEP_GOING=1    flash_sm90: go on after a failed edge case
-#   SANITIZERS           compute-sanitizer tools (memcheck racecheck initcheck)
+#   SANITIZERS           compute-sanitizer tools (memcheck racecheck initcheck;
+#                        sanitize's default grid adds synccheck)
+#   SANITIZE_BACKENDS    sanitize: the default grid's backends (all four GPU ones)
+#   SANITIZE_EXTRAS=0    sanitize: the default grid without its gtest and rotary targets
 #   SANITIZE_TIMEOUT     seconds per sanitizer run (75; flash_sm90 150)
 #   ATTN_CP_TESTS_ONLY=1 / ATTN_CP_BENCH_ONLY=1   cp: one half only
 #   ATTN_BENCH           python_bench: overhead, layer or all (all)
@@ -152,15 +155,17 @@ suite_sanitize() {
   local i=0 target
   if [ $# -eq 0 ]; then
     local tools=${SANITIZERS:-memcheck racecheck initcheck synccheck} b
-    for b in flash_sm90 flash_sm80 cudnn unfused; do
+    for b in ${SANITIZE_BACKENDS:-flash_sm90 flash_sm80 cudnn unfused}; do
       SANITIZERS=$tools sanitize "$b-gqa" "--backend $b --batch 2 --seqlen 130 --heads 4 --kv-heads 2 --head-dim 64 --mask causal --seed 3 --backward"
       SANITIZERS=$tools sanitize "$b-thd" "--backend $b --format thd --seqlens 5,0,1,170 --heads 4 --kv-heads 2 --head-dim 128 --mask padding_causal --window 40,0 --seed 5 --backward"
     done
     # Unchecked cu_seqlens must not make a kernel read or write outside the
     # tensors (tests/gpu/test_unchecked_seqlens.cpp); captured graphs replayed.
-    SANITIZERS=memcheck sanitize unchecked 'UncheckedSeqlens.*'
-    SANITIZERS=memcheck sanitize graphs '*CudaGraphs*'
-    SANITIZERS=$tools sanitize rotary tests/python/sanitize_rotary.py
+    if [ "${SANITIZE_EXTRAS:-1}" != 0 ]; then
+      SANITIZERS=memcheck sanitize unchecked 'UncheckedSeqlens.*'
+      SANITIZERS=memcheck sanitize graphs '*CudaGraphs*'
+      SANITIZERS=$tools sanitize rotary tests/python/sanitize_rotary.py
+    fi
   fi
   for target in "$@"; do
     i=$((i + 1))

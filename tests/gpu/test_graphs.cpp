@@ -160,8 +160,9 @@ TEST_P(CudaGraphs, CallersWorkspaceNeedsNoCallBeforeCapture) {
   ATTN_CUDA_OK(cudaStreamSynchronize(s));
   testing::expect_matches_reference(c);
 
-  ctx.workspace_bytes = bytes - 1;  // one byte short: refused before anything runs
-  if (bytes > 0) {
+  const int64_t forward_bytes = forward_workspace_size(c.opts, c.fwd, force);
+  ctx.workspace_bytes = forward_bytes - 1;  // one byte short: refused before anything runs
+  if (forward_bytes > 0) {
     EXPECT_THROW(forward(c.opts, c.fwd, ctx, force), Error);
   }
   ATTN_CUDA_OK(cudaStreamDestroy(s));

@@ -2,12 +2,14 @@
 // dropout, softcap, padded and packed sequences; forced backends and
 // automatic selection; forward and backward) from 2 host threads on 2 streams
 // each, every 10th call checked against the fp64 reference, and device memory
-// flat from the end of a warm-up round to the end. ATTN_SOAK_CALLS sets the
+// flat from the end of a warm-up round (every choice once on every stream, in
+// the soak's own threads: library handles are per thread) to the end. ATTN_SOAK_CALLS sets the
 // count (2000). At most 4 streams at once: the workspace pool's limit
 // (core/workspace.h).
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <barrier>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -98,19 +100,27 @@ TEST(Soak, MixedCallsFromThreadsAndStreams) {
   ASSERT_FALSE(plan.empty());
   std::vector<cudaStream_t> streams(kThreads * kStreamsPerThread);
   for (cudaStream_t& s : streams) ATTN_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  // Warm-up: every choice once on every stream (plans, handles, workspace blocks at full size).
-  for (cudaStream_t s : streams)
-    for (const Choice& ch : plan) {
-      testing::Case c = testing::make_case(ch.spec, Device::cuda(0), 1);
-      run(c, ch.backend, s);
-      ATTN_CUDA_OK(cudaStreamSynchronize(s));
-    }
-  const size_t before = free_device_bytes();
+  size_t before = 0;
+  // When both workers have warmed up, the barrier's completion reads free memory, before any soak call.
+  std::barrier warmed(kThreads, [&]() noexcept {
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    before = free_device_bytes();
+  });
 
   std::atomic<int> done{0}, checked{0};
   std::vector<std::thread> workers;
   for (int t = 0; t < kThreads; ++t)
     workers.emplace_back([&, t] {
+      // Warm-up: every choice once on each of this thread's streams (plans,
+      // handles, workspace blocks at full size).
+      for (int k = 0; k < kStreamsPerThread; ++k)
+        for (const Choice& ch : plan) {
+          const cudaStream_t s = streams[t * kStreamsPerThread + k];
+          testing::Case c = testing::make_case(ch.spec, Device::cuda(0), 1);
+          run(c, ch.backend, s);
+          EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+        }
+      warmed.arrive_and_wait();
       std::mt19937_64 rng(1000 + t);
       for (int i = t; i < calls; i += kThreads) {
         const Choice& ch = plan[rng() % plan.size()];

@@ -412,8 +412,14 @@ class CudnnBackend final : public Backend {
     if (!no.empty() || dev.simulated || p.total_q == 0 || p.total_kv == 0 || p.s_kv == 0) return no;
     // The known limits passed; ask cuDNN itself (the plan is cached, so the call
     // that follows reuses it when its tensors are laid out contiguously).
-    const PlanResult r = get_plan(spec_for(p, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr));
-    if (!r.plan) no.push_back("cuDNN " + version_string() + " builds no plan for it: " + r.error);
+    // Under CUDA graph capture only a plan built before can serve.
+    const GraphSpec spec = spec_for(p, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+    const std::optional<PlanResult> cached = p.capturing ? cached_plan(spec) : get_plan(spec);
+    if (!cached)
+      no.push_back("under CUDA graph capture with no cuDNN plan for this shape yet (building one allocates): run "
+                   "the call once outside capture");
+    else if (!cached->plan)
+      no.push_back("cuDNN " + version_string() + " builds no plan for it: " + cached->error);
     return no;
   }
 

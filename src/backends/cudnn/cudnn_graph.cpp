@@ -296,6 +296,14 @@ PlanResult get_plan(const GraphSpec& spec) {
   return r;
 }
 
+std::optional<PlanResult> cached_plan(const GraphSpec& spec) {
+  Handles& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  const auto it = s.entries.find(spec.key());
+  if (it == s.entries.end()) return std::nullopt;
+  return it->second.result;
+}
+
 int64_t workspace_bytes(const Plan& plan) { return plan.workspace; }
 
 void execute(const Plan& plan, const Pointers& p, void* workspace, void* stream, const Problem& problem) {

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "attn/problem.h"
@@ -64,6 +65,9 @@ struct PlanResult {
 
 // The cached plan for spec, building it on first use (also remembers failures).
 PlanResult get_plan(const GraphSpec& spec);
+// The cached plan (or failure) for spec, never building one: building
+// allocates, which a call inside a CUDA graph capture must not do.
+std::optional<PlanResult> cached_plan(const GraphSpec& spec);
 int64_t workspace_bytes(const Plan& plan);
 // Runs the plan on `stream`; throws attn::Error(runtime) naming the problem on failure.
 // `problem` is described only if cuDNN fails (building the text costs microseconds per call).

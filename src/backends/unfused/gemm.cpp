@@ -25,13 +25,22 @@ cudaDataType_t cuda_type(DType t) {
   }
 }
 
+// cuBLAS handles are not thread-safe: one per (thread, device), destroyed
+// when the thread ends (a handle holds device memory).
+struct ThreadHandles {
+  std::map<int, cublasHandle_t> by_device;
+  ~ThreadHandles() {
+    for (const auto& [device, h] : by_device) cublasDestroy(h);
+  }
+};
+
 cublasHandle_t handle_for(int device) {
-  thread_local std::map<int, cublasHandle_t> handles;  // cuBLAS handles are not thread-safe
-  auto it = handles.find(device);
-  if (it != handles.end()) return it->second;
+  thread_local ThreadHandles handles;
+  auto it = handles.by_device.find(device);
+  if (it != handles.by_device.end()) return it->second;
   cublasHandle_t h = nullptr;
   cublas_check(cublasCreate(&h), "cublasCreate");
-  handles[device] = h;
+  handles.by_device[device] = h;
   return h;
 }
 

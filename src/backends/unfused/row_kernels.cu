@@ -199,6 +199,22 @@ __global__ void store_dense4_kernel(const float* src, void* dst, DType t, int64_
 
 int grid_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + 255) / 256, 65535)); }
 
+struct Strided4 {
+  int64_t shape[4];
+  int64_t src[4], dst[4];
+};
+
+template <typename Word>
+__global__ void copy_strided_kernel(const Word* src, Word* dst, Strided4 g, int64_t n) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i3 = e % g.shape[3], i2 = (e / g.shape[3]) % g.shape[2];
+    const int64_t i1 = (e / (g.shape[3] * g.shape[2])) % g.shape[1], i0 = e / (g.shape[3] * g.shape[2] * g.shape[1]);
+    dst[i0 * g.dst[0] + i1 * g.dst[1] + i2 * g.dst[2] + i3 * g.dst[3]] =
+        src[i0 * g.src[0] + i1 * g.src[1] + i2 * g.src[2] + i3 * g.src[3]];
+  }
+}
+
 // Pointers per launch: the chunk stays within the 4 KiB of kernel parameters.
 constexpr int kPointersPerLaunch = 480;
 struct PointerChunk {
@@ -255,6 +271,21 @@ void launch_store_dense4(const float* src, void* dst, DType t, const int64_t sha
   if (n == 0) return;
   store_dense4_kernel<<<grid_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
       src, dst, t, shape[0], shape[1], shape[2], shape[3], stride[0], stride[1], stride[2], stride[3]);
+  ATTN_CUDA(cudaGetLastError());
+}
+
+void launch_copy_strided(const void* src, const int64_t src_stride[4], void* dst, const int64_t dst_stride[4],
+                         const int64_t shape[4], int elem_bytes, void* stream) {
+  Strided4 g;
+  for (int d = 0; d < 4; ++d) g.shape[d] = shape[d], g.src[d] = src_stride[d], g.dst[d] = dst_stride[d];
+  const int64_t n = shape[0] * shape[1] * shape[2] * shape[3];
+  if (n == 0) return;
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (elem_bytes) {
+    case 2: copy_strided_kernel<<<grid_for(n), 256, 0, s>>>(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), g, n); break;
+    case 4: copy_strided_kernel<<<grid_for(n), 256, 0, s>>>(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), g, n); break;
+    default: copy_strided_kernel<<<grid_for(n), 256, 0, s>>>(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), g, n); break;
+  }
   ATTN_CUDA(cudaGetLastError());
 }
 

@@ -78,6 +78,11 @@ void launch_store_accumulator(const float* src, void* dst, DType t, int64_t rows
 void launch_store_dense4(const float* src, void* dst, DType t, const int64_t shape[4], const int64_t stride[4],
                          void* stream);
 
+// dst = src for two views of one shape (padded to rank 4 with leading 1s) and
+// any strides, elements of elem_bytes (2, 4 or 8) bytes.
+void launch_copy_strided(const void* src, const int64_t src_stride[4], void* dst, const int64_t dst_stride[4],
+                         const int64_t shape[4], int elem_bytes, void* stream);
+
 // dst[i] = ptrs[i] for n host-side pointers, carried in kernel parameters: a
 // launch takes its parameters by value, so a CUDA graph that captures it
 // replays the same table (a copy from host memory would read memory that is

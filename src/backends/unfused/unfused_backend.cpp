@@ -10,7 +10,7 @@
 
 namespace attn::unfused {
 
-int64_t workspace_bytes(const Problem& p) {
+int64_t products_workspace_bytes(const Problem& p) {
   const int64_t elem = static_cast<int64_t>(dtype_size_bytes(p.dtype));
   const int64_t scores = p.h_q * p.s_q * p.s_kv;
   auto aligned = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };

@@ -12,15 +12,12 @@
 
 namespace attn::unfused {
 
-void backward(const Problem& p, const BackwardArgs& a, const RunContext& ctx) {
+void backward_products(const Problem& p, const BackwardArgs& a, detail::Carver& ws, void* stream) {
   const int device = p.device.index;
-  ATTN_CUDA(cudaSetDevice(device));
-  void* stream = ctx.stream;
   const detail::Sequences seqs = detail::checked_sequences(p, a.in);  // in bounds, checked or not
   const int64_t g = p.h_q / p.h_kv, elem = static_cast<int64_t>(dtype_size_bytes(p.dtype));
   const int64_t score_elems = p.h_q * p.s_q * p.s_kv;
 
-  detail::Carver ws(static_cast<char*>(detail::workspace(ctx, device, workspace_bytes(p))));
   const void** table = ws.take<const void*>(p.batch * p.h_q * 15);
   float* scores = ws.take<float>(score_elems);
   float* dprobs = ws.take<float>(score_elems);

@@ -10,14 +10,12 @@
 
 namespace attn::unfused {
 
-void forward(const Problem& p, const ForwardArgs& a, const RunContext& ctx) {
+void forward_products(const Problem& p, const ForwardArgs& a, detail::Carver& ws, void* stream) {
   const int device = p.device.index;
-  ATTN_CUDA(cudaSetDevice(device));
   const detail::Sequences seqs = detail::checked_sequences(p, a.in);  // in bounds, checked or not
   const int64_t group = p.h_q / p.h_kv, elem = static_cast<int64_t>(dtype_size_bytes(p.dtype));
   const int64_t score_elems = p.h_q * p.s_q * p.s_kv;
 
-  detail::Carver ws(static_cast<char*>(detail::workspace(ctx, device, workspace_bytes(p))));
   const void** table = ws.take<const void*>(p.batch * p.h_q * 6);
   float* scores = ws.take<float>(score_elems);
   void* probs = ws.take_bytes(score_elems * elem);
@@ -37,8 +35,8 @@ void forward(const Problem& p, const ForwardArgs& a, const RunContext& ctx) {
       lse.stride_i = thd ? a.lse.strides_elems[1] : a.lse.strides_elems[2];
     }
     if (N == 0) {  // no keys: every row is empty
-      launch_zero_rows(o.base, p.dtype, M, o.row_stride, p.h_q, o.head_stride, p.d_v, ctx.stream);
-      launch_probabilities(prm, scores, probs, p.dtype, lse, ctx.stream);
+      launch_zero_rows(o.base, p.dtype, M, o.row_stride, p.h_q, o.head_stride, p.d_v, stream);
+      launch_probabilities(prm, scores, probs, p.dtype, lse, stream);
       continue;
     }
     PointerTable t;
@@ -46,14 +44,14 @@ void forward(const Problem& p, const ForwardArgs& a, const RunContext& ctx) {
     const int64_t is = t.add(slices(scores, 0, p.h_q, 1, M * N * 4)), ip = t.add(slices(probs, 0, p.h_q, 1, M * N * elem));
     const int64_t iv = t.add(rows_of_heads(v, 0, p.h_q, 1, group)), io = t.add(rows_of_heads(o, 0, p.h_q, 1, 1));
     const void** dev = table + cursor;
-    t.upload(dev, ctx.stream);
+    t.upload(dev, stream);
     cursor += t.size();
 
     run_gemm(scores_product(p, M, N, leading(k.row_stride, N, p.d_qk), leading(q.row_stride, M, p.d_qk), dev + ik,
                             dev + iq, const_cast<void* const*>(dev + is)),
-             device, ctx.stream);
+             device, stream);
 
-    launch_probabilities(prm, scores, probs, p.dtype, lse, ctx.stream);
+    launch_probabilities(prm, scores, probs, p.dtype, lse, stream);
 
     BatchedGemm pv;  // O^T (d_v x M) = V^T (d_v x N) . P^T (N x M)
     pv.m = static_cast<int>(p.d_v), pv.n = static_cast<int>(M), pv.k = static_cast<int>(N);
@@ -61,7 +59,7 @@ void forward(const Problem& p, const ForwardArgs& a, const RunContext& ctx) {
     pv.lda = leading(v.row_stride, N, p.d_v), pv.ldb = N, pv.ldc = leading(o.row_stride, M, p.d_v);
     pv.batch = static_cast<int>(p.h_q);
     pv.a = dev + iv, pv.b = dev + ip, pv.c = const_cast<void* const*>(dev + io);
-    run_gemm(pv, device, ctx.stream);
+    run_gemm(pv, device, stream);
   }
   ATTN_CUDA(cudaGetLastError());
 }
