@@ -113,13 +113,20 @@ void ring_backward(const Options& opts, const BackwardArgs& local, Transport& tr
   void* block_dk = ops.alloc(bytes_of(Ring::over(nullptr, local.in.k, dt, local.in.k.shape[local.in.k.rank - 1])));
   void* block_dv = ops.alloc(bytes_of(Ring::over(nullptr, local.in.v, dt, local.in.v.shape[local.in.v.rank - 1])));
 
+  // Order of the exchanges (one communication stream runs them in turn):
+  // K/V of step 0, dK/dV of step 0, K/V of step 1, dK/dV of step 1, ... and
+  // transport.wait() orders the compute after every exchange started so far.
+  // Step t reads `cur`, brought by step t-1's K/V exchange, and adds into
+  // `acc`, brought by step t-1's dK/dV exchange (step 0: its own K/V, zeros).
   for (int t = 0; t < cp; ++t) {
     const KvBuffer &cur = kv[t % 2], &next = kv[(t + 1) % 2];
     const KvBuffer &acc = dkv[t % 2], &arriving = dkv[(t + 1) % 2];
     if (t + 1 < cp) transport.start(cur.data, next.data, cur.bytes);
-    // dkv[t % 2] arrived at the end of step t-1 (step 0 starts it at zero): wait
-    // for it only once the first block is queued, so its transfer overlaps that block.
-    bool waited = t == 0;
+    // acc arrived with step t-1's dK/dV exchange: wait for it only once the
+    // first block is queued, so that its transfer overlaps that block. This
+    // wait also covers the K/V exchange just started (it began earlier), so
+    // step t+1 may read `next` after it.
+    bool waited = false;
     for (const BlockCall& call : ring.step(t)) {
       BackwardArgs a;
       a.in = ring.block_inputs(call, q, cur.k, cur.v);
@@ -131,11 +138,15 @@ void ring_backward(const Options& opts, const BackwardArgs& local, Transport& tr
       a.dv = Ring::over(block_dv, a.in.v, dt, a.in.v.shape[a.in.v.rank - 1]);
       backward(ring.block_options(call), a, ctx, policy);
       ops.add(a.dq, ring.rows(dq_acc, call.q_begin, call.q_end));
-      if (!waited) transport.wait(), waited = true;
+      if (t > 0 && !waited) transport.wait(), waited = true;
       ops.add(a.dk, ring.rows(acc.k, call.kv_begin, call.kv_end));
       ops.add(a.dv, ring.rows(acc.v, call.kv_begin, call.kv_end));
     }
-    if (!waited) transport.wait();
+    // Step t+1 reads `next`: unless a wait above covered its exchange (step 0
+    // has none: its dK/dV start at zero), wait for it here, after this step's
+    // blocks, which its transfer overlapped. (Step 1's first block once read
+    // step 0's K/V before any wait covered it: issue 44.)
+    if (t + 1 < cp && !waited) transport.wait();
     // Pass this K/V's gradient on; after the last step it reaches its owner.
     if (cp > 1) transport.start(acc.data, arriving.data, acc.bytes);
   }
