@@ -81,6 +81,10 @@ struct Inputs {
   // mask == arbitrary: broadcastable to [b, h_q, s_q, s_kv]; boolean/u8 with
   // true = key visible (PyTorch's convention), or floating and added to the scores.
   TensorView attn_mask;
+  // Optional int64 [2] on q's device: dropout's (seed, offset), read by the
+  // kernels when they run instead of Options::seed / offset, so a CUDA graph
+  // replays with the values written since capture (offset: its low 32 bits).
+  TensorView rng_state;
 };
 
 struct ForwardArgs {
@@ -140,6 +144,7 @@ struct Problem {
   double dropout_p = 0.0;
   uint64_t seed = 0;
   uint64_t offset = 0;
+  bool rng_state_in_memory = false;  // dropout's seed and offset come from Inputs::rng_state
   bool deterministic = false;
   bool return_lse = false;
   // The largest power of two, at most 16, dividing the base address and every

@@ -66,6 +66,7 @@ def forward(
     disable: Sequence[str] = ...,
     stream: int = 0,
     workspace_allocator: Optional[Callable[[int], int]] = None,
+    rng_state: Optional[Array] = None,
 ) -> Tuple[str, str]:
     """Validates, selects a backend and runs the forward pass into the
     preallocated out (and lse). Returns (backend name, why it was chosen)."""
@@ -92,6 +93,7 @@ def backward(
     disable: Sequence[str] = ...,
     stream: int = 0,
     workspace_allocator: Optional[Callable[[int], int]] = None,
+    rng_state: Optional[Array] = None,
 ) -> Tuple[str, str]:
     """Validates, selects a backend and runs the backward pass into the
     preallocated dq, dk, dv (and dbias). Returns (backend name, why)."""

@@ -108,6 +108,7 @@ def forward(
     stream: Optional[int] = None,
     cp: Any = None,
     cp_fallback: bool = False,
+    rng_state: Any = None,
 ) -> Any:
     """Attention forward: softmax(softmax_scale * q k^T [softcap, bias, mask]) v.
 
@@ -128,11 +129,14 @@ def forward(
     cp=: an attn.cp.Communicator; q, k, v are this rank's shards (attn.cp.shard).
     cp_fallback=True: a batch whose sequence lengths break the 2*cp rule runs
     unsplit (K/V gathered to every rank; shard with the same cp_fallback).
+    rng_state=: an int64 array [2] (seed, offset) on q's device that the
+    kernels read when they run, instead of seed= and offset= (CUDA graphs:
+    write new values before each replay).
     """
     for x, name in ((q, "q"), (k, "k"), (v, "v")):
         _arrays.require_array(x, name)
     _arrays.require_arrays(out=out, lse=lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, bias=bias,
-                           alibi_slopes=alibi_slopes, attn_mask=attn_mask)
+                           alibi_slopes=alibi_slopes, attn_mask=attn_mask, rng_state=rng_state)
     _arrays.require_writable(out=out, lse=lse)
     opts = _options(qkv_format, mask, window, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
                     dropout_p, seed, offset, deterministic, check_seqlens)
@@ -147,7 +151,7 @@ def forward(
         # Context parallelism: cp, an attn.cp.Communicator, runs the call on this
         # rank's shards (attn.cp is built on this module and imports it, never the reverse).
         _keywords.check_cp_inputs(cu_seqlens_q, cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
-                                  attn_mask=attn_mask)
+                                  attn_mask=attn_mask, rng_state=rng_state)
         cp._forward(opts, cp_fallback, q, k, v, out, lse, cu_seqlens_q, backend, list(disable), _stream(q, stream))
         out = _arrays.finish(q, out)
         return (out, _arrays.finish(q, lse)) if return_lse else out
@@ -156,7 +160,7 @@ def forward(
             opts, d(q), d(k), d(v), d(out), d(lse),
             **_inputs(cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask),
             backend=backend, disable=list(disable), stream=_stream(q, stream),
-            workspace_allocator=_capture_workspace(q, stream),
+            workspace_allocator=_capture_workspace(q, stream), rng_state=d(rng_state),
         )
     except (TypeError, ValueError) as e:
         _arrays.adapt_error(e, _arrays.framework(q))
@@ -201,10 +205,12 @@ def backward(
     stream: Optional[int] = None,
     cp: Any = None,
     cp_fallback: bool = False,
+    rng_state: Any = None,
 ) -> Tuple[Any, ...]:
     """Attention backward: (dq, dk, dv) from the forward's q, k, v, out, its lse
     (forward(..., return_lse=True)) and dout, with the same keywords as the
-    forward (dropout needs the same seed and offset; return_lse is accepted and
+    forward (dropout needs the same seed and offset, or the same rng_state;
+    return_lse is accepted and
     ignored so one keyword dict serves both passes). With a bias and
     return_dbias=True (or a preallocated dbias=) returns (dq, dk, dv, dbias).
     dq= / dk= / dv= take preallocated gradients. cp=, cp_fallback=: as for
@@ -214,7 +220,7 @@ def backward(
     for x, name in ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (dout, "dout"), (lse, "lse")):
         _arrays.require_array(x, name)
     _arrays.require_arrays(dq=dq, dk=dk, dv=dv, dbias=dbias, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
-                           bias=bias, alibi_slopes=alibi_slopes, attn_mask=attn_mask)
+                           bias=bias, alibi_slopes=alibi_slopes, attn_mask=attn_mask, rng_state=rng_state)
     _arrays.require_writable(dq=dq, dk=dk, dv=dv, dbias=dbias)
     opts = _options(qkv_format, mask, window, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
                     dropout_p, seed, offset, deterministic, check_seqlens)
@@ -229,7 +235,7 @@ def backward(
     d = _arrays.as_dlpack
     if cp is not None:  # context parallelism: as in forward
         _keywords.check_cp_inputs(cu_seqlens_q, cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
-                                  attn_mask=attn_mask, dbias=dbias)
+                                  attn_mask=attn_mask, dbias=dbias, rng_state=rng_state)
         cp._backward(opts, cp_fallback, q, k, v, out, dout, lse, dq, dk, dv, cu_seqlens_q, backend, list(disable),
                      _stream(q, stream))
         return tuple(_arrays.finish(q, g) for g in (dq, dk, dv))
@@ -238,7 +244,7 @@ def backward(
             opts, d(q), d(k), d(v), d(out), d(dout), d(lse), d(dq), d(dk), d(dv), d(dbias),
             **_inputs(cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask),
             backend=backend, disable=list(disable), stream=_stream(q, stream),
-            workspace_allocator=_capture_workspace(q, stream),
+            workspace_allocator=_capture_workspace(q, stream), rng_state=d(rng_state),
         )
     except (TypeError, ValueError) as e:
         _arrays.adapt_error(e, _arrays.framework(q))

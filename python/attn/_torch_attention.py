@@ -120,31 +120,43 @@ class _Call(_CallFields):
         c = _capsule
         return c(self.cu_seqlens_q), c(self.cu_seqlens_kv), c(bias), c(self.alibi_slopes), c(self.attn_mask)
 
-    def _capture_workspace(self, q: Tensor) -> Any:
+    def _capture_workspace(self, q: Tensor, rng_state: Optional[Tensor]) -> Any:
         """PyTorch's allocator for the workspace under CUDA graph capture (else
-        None: attn's pool). Dropout is refused there: its seed is drawn on the
-        host per call, so every replay would drop the same elements."""
+        None: attn's pool). Dropout there needs its seed in device memory
+        (capture_rng_state), or every replay would drop the same elements."""
         ws = _arrays.torch_capture_workspace(q)
-        if ws is not None and self.dropout_p > 0:
+        if ws is not None and self.dropout_p > 0 and rng_state is None:
             raise RuntimeError(
-                "attn: dropout inside CUDA graph capture is not supported yet: attn.torch draws the seed on the "
-                "host per call, so every replay would drop the same elements. Capture with dropout_p=0, or call "
-                "attn.forward/attn.backward with your own seed and offset (a replay then repeats them).")
+                "attn: dropout inside CUDA graph capture through torch.compile's custom op: its seed is a host "
+                "value, so every replay would drop the same elements. Capture the eager attn.torch.attention, "
+                "which draws the seed on the device, or capture with dropout_p=0.")
         return ws
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    def capture_rng_state(self, q: Tensor) -> Optional[Tensor]:
+        """Under CUDA graph capture with dropout: (seed, 0) drawn on the device
+        by PyTorch's CUDA generator, which advances on every replay, so each
+        replay drops fresh elements; both passes read it. None otherwise."""
+        if self.dropout_p == 0 or _arrays.torch_capture_workspace(q) is None:
+            return None
+        seed = torch.randint(-(1 << 63), (1 << 63) - 1, (1,), device=q.device, dtype=torch.int64)
+        return torch.cat([seed, torch.zeros_like(seed)])
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
+                rng_state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         out = q.new_empty(q.shape[:-1] + v.shape[-1:])
         lse = q.new_empty(_lse_shape(q, self.qkv_format), dtype=torch.float32)
         try:
             _C.forward(self.opts, to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(lse),
-                       *self._extras(bias), self.backend, _NO_DISABLE, _stream(q), self._capture_workspace(q))
+                       *self._extras(bias), self.backend, _NO_DISABLE, _stream(q),
+                       self._capture_workspace(q, rng_state), _capsule(rng_state))
         except (TypeError, ValueError) as e:
             _arrays.adapt_error(e, "torch")
             raise
         return out, lse
 
     def backward(self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-                 bias: Optional[Tensor], bias_grad: bool) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+                 bias: Optional[Tensor], bias_grad: bool,
+                 rng_state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
         # Gradients arriving from reductions are often expanded (stride 0); attn
         # needs a contiguous last dimension.
         if dout.dim() and dout.shape[-1] > 1 and dout.stride(-1) != 1:
@@ -154,7 +166,8 @@ class _Call(_CallFields):
         try:
             _C.backward(self.opts, to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(dout),
                         to_dlpack(lse), to_dlpack(dq), to_dlpack(dk), to_dlpack(dv), _capsule(dbias),
-                        *self._extras(bias), self.backend, _NO_DISABLE, _stream(q), self._capture_workspace(q))
+                        *self._extras(bias), self.backend, _NO_DISABLE, _stream(q),
+                       self._capture_workspace(q, rng_state), _capsule(rng_state))
         except (TypeError, ValueError) as e:
             _arrays.adapt_error(e, "torch")
             raise
@@ -255,8 +268,9 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, bias, call):
-        out, lse = call.forward(q, k, v, bias)
-        ctx.save_for_backward(q, k, v, out, lse, bias)
+        rng_state = call.capture_rng_state(q)
+        out, lse = call.forward(q, k, v, bias, rng_state)
+        ctx.save_for_backward(q, k, v, out, lse, bias, rng_state)
         ctx.call = call
         ctx.mark_non_differentiable(lse)
         ctx.set_materialize_grads(False)  # no zero tensor for lse's (absent) gradient
@@ -267,9 +281,9 @@ class _EagerAttention(torch.autograd.Function):
         del dlse  # lse is not differentiable
         if dout is None:  # out did not reach the loss: every gradient is zero
             return None, None, None, None, None
-        q, k, v, out, lse, bias = ctx.saved_tensors
+        q, k, v, out, lse, bias, rng_state = ctx.saved_tensors
         bias_grad = bias is not None and ctx.needs_input_grad[3]
-        dq, dk, dv, dbias = ctx.call.backward(dout, q, k, v, out, lse, bias, bias_grad)
+        dq, dk, dv, dbias = ctx.call.backward(dout, q, k, v, out, lse, bias, bias_grad, rng_state)
         return dq, dk, dv, dbias, None
 
 

@@ -30,7 +30,7 @@ using OptOut = std::optional<OutArray>;
 
 // Inputs both passes share, converted in one place.
 struct InputArrays {
-  OptIn cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask;
+  OptIn cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state;
 };
 
 Inputs make_inputs(const InArray& q, const InArray& k, const InArray& v, const InputArrays& a) {
@@ -43,6 +43,7 @@ Inputs make_inputs(const InArray& q, const InArray& k, const InArray& v, const I
   in.bias = to_view(a.bias, "bias");
   in.alibi_slopes = to_view(a.alibi_slopes, "alibi_slopes");
   in.attn_mask = to_view(a.attn_mask, "attn_mask");
+  in.rng_state = to_view(a.rng_state, "rng_state");
   return in;
 }
 
@@ -270,9 +271,10 @@ NB_MODULE(_C, m) {
       [](const Options& opts, const InArray& q, const InArray& k, const InArray& v, const OutArray& out,
          const OptOut& lse, const OptIn& cu_seqlens_q, const OptIn& cu_seqlens_kv, const OptIn& bias,
          const OptIn& alibi_slopes, const OptIn& attn_mask, const std::optional<std::string>& backend,
-         const std::vector<std::string>& disable, uintptr_t stream, const nb::object& workspace_allocator) {
+         const std::vector<std::string>& disable, uintptr_t stream, const nb::object& workspace_allocator,
+         const OptIn& rng_state) {
         ForwardArgs args;
-        args.in = make_inputs(q, k, v, {cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask});
+        args.in = make_inputs(q, k, v, {cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state});
         args.out = to_view(out, "out");
         args.lse = to_view(lse, "lse");
         const Policy policy = make_policy(backend, disable);
@@ -289,7 +291,7 @@ NB_MODULE(_C, m) {
       "cu_seqlens_kv"_a.noconvert() = nb::none(), "bias"_a.noconvert() = nb::none(),
       "alibi_slopes"_a.noconvert() = nb::none(), "attn_mask"_a.noconvert() = nb::none(),
       "backend"_a = nb::none(), "disable"_a = std::vector<std::string>{}, "stream"_a = 0,
-      "workspace_allocator"_a = nb::none(),
+      "workspace_allocator"_a = nb::none(), "rng_state"_a.noconvert() = nb::none(),
       "Validates, selects a backend and runs the forward pass into the preallocated out (and lse). "
       "Returns (backend name, why it was chosen).");
 
@@ -299,9 +301,10 @@ NB_MODULE(_C, m) {
          const InArray& dout, const InArray& lse, const OutArray& dq, const OutArray& dk, const OutArray& dv,
          const OptOut& dbias, const OptIn& cu_seqlens_q, const OptIn& cu_seqlens_kv, const OptIn& bias,
          const OptIn& alibi_slopes, const OptIn& attn_mask, const std::optional<std::string>& backend,
-         const std::vector<std::string>& disable, uintptr_t stream, const nb::object& workspace_allocator) {
+         const std::vector<std::string>& disable, uintptr_t stream, const nb::object& workspace_allocator,
+         const OptIn& rng_state) {
         BackwardArgs args;
-        args.in = make_inputs(q, k, v, {cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask});
+        args.in = make_inputs(q, k, v, {cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state});
         args.out = to_view(out, "out");
         args.dout = to_view(dout, "dout");
         args.lse = to_view(lse, "lse");
@@ -324,7 +327,7 @@ NB_MODULE(_C, m) {
       "cu_seqlens_kv"_a.noconvert() = nb::none(), "bias"_a.noconvert() = nb::none(),
       "alibi_slopes"_a.noconvert() = nb::none(), "attn_mask"_a.noconvert() = nb::none(),
       "backend"_a = nb::none(), "disable"_a = std::vector<std::string>{}, "stream"_a = 0,
-      "workspace_allocator"_a = nb::none(),
+      "workspace_allocator"_a = nb::none(), "rng_state"_a.noconvert() = nb::none(),
       "Validates, selects a backend and runs the backward pass into the preallocated dq, dk, dv "
       "(and dbias). Returns (backend name, why it was chosen).");
 

@@ -67,7 +67,9 @@ std::string describe_problem(const Problem& p) {
   os << " scale=" << scale;
   if (p.softcap > 0) os << " softcap=" << p.softcap;
   if (p.bias != BiasType::none) os << " bias=" << bias_name(p.bias);
-  if (p.dropout_p > 0) os << " dropout=" << p.dropout_p << " seed=" << p.seed << " offset=" << p.offset;
+  if (p.dropout_p > 0 && p.rng_state_in_memory) os << " dropout=" << p.dropout_p << " rng_state=tensor";
+  if (p.dropout_p > 0 && !p.rng_state_in_memory)
+    os << " dropout=" << p.dropout_p << " seed=" << p.seed << " offset=" << p.offset;
   if (p.deterministic) os << " deterministic";
   if (p.return_lse) os << " lse";
   if (p.capturing) os << " capturing";

@@ -215,6 +215,17 @@ Problem derive(const Options& o, const Inputs& in, Pass pass) {
   p.dropout_p = o.dropout_p;
   p.seed = o.seed;
   p.offset = o.offset;
+  if (in.rng_state.defined()) {
+    const TensorView& r = in.rng_state;
+    if (r.dtype != DType::i64)
+      bad_type("rng_state has the wrong dtype", dtype_name(r.dtype), "int64",
+               "convert rng_state to int64 (dropout's seed and offset)");
+    if (r.rank != 1 || r.shape[0] != 2 || r.strides_elems[0] != 1)
+      bad_value("rng_state has the wrong shape", r.shape_str(), "[2], contiguous: (seed, offset)",
+                "pass a contiguous int64 tensor of two elements: seed, then offset");
+    require_device(r, "rng_state", p.device);
+    p.rng_state_in_memory = o.dropout_p > 0;
+  }
   p.deterministic = o.deterministic;
   check_problem(p);
   return p;
@@ -348,6 +359,7 @@ void require_input_data(const Inputs& in) {
   require_data(in.bias, "bias");
   require_data(in.alibi_slopes, "alibi_slopes");
   require_data(in.attn_mask, "attn_mask");
+  require_data(in.rng_state, "rng_state");
 }
 
 }  // namespace

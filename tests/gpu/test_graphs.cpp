@@ -196,6 +196,50 @@ TEST_P(CudaGraphs, PoolRefusesToAllocateWhileCapturingThenWorks) {
   ATTN_CUDA_OK(cudaStreamDestroy(s));
 }
 
+// Dropout's seed and offset in device memory: the same values as Options'
+// give the same result; a captured call replays with whatever the tensor holds.
+TEST_P(CudaGraphs, DropoutSeedInDeviceMemoryAdvancesReplays) {
+  ATTN_REQUIRE_GPU();
+  const std::string backend = GetParam();
+  CaseSpec spec = bshd_causal_gqa();
+  spec.dropout_p = 0.1;
+  if (!keep_claimed_passes(spec, backend)) GTEST_SKIP() << backend << " does not claim the problem";
+  const bool exact = find_backend(backend)->matches_reference_dropout();
+  Case by_options = capturable_case(spec, 81), c = capturable_case(spec, 81);
+  testing::TensorBuffer state(DType::i64, {2}, Device::cuda(0));
+  auto set_state = [&](uint64_t seed, uint64_t offset) {
+    const int64_t v[2] = {static_cast<int64_t>(seed), static_cast<int64_t>(offset)};
+    state.copy_from_bytes(v, sizeof v);
+    by_options.opts.seed = seed, by_options.opts.offset = offset;
+    by_options.spec.seed = c.spec.seed = seed, by_options.spec.offset = c.spec.offset = offset;
+  };
+  c.fwd.in.rng_state = c.bwd.in.rng_state = state.view();
+  c.opts.seed = 99, c.opts.offset = 99;  // ignored: the tensor's values count
+  set_state(5, 1);
+  cudaStream_t s = nullptr;
+  ATTN_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  testing::run_forced(c, backend, s);  // outside capture first
+  testing::run_forced(by_options, backend, s);
+  ATTN_CUDA_OK(cudaStreamSynchronize(s));
+  EXPECT_EQ(c.out.host_bytes(), by_options.out.host_bytes()) << "the tensor's (seed, offset) and Options' differ";
+  Graph g;
+  capture(g, s, [&] { testing::run_forced(c, backend, s); });
+  if (HasFatalFailure()) return;
+  std::vector<unsigned char> previous;
+  for (uint64_t seed : {17u, 18u}) {
+    set_state(seed, 4);
+    refill_inputs(c, seed);
+    ATTN_CUDA_OK(cudaGraphLaunch(g.exec, s));
+    ATTN_CUDA_OK(cudaStreamSynchronize(s));
+    SCOPED_TRACE("replay with seed " + std::to_string(seed));
+    if (exact) testing::expect_matches_reference(c);  // the reference drops by the spec's seed and offset
+    const std::vector<unsigned char> out = c.out.host_bytes();
+    EXPECT_NE(out, previous);
+    previous = out;
+  }
+  ATTN_CUDA_OK(cudaStreamDestroy(s));
+}
+
 TEST(CudaGraphs, CheckedSeqlensUnderCaptureNameTheKeyword) {
   ATTN_REQUIRE_GPU();
   CaseSpec spec = testing::thd_edge_lengths(64, -1);

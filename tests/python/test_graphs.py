@@ -107,10 +107,30 @@ def test_functional_api_replays():
     torch.testing.assert_close(out, attn.forward(q, k, v, mask="causal"), atol=2e-2, rtol=2e-2)
 
 
-def test_dropout_under_capture_is_refused_with_the_reason():
+def test_dropout_seed_in_device_memory_replays_with_new_values():
     q, k, v = _inputs(6)
-    attn.torch.attention(q, k, v, dropout_p=0.1)
-    g = torch.cuda.CUDAGraph()
-    with pytest.raises(RuntimeError, match="dropout inside CUDA graph capture"):
-        with torch.cuda.graph(g):
-            attn.torch.attention(q, k, v, dropout_p=0.1)
+    state = torch.tensor([11, 0], device="cuda", dtype=torch.int64)
+    g, (out,) = _capture(lambda: (attn.forward(q, k, v, mask="causal", dropout_p=0.2, rng_state=state),))
+    for seed in (12, 13):
+        state.copy_(torch.tensor([seed, 3]))
+        g.replay()
+        torch.cuda.synchronize()
+        eager = attn.forward(q, k, v, mask="causal", dropout_p=0.2, seed=seed, offset=3)
+        assert torch.equal(out, eager), f"replay with seed {seed} differs from the eager call with it"
+
+
+def test_attn_torch_dropout_under_capture_draws_a_fresh_seed_per_replay():
+    q, k, v = (x.requires_grad_() for x in _inputs(7))
+
+    def step():
+        out = attn.torch.attention(q, k, v, mask="causal", dropout_p=0.2)
+        return (out,) + torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+
+    g, static = _capture(step)
+    seen = []
+    for _ in range(2):
+        g.replay()
+        torch.cuda.synchronize()
+        assert all(torch.isfinite(t).all() for t in static)
+        seen.append(static[0].clone())
+    assert not torch.equal(seen[0], seen[1]), "two replays dropped the same elements"

@@ -103,6 +103,7 @@ GraphSpec spec_for(const Problem& p, const Inputs* in, const TensorView* out, co
   if (s.bias) s.bias_desc = bias_desc(p, in ? &in->bias : nullptr);
   if (s.dbias) s.dbias_desc = bias_desc(p, dbias);
   s.dropout_p = static_cast<float>(p.dropout_p);
+  s.seed_in_memory = p.rng_state_in_memory;
   s.stats = p.pass == Pass::backward || p.return_lse;
   s.deterministic = p.pass == Pass::backward && p.deterministic;
   s.implementation = forward_implementation();
@@ -260,6 +261,7 @@ void forward_pass(const Problem& p, const ForwardArgs& a, const RunContext& ctx)
     ptr.len_q = s.len_q, ptr.len_kv = s.len_kv;
     for (int r = 0; r < kRoles; ++r) ptr.ragged[r] = s.ragged[r];
     ptr.seed = static_cast<int64_t>(p.seed), ptr.offset = static_cast<int64_t>(p.offset);
+    ptr.rng_state = p.rng_state_in_memory ? static_cast<const int64_t*>(a.in.rng_state.data) : nullptr;
     execute(*plan.plan, ptr, s.cudnn, ctx.stream, p);
   }
 
@@ -381,6 +383,7 @@ void backward_pass(const Problem& p, const BackwardArgs& a, const RunContext& ct
   ptr.len_q = s.len_q, ptr.len_kv = s.len_kv;
   for (int r = 0; r < kRoles; ++r) ptr.ragged[r] = s.ragged[r];
   ptr.seed = static_cast<int64_t>(p.seed), ptr.offset = static_cast<int64_t>(p.offset);
+  ptr.rng_state = p.rng_state_in_memory ? static_cast<const int64_t*>(a.in.rng_state.data) : nullptr;
   execute(*plan.plan, ptr, s.cudnn, ctx.stream, p);
 
   if (padded_grads) zero_gradient_rows(p, a, s.len_q, s.len_kv, ctx.stream);  // cuDNN leaves rows past a length unwritten

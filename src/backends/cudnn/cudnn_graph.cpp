@@ -64,7 +64,7 @@ std::string GraphSpec::key() const {
   num(mask.right_bound, ' ');
   hex(scale);
   hex(dropout_p);
-  for (bool b : {bias, dbias, stats, deterministic}) s += b ? '1' : '0';
+  for (bool b : {bias, dbias, stats, deterministic, seed_in_memory}) s += b ? '1' : '0';
   s += ' ';
   num(int64_t(implementation), ' ');
   if (bias) desc(bias_desc);
@@ -136,6 +136,16 @@ std::shared_ptr<fe::graph::Tensor_attributes> int_tensor(fe::graph::Graph& g, co
                       .set_data_type(fe::DataType_t::INT32));
 }
 
+// An int64 scalar the graph reads from device memory when it runs.
+std::shared_ptr<fe::graph::Tensor_attributes> device_scalar(fe::graph::Graph& g, const char* name, Uid uid) {
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim({1, 1, 1, 1})
+                      .set_stride({1, 1, 1, 1})
+                      .set_data_type(fe::DataType_t::INT64));
+}
+
 std::shared_ptr<fe::graph::Tensor_attributes> host_scalar(fe::graph::Graph& g, const char* name, Uid uid) {
   return g.tensor(fe::graph::Tensor_attributes()
                       .set_name(name)
@@ -160,7 +170,10 @@ void apply_common(const GraphSpec& s, fe::graph::Graph& g, Attributes& a) {
     if (s.mask.left_bound >= 0) a.set_diagonal_band_left_bound(static_cast<int>(s.mask.left_bound));
     if (s.mask.right_bound >= 0) a.set_diagonal_band_right_bound(static_cast<int>(s.mask.right_bound));
   }
-  if (s.dropout_p > 0) a.set_dropout(s.dropout_p, host_scalar(g, "seed", uSeed), host_scalar(g, "offset", uOffset));
+  if (s.dropout_p > 0 && s.seed_in_memory)
+    a.set_dropout(s.dropout_p, device_scalar(g, "seed", uSeed), device_scalar(g, "offset", uOffset));
+  else if (s.dropout_p > 0)
+    a.set_dropout(s.dropout_p, host_scalar(g, "seed", uSeed), host_scalar(g, "offset", uOffset));
 }
 
 void set_ragged(fe::graph::Graph& g, const GraphSpec& s, const std::shared_ptr<fe::graph::Tensor_attributes>& t,
@@ -332,7 +345,10 @@ void execute(const Plan& plan, const Pointers& p, void* workspace, void* stream,
     for (int r = 0; r < kRoles; ++r)
       if (p.ragged[r]) pack[uRagged0 + r] = p.ragged[r];
   int64_t seed = p.seed, offset = p.offset;
-  if (plan.dropout) {
+  if (plan.dropout && p.rng_state) {
+    pack[uSeed] = const_cast<int64_t*>(p.rng_state);
+    pack[uOffset] = const_cast<int64_t*>(p.rng_state + 1);
+  } else if (plan.dropout) {
     pack[uSeed] = &seed;
     pack[uOffset] = &offset;
   }

@@ -31,6 +31,7 @@ struct GraphSpec {
   bool bias = false, dbias = false;
   TensorDesc bias_desc, dbias_desc;
   float dropout_p = 0.0f;
+  bool seed_in_memory = false;  // dropout's seed and offset: device tensors, not host values
   bool stats = false;  // forward: produce stats (lse); backward: always reads them
   bool deterministic = false;
   // cuDNN's forward engine family: 0 = the frontend's choice, 1 = composite,
@@ -53,7 +54,8 @@ struct Pointers {
   void* dbias = nullptr;
   int32_t *len_q = nullptr, *len_kv = nullptr;
   int32_t* ragged[kRoles] = {};
-  int64_t seed = 0, offset = 0;  // host values, passed by value
+  int64_t seed = 0, offset = 0;      // host values, passed by value
+  const int64_t* rng_state = nullptr;  // or (seed, offset) on the device (GraphSpec::seed_in_memory)
 };
 
 class Plan;  // a built graph and its workspace size

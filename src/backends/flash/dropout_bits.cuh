@@ -26,9 +26,12 @@ struct KeepBits {
 
   // The keep bits of row i's keys 4 (j / 4) .. + 3 as bits 0-3: one Philox
   // block, include/attn/philox.h's counter.
-  __device__ __forceinline__ static uint32_t quad(const FwdParams& p, uint32_t bh, uint32_t i, uint32_t j) {
-    const PhiloxBlock r = philox4x32_10(PhiloxBlock{{j >> 2, i, bh, p.offset}}, static_cast<uint32_t>(p.seed),
-                                        static_cast<uint32_t>(p.seed >> 32));
+  // Seed and offset from the parameters, or from p.rng_state when the caller
+  // keeps them in device memory (read once per call of compute_paired).
+  __device__ __forceinline__ static uint32_t quad(const FwdParams& p, uint64_t seed, uint32_t offset, uint32_t bh,
+                                                  uint32_t i, uint32_t j) {
+    const PhiloxBlock r = philox4x32_10(PhiloxBlock{{j >> 2, i, bh, offset}}, static_cast<uint32_t>(seed),
+                                        static_cast<uint32_t>(seed >> 32));
     uint32_t bits = 0u;
 #pragma unroll
     for (int e = 0; e < 4; ++e) bits |= (r.x[e] >= p.dropout_threshold ? 1u : 0u) << e;
@@ -50,6 +53,12 @@ struct KeepBits {
 #pragma unroll
     for (int w = 0; w < kWords; ++w) word[w] = theirs[w] = 0u;
     const uint32_t odd = lane & 1;
+    uint64_t seed = p.seed;
+    uint32_t offset = p.offset;
+    if (p.rng_state) {
+      seed = static_cast<uint64_t>(p.rng_state[0]);
+      offset = static_cast<uint32_t>(p.rng_state[1]);
+    }
 #pragma unroll
     for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
@@ -60,7 +69,7 @@ struct KeepBits {
           // na = k + odd: the block of this lane's columns there, bits 0-1
           // the even lane's, 2-3 the odd lane's.
           const uint32_t j = static_cast<uint32_t>(n0 + 8 * k + 2 * (lane & 2)) + 8 * odd;
-          const uint32_t both = quad(p, bh, i, j);
+          const uint32_t both = quad(p, seed, offset, bh, i, j);
           const int b = bit(ma, k, 2 * h);  // na = k; na = k + 1 is 4 bits on, in the same word
           const uint32_t shift = b % 32 + 4 * odd;
           word[b / 32] |= (both >> (2 * odd) & 3u) << shift;

@@ -96,6 +96,7 @@ FwdParams forward_params(const Problem& p, const ForwardArgs& a) {
     k.dropout_scale = static_cast<float>(1.0 / (1.0 - p.dropout_p));
     k.seed = p.seed;
     k.offset = static_cast<uint32_t>(p.offset);
+    if (p.rng_state_in_memory) k.rng_state = static_cast<const int64_t*>(a.in.rng_state.data);
   }
   return k;
 }

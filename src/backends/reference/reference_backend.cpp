@@ -8,6 +8,18 @@
 namespace attn::reference {
 namespace {
 
+// The problem with dropout's seed and offset read from Inputs::rng_state (a
+// host tensor here) when the caller keeps them there.
+Problem with_rng_state(const Problem& p, const Inputs& in) {
+  if (!p.rng_state_in_memory) return p;
+  Problem q = p;
+  const auto* state = static_cast<const int64_t*>(in.rng_state.data);
+  q.seed = static_cast<uint64_t>(state[0]);
+  q.offset = static_cast<uint32_t>(state[1]);
+  q.rng_state_in_memory = false;
+  return q;
+}
+
 class ReferenceBackend final : public Backend {
  public:
   const char* name() const override { return "reference"; }
@@ -25,11 +37,11 @@ class ReferenceBackend final : public Backend {
   }
 
   void forward(const Problem& p, const ForwardArgs& args, const RunContext& /*ctx*/) const override {
-    reference::forward(p, args);
+    reference::forward(with_rng_state(p, args.in), args);
   }
 
   void backward(const Problem& p, const BackwardArgs& args, const RunContext& /*ctx*/) const override {
-    reference::backward(p, args);
+    reference::backward(with_rng_state(p, args.in), args);
   }
 };
 

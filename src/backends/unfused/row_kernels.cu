@@ -64,7 +64,9 @@ __device__ __forceinline__ float score(const RowParams& p, int h, int64_t i, int
 __device__ __forceinline__ float dropout_factor(const RowParams& p, int h, int64_t i, int64_t j) {
   if (p.dropout_threshold == 0) return 1.f;
   const uint32_t bh = static_cast<uint32_t>(p.batch_index * p.h_q + h);
-  return dropout_keep(p.seed, p.offset, bh, static_cast<uint32_t>(i), static_cast<uint32_t>(j), p.dropout_threshold)
+  const uint64_t seed = p.rng_state ? static_cast<uint64_t>(p.rng_state[0]) : p.seed;
+  const uint32_t offset = p.rng_state ? static_cast<uint32_t>(p.rng_state[1]) : p.offset;
+  return dropout_keep(seed, offset, bh, static_cast<uint32_t>(i), static_cast<uint32_t>(j), p.dropout_threshold)
              ? p.dropout_scale
              : 0.f;
 }

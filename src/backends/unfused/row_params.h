@@ -34,6 +34,7 @@ struct RowParams {
   float dropout_scale = 1.f;       // 1 / (1 - p)
   uint64_t seed = 0;
   uint32_t offset = 0;
+  const int64_t* rng_state = nullptr;  // when set: (seed, offset) read here as the kernel runs
 };
 
 // lse(b, h, i) for this sequence: lse + h * stride_h + i * stride_i (nullptr: not wanted).

@@ -69,6 +69,7 @@ RowParams row_params(const Problem& p, const Inputs& in, const detail::Sequences
     r.dropout_scale = static_cast<float>(1.0 / (1.0 - p.dropout_p));
     r.seed = p.seed;
     r.offset = static_cast<uint32_t>(p.offset);
+    if (p.rng_state_in_memory) r.rng_state = static_cast<const int64_t*>(in.rng_state.data);
   }
   return r;
 }
