@@ -111,7 +111,8 @@ class Communicator:
         attn.forward has refused the inputs neither takes (_keywords.check_cp_inputs)."""
         plan = _route(self, cp_fallback, opts, q, k, v, cu_seqlens_q)
         if plan is not None:  # the batch breaks the 2*cp rule: unsplit, K/V gathered
-            fallback_forward(self, plan, opts, q, k, v, out, lse, backend, disable, stream)
+            with _on_stream(q, stream):
+                fallback_forward(self, plan, opts, q, k, v, out, lse, backend, disable, stream)
             return
         _need_ring(self)
         d = _arrays.as_dlpack
@@ -123,7 +124,8 @@ class Communicator:
         """dq, dk, dv of this rank's shards, by the same route as the forward."""
         plan = _route(self, cp_fallback, opts, q, k, v, cu_seqlens_q)
         if plan is not None:
-            fallback_backward(self, plan, opts, q, k, v, out, dout, lse, dq, dk, dv, backend, disable, stream)
+            with _on_stream(q, stream):
+                fallback_backward(self, plan, opts, q, k, v, out, dout, lse, dq, dk, dv, backend, disable, stream)
             return
         _need_ring(self)
         d = _arrays.as_dlpack
@@ -133,6 +135,21 @@ class Communicator:
     def _attention(self, q: Any, k: Any, v: Any, **kw: Any) -> Any:
         """attn.torch.attention(..., cp=self): this module's attention()."""
         return attention(q, k, v, cp=self, **kw)
+
+
+def _on_stream(x: Any, stream: int) -> Any:
+    """A context that makes the call's stream PyTorch's current one. The
+    fallback's gathers, copies and collectives are PyTorch work, queued on the
+    current stream, between attn calls queued on `stream`: with a stream= other
+    than the current one they would run unordered (K/V read before gathered,
+    gradients summed before written, temporaries freed while in use)."""
+    import contextlib
+
+    if not getattr(x, "is_cuda", False) or int(stream) == _arrays.torch_stream(x.device.index):
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.cuda.stream(torch.cuda.ExternalStream(int(stream), device=x.device))
 
 
 def _shared_gpu(everyone: list) -> Optional[str]:
