@@ -58,10 +58,10 @@
 #                             then bench/diagnostics/ab_builds.py (both builds in
 #                             one process, an A/A pair) for each BACKEND
 #                             (default flash_sm90 flash_sm80), $AB_BUILDS_ARGS.
-#   cp                        [build-ext] multi-GPU (kind nvidia-h200-x2 or
-#                             nvidia-h100-x2): the context-parallel tests under
-#                             torchrun (300 s), bench/cp.py (240 s, two GPUs or
-#                             more), test_cp.py's CPU parts.
+#   cp                        [build-ext] multi-GPU (kind nvidia-h200-x2/-x4 or
+#                             nvidia-h100-x2/-x4): the context-parallel tests under
+#                             torchrun, every case ATTN_CP_REPEAT times (420 s),
+#                             bench/cp.py (240 s, two GPUs or more), test_cp.py's CPU parts.
 #   python_bench              [build-ext] bench/overhead.py and bench/layer.py,
 #                             JSON beside their logs.
 #   profile [PASS:D ...]      [build-kernels] ncu metrics (time, tensor pipe,
@@ -90,6 +90,7 @@
 #   SANITIZE_EXTRAS=0    sanitize: the default grid without its gtest and rotary targets
 #   SANITIZE_TIMEOUT     seconds per sanitizer run (75; flash_sm90 150)
 #   ATTN_CP_TESTS_ONLY=1 / ATTN_CP_BENCH_ONLY=1   cp: one half only
+#   ATTN_CP_REPEAT       cp: repetitions of every cp_worker.py case, ranks out of step (20)
 #   ATTN_BENCH           python_bench: overhead, layer or all (all)
 #   ATTN_LAYER_ARGS      python_bench: bench/layer.py's arguments
 #   ATTN_PYTEST          python_bench: pytest these paths first
@@ -387,11 +388,12 @@ suite_cp() {
   if [ "${ATTN_CP_BENCH_ONLY:-0}" = 1 ]; then  # the benchmark alone (tests passed on this commit's code)
     note "cp tests" "skipped (ATTN_CP_BENCH_ONLY=1)"
   else
-    timeout 300 torchrun --nproc-per-node "$gpus" tests/python/cp_worker.py >"$log/cp_tests.log" 2>&1
+    ATTN_CP_REPEAT=${ATTN_CP_REPEAT:-20} timeout 420 \
+      torchrun --nproc-per-node "$gpus" tests/python/cp_worker.py >"$log/cp_tests.log" 2>&1
     rc=$?
     echo "== cp tests"
-    grep -E "^(ok|FAIL)|rank [0-9]+:|Error|error" "$log/cp_tests.log" | head -40
-    verdict "cp tests" "$rc" "torchrun x$gpus ($(since "$t0") s)"
+    grep -E "^(cp_worker|ok|FAIL)|rank [0-9]+:|Error|error" "$log/cp_tests.log" | head -60
+    verdict "cp tests" "$rc" "torchrun x$gpus, ${ATTN_CP_REPEAT:-20} repetitions per case ($(since "$t0") s)"
   fi
   t0=$(date +%s)
   if [ "${ATTN_CP_TESTS_ONLY:-0}" = 1 ] || [ "$gpus" -lt 2 ]; then  # one GPU: a 1-rank ring, no benchmark
