@@ -136,23 +136,16 @@ std::shared_ptr<fe::graph::Tensor_attributes> int_tensor(fe::graph::Graph& g, co
                       .set_data_type(fe::DataType_t::INT32));
 }
 
-// An int64 scalar the graph reads from device memory when it runs.
-std::shared_ptr<fe::graph::Tensor_attributes> device_scalar(fe::graph::Graph& g, const char* name, Uid uid) {
+// An int64 scalar: a host value passed by value, or read from device memory
+// when the graph runs (dropout's seed and offset in Inputs::rng_state).
+std::shared_ptr<fe::graph::Tensor_attributes> int64_scalar(fe::graph::Graph& g, const char* name, Uid uid,
+                                                           bool in_device_memory) {
   return g.tensor(fe::graph::Tensor_attributes()
                       .set_name(name)
                       .set_uid(uid)
                       .set_dim({1, 1, 1, 1})
                       .set_stride({1, 1, 1, 1})
-                      .set_data_type(fe::DataType_t::INT64));
-}
-
-std::shared_ptr<fe::graph::Tensor_attributes> host_scalar(fe::graph::Graph& g, const char* name, Uid uid) {
-  return g.tensor(fe::graph::Tensor_attributes()
-                      .set_name(name)
-                      .set_uid(uid)
-                      .set_dim({1, 1, 1, 1})
-                      .set_stride({1, 1, 1, 1})
-                      .set_is_pass_by_value(true)
+                      .set_is_pass_by_value(!in_device_memory)
                       .set_data_type(fe::DataType_t::INT64));
 }
 
@@ -170,10 +163,9 @@ void apply_common(const GraphSpec& s, fe::graph::Graph& g, Attributes& a) {
     if (s.mask.left_bound >= 0) a.set_diagonal_band_left_bound(static_cast<int>(s.mask.left_bound));
     if (s.mask.right_bound >= 0) a.set_diagonal_band_right_bound(static_cast<int>(s.mask.right_bound));
   }
-  if (s.dropout_p > 0 && s.seed_in_memory)
-    a.set_dropout(s.dropout_p, device_scalar(g, "seed", uSeed), device_scalar(g, "offset", uOffset));
-  else if (s.dropout_p > 0)
-    a.set_dropout(s.dropout_p, host_scalar(g, "seed", uSeed), host_scalar(g, "offset", uOffset));
+  if (s.dropout_p > 0)
+    a.set_dropout(s.dropout_p, int64_scalar(g, "seed", uSeed, s.seed_in_memory),
+                  int64_scalar(g, "offset", uOffset, s.seed_in_memory));
 }
 
 void set_ragged(fe::graph::Graph& g, const GraphSpec& s, const std::shared_ptr<fe::graph::Tensor_attributes>& t,
