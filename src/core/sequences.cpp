@@ -125,8 +125,10 @@ Sequences sequences_of(const Problem& p, const Inputs& in) {
   const std::vector<int32_t>& cq = cu.first;
   const std::vector<int32_t>& ck = cu.second;
   for (size_t b = 0; b < n; ++b) {
-    s.len_q[b] = cq[b + 1] - cq[b];
-    s.len_kv[b] = ck[b + 1] - ck[b];
+    // In 64 bits: unchecked offsets (check_seqlens off) may be any int32s,
+    // and checked_sequences then reports the length, not an overflow.
+    s.len_q[b] = int64_t{cq[b + 1]} - cq[b];
+    s.len_kv[b] = int64_t{ck[b + 1]} - ck[b];
     if (p.qkv_format == QkvFormat::thd) {
       s.start_q[b] = cq[b];
       s.start_kv[b] = ck[b];

@@ -45,8 +45,11 @@ std::string device_name(const Device& d) {
 
 int64_t TensorView::numel() const {
   if (!defined()) return 0;
+  // Last dimension first, the order in which make_view checked the product
+  // for overflow: in another order a view with an empty (or negative)
+  // dimension can pass int64 on the way ([2^62, 2^31, 0]).
   int64_t n = 1;
-  for (int i = 0; i < rank; ++i) n *= shape[i];
+  for (int i = rank - 1; i >= 0; --i) n *= shape[i];
   return n;
 }
 

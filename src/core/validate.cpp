@@ -66,13 +66,18 @@ struct Sizes {
   int64_t batch = 0, s = 0, tokens = 0, heads = 0, dim = 0;
 };
 
-Sizes read_sizes(const TensorView& t, QkvFormat f) {
+Sizes read_sizes(const TensorView& t, QkvFormat f, const char* name) {
   Sizes z;
   switch (f) {
-    case QkvFormat::bshd: z = {t.shape[0], t.shape[1], t.shape[0] * t.shape[1], t.shape[2], t.shape[3]}; break;
-    case QkvFormat::sbhd: z = {t.shape[1], t.shape[0], t.shape[0] * t.shape[1], t.shape[2], t.shape[3]}; break;
-    case QkvFormat::thd: z = {0, 0, t.shape[0], t.shape[1], t.shape[2]}; break;
+    case QkvFormat::bshd: z = {t.shape[0], t.shape[1], 0, t.shape[2], t.shape[3]}; break;
+    case QkvFormat::sbhd: z = {t.shape[1], t.shape[0], 0, t.shape[2], t.shape[3]}; break;
+    case QkvFormat::thd: return {0, 0, t.shape[0], t.shape[1], t.shape[2]};
   }
+  // make_view bounds the product of all sizes, but a view with an empty
+  // dimension (heads or head_dim 0) leaves batch * seq unbounded.
+  if (__builtin_mul_overflow(z.batch, z.s, &z.tokens))
+    bad_value(std::string(name) + " has more tokens than int64 can count", t.shape_str(),
+              "batch * seq below 2^63", "check the tensor's shape");
   return z;
 }
 
@@ -117,7 +122,7 @@ Problem derive(const Options& o, const Inputs& in, Pass pass) {
   require_rank(in.v, "v", f, layout_of(f, "seq_kv", "heads_kv", "head_dim_v"));
   for (auto [t, n] : {std::pair{&in.q, "q"}, {&in.k, "k"}, {&in.v, "v"}}) require_last_dim_contiguous(*t, n);
 
-  const Sizes q = read_sizes(in.q, f), k = read_sizes(in.k, f), v = read_sizes(in.v, f);
+  const Sizes q = read_sizes(in.q, f, "q"), k = read_sizes(in.k, f, "k"), v = read_sizes(in.v, f, "v");
   p.h_q = q.heads;
   p.h_kv = k.heads;
   p.d_qk = q.dim;
@@ -273,6 +278,13 @@ void check_problem(const Problem& p) {
     bad_value("window values must be -1 (unbounded) or >= 0",
               "(" + str(p.window_left) + ", " + str(p.window_right) + ")", "each >= -1",
               "use -1 for an unbounded side");
+  // A window past 2^62 keys reaches every key of any problem that fits in
+  // memory, and the mask rule's sums (i + shift + right + 1) would pass int64.
+  constexpr int64_t kMaxWindow = int64_t{1} << 62;
+  if (p.window_left > kMaxWindow || p.window_right > kMaxWindow)
+    bad_value("window values must be at most 2^62",
+              "(" + str(p.window_left) + ", " + str(p.window_right) + ")",
+              "-1 (unbounded) or 0 to 2^62 = " + str(kMaxWindow), "use -1 for an unbounded side");
   if (!std::isfinite(p.softmax_scale))
     bad_value("softmax_scale is not finite", std::to_string(p.softmax_scale), "a finite number",
               "omit it for the default 1/sqrt(head_dim_qk)");
@@ -290,18 +302,19 @@ void check_problem(const Problem& p) {
 }
 
 // See Problem::row_alignment_bytes. Size-1 dimensions never advance, so their
-// strides do not count.
+// strides do not count. Byte strides in unsigned arithmetic: a stride near
+// 2^63 elements wraps there, and wrapping modulo 2^64 keeps divisibility by 16.
 static int row_alignment(std::initializer_list<const TensorView*> views) {
-  int64_t align = 16;
-  auto fit = [&](int64_t bytes) {
+  uint64_t align = 16;
+  auto fit = [&](uint64_t bytes) {
     while (align > 1 && bytes % align != 0) align /= 2;
   };
   for (const TensorView* t : views) {
     if (!t->defined()) continue;
-    const int64_t elem = static_cast<int64_t>(dtype_size_bytes(t->dtype));
-    fit(static_cast<int64_t>(reinterpret_cast<uintptr_t>(t->data)));
+    const uint64_t elem = dtype_size_bytes(t->dtype);
+    fit(reinterpret_cast<uintptr_t>(t->data));
     for (int d = 0; d + 1 < t->rank; ++d)
-      if (t->shape[d] > 1) fit(t->strides_elems[d] * elem);
+      if (t->shape[d] > 1) fit(static_cast<uint64_t>(t->strides_elems[d]) * elem);
   }
   return static_cast<int>(align);
 }

@@ -32,9 +32,10 @@ void check_cu_seqlens_shape(const TensorView& cu, const char* name, const Device
     bad_value(std::string(name) + " is empty", cu.shape_str(), "[batch + 1] with a leading 0",
               "pass [0, len_0, len_0 + len_1, ...]");
   require_device(cu, name, device);
-  if (batch_expected >= 0 && cu.size(0) != batch_expected + 1)
+  // size - 1 against the batch: batch + 1 would overflow for a batch near 2^63.
+  if (batch_expected >= 0 && cu.size(0) - 1 != batch_expected)
     bad_value(std::string(name) + " has the wrong length", str(cu.size(0)),
-              str(batch_expected + 1) + " (batch + 1 = " + str(batch_expected) + " + 1)",
+              std::to_string(static_cast<uint64_t>(batch_expected) + 1) + " (batch + 1 = " + str(batch_expected) + " + 1)",
               "pass one offset per sequence plus the leading 0");
 }
 
@@ -73,6 +74,13 @@ std::pair<int64_t, int64_t> check_cu_seqlens(const Inputs& in, const Options& o,
   check_cu_seqlens_shape(in.cu_seqlens_q, "cu_seqlens_q", device, batch_q);
   check_cu_seqlens_shape(in.cu_seqlens_kv, "cu_seqlens_kv", device, batch_kv);
   if (!o.check_seqlens) return {-1, -1};
+  // validate_*() also answer shape-only questions on views without data; the
+  // values they read here must exist.
+  for (auto [t, name] : {std::pair{&in.cu_seqlens_q, "cu_seqlens_q"}, {&in.cu_seqlens_kv, "cu_seqlens_kv"}})
+    if (t->data == nullptr && t->numel() > 0)
+      bad_value(std::string(name) + " has no data to check", "a null data pointer for " + t->shape_str(),
+                "the offsets' memory (check_seqlens reads them)",
+                std::string("pass ") + name + "'s memory, or turn check_seqlens off and give max_seqlen_q/kv");
   const detail::Int32Pair v = detail::read_int32_pair(in.cu_seqlens_q, in.cu_seqlens_kv);
   return {check_cu_seqlens_values(v.first, "cu_seqlens_q", tokens_q, padded_q, o.qkv_format),
           check_cu_seqlens_values(v.second, "cu_seqlens_kv", tokens_kv, padded_kv, o.qkv_format)};

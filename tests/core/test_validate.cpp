@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -423,6 +424,76 @@ TEST(Validate, EmptyTensorsMayHaveAnyStride) {
   c.fwd.in.q.strides_elems = {0, 0, 0, 0, 0, 0};
   const Problem p = validate_forward(c.opts, c.fwd);
   EXPECT_EQ(p.batch, 0);
+}
+
+}  // namespace
+}  // namespace attn
+
+// Calls the fuzzer found (tests/fuzz, docs/RELIABILITY.md): each overflowed
+// int64 or int32 (undefined behaviour), or read a null pointer, before its
+// fix; the sanitizer build (scripts/check_sanitizers.sh) checks they stay clean.
+namespace attn {
+namespace {
+
+constexpr int64_t k2p62 = int64_t{1} << 62;
+
+TEST(ValidateFuzzed, EmptyViewWithHugeDimensions) {
+  // make_view bounds the product (0); counting in another order passed int64.
+  const TensorView t = make_view(nullptr, DType::bf16, {k2p62, (int64_t{1} << 31) - 1, 0, 64});
+  EXPECT_EQ(t.numel(), 0);
+  Call c = bshd_call();
+  c.fwd.in.q = t;
+  expect_forward_error(c, ErrorKind::value, {"q has more tokens than int64 can count", "batch * seq below 2^63"});
+}
+
+TEST(ValidateFuzzed, WindowsPast2To62AreRefused) {
+  // i + shift + right + 1 passed int64 in the mask rule: a window of 2^63 - 2
+  // keys hid every key.
+  Call c = bshd_call();
+  c.opts.window = {-1, std::numeric_limits<int64_t>::max() - 1};
+  expect_forward_error(c, ErrorKind::value, {"window values must be at most 2^62", "use -1"});
+  c.opts.window = {k2p62, k2p62};  // the largest accepted: every key of any real problem
+  EXPECT_NO_THROW(validate_forward(c.opts, c.fwd));
+}
+
+TEST(ValidateFuzzed, CuSeqlensLengthAgainstTheLargestBatch) {
+  const int64_t batch = std::numeric_limits<int64_t>::max();
+  Call c = bshd_call();
+  c.opts.mask = MaskType::padding;
+  c.fwd.in.q = make_view(nullptr, DType::bf16, {batch, 1, 0, 16});
+  c.fwd.in.k = c.fwd.in.v = c.fwd.in.q;
+  c.fwd.in.cu_seqlens_q = c.fwd.in.cu_seqlens_kv = c.alloc(DType::i32, {3});
+  expect_forward_error(c, ErrorKind::value, {"cu_seqlens_q has the wrong length", "9223372036854775808 (batch + 1"});
+}
+
+TEST(ValidateFuzzed, CuSeqlensWithoutDataInAShapeOnlyQuestion) {
+  Call c = make_call(QkvFormat::thd, 2, 8, 8, 4, 2, 16, 16);
+  c.fwd.in.cu_seqlens_kv.data = nullptr;
+  expect_forward_error(c, ErrorKind::value, {"cu_seqlens_kv has no data to check", "check_seqlens off"});
+  c.opts.check_seqlens = false;  // nothing to read: max_seqlen stands for the lengths
+  c.opts.max_seqlen_q = c.opts.max_seqlen_kv = 8;
+  EXPECT_NO_THROW(validate_forward(c.opts, c.fwd));
+}
+
+TEST(ValidateFuzzed, StrideNear2To63Elements) {
+  // stride * element size passed int64 in the row alignment; modulo 2^64 it
+  // keeps its divisibility: (2^63 - 1) * 4 bytes is a multiple of 4, not 8.
+  Call c = make_call(QkvFormat::bshd, 1, 2, 2, 1, 1, 64, 64, DType::f32);
+  c.fwd.in.q = make_view(nullptr, DType::f32, {1, 2, 1, 64}, {128, std::numeric_limits<int64_t>::max(), 64, 1});
+  EXPECT_EQ(validate_forward(c.opts, c.fwd).row_alignment_bytes, 4);
+}
+
+TEST(ValidateFuzzed, UncheckedOffsetsOfAnyInt32) {
+  // check_seqlens off: offsets are not read by validation; the reference
+  // bounds each sequence by the tensors (its length in 64 bits, not int).
+  Call c = make_call(QkvFormat::thd, 2, 4, 4, 2, 1, 8, 8, DType::f32);
+  const int32_t offsets[3] = {0, std::numeric_limits<int32_t>::min(), 8};
+  for (TensorBuffer& b : c.owned)
+    if (b.data() == c.fwd.in.cu_seqlens_q.data) b.copy_from_bytes(offsets, sizeof offsets);
+  c.opts.check_seqlens = false;
+  c.opts.max_seqlen_q = c.opts.max_seqlen_kv = 4;
+  expect_error([&] { forward(c.opts, c.fwd); }, ErrorKind::value,
+               {"cu_seqlens_q does not fit the tensors", "sequence 0 of length -2147483648"});
 }
 
 }  // namespace
