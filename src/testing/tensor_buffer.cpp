@@ -59,7 +59,7 @@ TensorBuffer::TensorBuffer(DType dtype, std::vector<int64_t> shape, Device devic
 void TensorBuffer::copy_from_bytes(const void* src, size_t n) {
   if (view_.device.is_cuda())
     check_cuda(cudaMemcpy(data(), src, n, cudaMemcpyHostToDevice), "cudaMemcpy to device");
-  else
+  else if (n > 0)  // an empty tensor's source may be null, which memcpy may not be given
     std::memcpy(data(), src, n);
 }
 
