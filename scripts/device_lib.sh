@@ -221,7 +221,8 @@ sanitize() {
   esac
   row=$(printf '%-12s' "$name")
   for tool in ${SANITIZERS:-memcheck racecheck initcheck}; do
-    env PYTHONPATH=/tmp/py "$@" timeout "${SANITIZE_TIMEOUT:-75}" compute-sanitizer --tool "$tool" \
+    # shellcheck disable=SC2086  # SANITIZE_FLAGS: extra compute-sanitizer options, split into words
+    env PYTHONPATH=/tmp/py "$@" timeout "${SANITIZE_TIMEOUT:-75}" compute-sanitizer --tool "$tool" ${SANITIZE_FLAGS:-} \
       --error-exitcode 9 "${cmd[@]}" >"$log/$tool-$name.log" 2>&1
     rc=$?
     sanitize_runs[$tool]=$((${sanitize_runs[$tool]:-0} + 1))
