@@ -28,11 +28,19 @@ enum class BiasType : uint8_t { none, post_scale_bias, alibi };
 
 enum class Pass : uint8_t { forward, backward };
 
+// The softmax's denominator (TransformerEngine's softmax_type): `vanilla` sums
+// the visible keys' exp(s); `off_by_one` adds exp(0), a sink logit 0 per head;
+// `learnable` adds exp(sink[h]), a per-query-head logit with a gradient. The
+// sink carries no value (docs/SEMANTICS.md "Softmax sinks").
+enum class SoftmaxType : uint8_t { vanilla, off_by_one, learnable };
+
 const char* format_name(QkvFormat f);
 const char* mask_name(MaskType m);
 const char* bias_name(BiasType b);
+const char* softmax_type_name(SoftmaxType t);  // "vanilla", "off-by-one", "learnable"
 std::optional<QkvFormat> parse_format(const std::string& s);
 std::optional<MaskType> parse_mask(const std::string& s);
+std::optional<SoftmaxType> parse_softmax_type(const std::string& s);  // also "off_by_one"
 
 // Sliding window, inclusive at both ends: key j is visible to query i when
 // i + shift - left <= j <= i + shift + right. -1 means unbounded on that side.
@@ -55,6 +63,7 @@ struct Options {
   uint64_t seed = 0;
   uint64_t offset = 0;  // must be < 2^32 (one word of the Philox counter)
   bool deterministic = false;
+  SoftmaxType softmax_type = SoftmaxType::vanilla;  // learnable: Inputs::sink holds the logits
   // Read the values of cu_seqlens to validate them (one wait for the device and
   // a small device-to-host copy when they live on the GPU; the GPU idles until
   // the call's kernel is launched). Turn off, with max_seqlen given, under CUDA
@@ -85,12 +94,18 @@ struct Inputs {
   // kernels when they run instead of Options::seed / offset, so a CUDA graph
   // replays with the values written since capture (offset: its low 32 bits).
   TensorView rng_state;
+  // softmax_type == learnable: fp32 [h_q], the sink logit of each query head.
+  TensorView sink;
 };
 
 struct ForwardArgs {
   Inputs in;
   TensorView out;  // like q with d_v, same dtype as q
   TensorView lse;  // optional fp32: [b, h_q, s_q] (bshd, sbhd) or [h_q, t_q] (thd)
+  // Optional fp32 [h_q]: the largest score (after scale, softcap, bias) over
+  // the visible pairs of the whole call, per query head; -inf for a head with
+  // none (TransformerEngine's return_max_logit).
+  TensorView max_logit;
 };
 
 struct BackwardArgs {
@@ -102,6 +117,7 @@ struct BackwardArgs {
   TensorView dk;     // like k
   TensorView dv;     // like v
   TensorView dbias;  // optional: shape of bias, written when given
+  TensorView dsink;  // optional fp32 [h_q] with softmax_type == learnable: written when given
 };
 
 // The validated description of one call, derived from Options and the tensor
@@ -147,6 +163,9 @@ struct Problem {
   bool rng_state_in_memory = false;  // dropout's seed and offset come from Inputs::rng_state
   bool deterministic = false;
   bool return_lse = false;
+  SoftmaxType softmax_type = SoftmaxType::vanilla;
+  bool return_max_logit = false;  // forward: ForwardArgs::max_logit is written
+  bool sink_grad = false;         // backward: BackwardArgs::dsink is written
   // The largest power of two, at most 16, dividing the base address and every
   // stride but the last (in bytes) of q, k, v, out (and in the backward dout,
   // dq, dk, dv): kernels that move rows in 16-byte pieces need 16.
@@ -156,6 +175,7 @@ struct Problem {
   bool capturing = false;
 
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
+  bool has_sink() const { return softmax_type != SoftmaxType::vanilla; }
 };
 
 // One line: "fwd bshd bf16 b=2 s_q=128 s_kv=128 h=16/4 d=128/128 mask=causal window=(-1,0) ..."

@@ -109,6 +109,10 @@ def forward(
     cp: Any = None,
     cp_fallback: bool = False,
     rng_state: Any = None,
+    softmax_type: str = "vanilla",
+    sink: Any = None,
+    return_max_logit: bool = False,
+    max_logit: Any = None,
 ) -> Any:
     """Attention forward: softmax(softmax_scale * q k^T [softcap, bias, mask]) v.
 
@@ -132,41 +136,58 @@ def forward(
     rng_state=: an int64 array [2] (seed, offset) on q's device that the
     kernels read when they run, instead of seed= and offset= (CUDA graphs:
     write new values before each replay).
+    softmax_type=: "vanilla", "off-by-one" (a sink logit 0 in every row's
+    softmax) or "learnable" (sink=, float32 [h_q], the sink logit per query
+    head); the sink carries no value and lse includes it (SEMANTICS.md).
+    return_max_logit=True (or max_logit=, float32 [h_q]) also returns the
+    largest score over the call's visible pairs per query head: out, then lse
+    if asked, then max_logit.
     """
     for x, name in ((q, "q"), (k, "k"), (v, "v")):
         _arrays.require_array(x, name)
     _arrays.require_arrays(out=out, lse=lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, bias=bias,
-                           alibi_slopes=alibi_slopes, attn_mask=attn_mask, rng_state=rng_state)
-    _arrays.require_writable(out=out, lse=lse)
+                           alibi_slopes=alibi_slopes, attn_mask=attn_mask, rng_state=rng_state, sink=sink,
+                           max_logit=max_logit)
+    _arrays.require_writable(out=out, lse=lse, max_logit=max_logit)
     opts = _options(qkv_format, mask, window, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
-                    dropout_p, seed, offset, deterministic, check_seqlens)
+                    dropout_p, seed, offset, deterministic, check_seqlens, softmax_type)
     if out is None:
         out = _arrays.empty(q, _out_shape(q, v))
     if lse is None and return_lse:
         shape = _arrays.lse_shape(_arrays.shape_of(q), qkv_format)
         if shape is not None:
             lse = _arrays.empty(q, shape, "float32")
+    return_max_logit = return_max_logit or max_logit is not None
+    if max_logit is None and return_max_logit:
+        heads = _arrays.heads_of(_arrays.shape_of(q), qkv_format)
+        if heads is not None:
+            max_logit = _arrays.empty(q, (heads,), "float32")
     d = _arrays.as_dlpack
+
+    def results() -> Any:
+        r = (_arrays.finish(q, out),) + ((_arrays.finish(q, lse),) if return_lse else ())
+        r += (_arrays.finish(q, max_logit),) if return_max_logit else ()
+        return r if len(r) > 1 else r[0]
+
     if cp is not None:
         # Context parallelism: cp, an attn.cp.Communicator, runs the call on this
         # rank's shards (attn.cp is built on this module and imports it, never the reverse).
         _keywords.check_cp_inputs(cu_seqlens_q, cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
-                                  attn_mask=attn_mask, rng_state=rng_state)
+                                  attn_mask=attn_mask, rng_state=rng_state, sink=sink, max_logit=max_logit)
         cp._forward(opts, cp_fallback, q, k, v, out, lse, cu_seqlens_q, backend, list(disable), _stream(q, stream))
-        out = _arrays.finish(q, out)
-        return (out, _arrays.finish(q, lse)) if return_lse else out
+        return results()
     try:
         _C.forward(
             opts, d(q), d(k), d(v), d(out), d(lse),
             **_inputs(cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask),
             backend=backend, disable=list(disable), stream=_stream(q, stream),
-            workspace_allocator=_capture_workspace(q, stream), rng_state=d(rng_state),
+            workspace_allocator=_capture_workspace(q, stream), rng_state=d(rng_state), sink=d(sink),
+            max_logit=d(max_logit),
         )
     except (TypeError, ValueError) as e:
         _arrays.adapt_error(e, _arrays.framework(q))
         raise
-    out = _arrays.finish(q, out)
-    return (out, _arrays.finish(q, lse)) if return_lse else out
+    return results()
 
 
 def backward(
@@ -206,6 +227,9 @@ def backward(
     cp: Any = None,
     cp_fallback: bool = False,
     rng_state: Any = None,
+    softmax_type: str = "vanilla",
+    sink: Any = None,
+    dsink: Any = None,
 ) -> Tuple[Any, ...]:
     """Attention backward: (dq, dk, dv) from the forward's q, k, v, out, its lse
     (forward(..., return_lse=True)) and dout, with the same keywords as the
@@ -214,16 +238,22 @@ def backward(
     ignored so one keyword dict serves both passes). With a bias and
     return_dbias=True (or a preallocated dbias=) returns (dq, dk, dv, dbias).
     dq= / dk= / dv= take preallocated gradients. cp=, cp_fallback=: as for
-    forward (the same values the forward had).
+    forward (the same values the forward had). softmax_type="learnable" (with
+    the forward's sink=) adds dsink (float32 [h_q], or into dsink=) last:
+    (dq, dk, dv[, dbias], dsink).
     """
     del return_lse
     for x, name in ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (dout, "dout"), (lse, "lse")):
         _arrays.require_array(x, name)
     _arrays.require_arrays(dq=dq, dk=dk, dv=dv, dbias=dbias, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
-                           bias=bias, alibi_slopes=alibi_slopes, attn_mask=attn_mask, rng_state=rng_state)
-    _arrays.require_writable(dq=dq, dk=dk, dv=dv, dbias=dbias)
+                           bias=bias, alibi_slopes=alibi_slopes, attn_mask=attn_mask, rng_state=rng_state,
+                           sink=sink, dsink=dsink)
+    _arrays.require_writable(dq=dq, dk=dk, dv=dv, dbias=dbias, dsink=dsink)
     opts = _options(qkv_format, mask, window, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
-                    dropout_p, seed, offset, deterministic, check_seqlens)
+                    dropout_p, seed, offset, deterministic, check_seqlens, softmax_type)
+    want_dsink = opts.softmax_type == "learnable"
+    if want_dsink and dsink is None and sink is not None:
+        dsink = _arrays.empty(sink, _arrays.shape_of(sink), "float32")
     dq = _arrays.empty(q, _arrays.shape_of(q)) if dq is None else dq
     dk = _arrays.empty(k, _arrays.shape_of(k)) if dk is None else dk
     dv = _arrays.empty(v, _arrays.shape_of(v)) if dv is None else dv
@@ -235,7 +265,7 @@ def backward(
     d = _arrays.as_dlpack
     if cp is not None:  # context parallelism: as in forward
         _keywords.check_cp_inputs(cu_seqlens_q, cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
-                                  attn_mask=attn_mask, dbias=dbias, rng_state=rng_state)
+                                  attn_mask=attn_mask, dbias=dbias, rng_state=rng_state, sink=sink, dsink=dsink)
         cp._backward(opts, cp_fallback, q, k, v, out, dout, lse, dq, dk, dv, cu_seqlens_q, backend, list(disable),
                      _stream(q, stream))
         return tuple(_arrays.finish(q, g) for g in (dq, dk, dv))
@@ -244,13 +274,15 @@ def backward(
             opts, d(q), d(k), d(v), d(out), d(dout), d(lse), d(dq), d(dk), d(dv), d(dbias),
             **_inputs(cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask),
             backend=backend, disable=list(disable), stream=_stream(q, stream),
-            workspace_allocator=_capture_workspace(q, stream), rng_state=d(rng_state),
+            workspace_allocator=_capture_workspace(q, stream), rng_state=d(rng_state), sink=d(sink),
+            dsink=d(dsink),
         )
     except (TypeError, ValueError) as e:
         _arrays.adapt_error(e, _arrays.framework(q))
         raise
     grads = tuple(_arrays.finish(q, g) for g in (dq, dk, dv))
-    return grads + (_arrays.finish(q, dbias),) if want_dbias else grads
+    grads += (_arrays.finish(q, dbias),) if want_dbias else ()
+    return grads + (_arrays.finish(q, dsink),) if want_dsink else grads
 
 
 # ---- explain ---------------------------------------------------------------
@@ -355,6 +387,8 @@ def explain(
     deterministic: bool = False,
     check_seqlens: bool = True,
     disable: Sequence[str] = (),
+    softmax_type: str = "vanilla",
+    return_max_logit: bool = False,
 ) -> Explanation:
     """Every backend's verdict on the call forward(q, k, v, **same keywords)
     would make (backward=True: the backward pass), without running anything.
@@ -366,15 +400,18 @@ def explain(
     simulated architecture "sm80", "sm86", "sm89", "sm90". cu_seqlens must be
     arrays (their values decide the sequence lengths) unless check_seqlens=False
     with max_seqlen_q/kv given. Validation errors raise as in forward().
+    softmax_type="learnable" asks with a float32 [h_q] sink (and its gradient
+    in the backward).
     """
     opts = _options(qkv_format, mask, window, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv,
-                    dropout_p, seed, offset, deterministic, check_seqlens)
+                    dropout_p, seed, offset, deterministic, check_seqlens, softmax_type)
     d = _arrays.exportable
     data = _C.explain(
         opts, "backward" if backward else "forward", _spec(q, dtype), _spec(k, dtype), _spec(v, dtype),
         cu_seqlens_q=d(cu_seqlens_q), cu_seqlens_kv=d(cu_seqlens_kv), bias=_spec(bias, dtype),
         alibi_slopes=_spec(alibi_slopes, "float32"), attn_mask=_spec(attn_mask, "bool"),
-        return_lse=bool(return_lse), bias_grad=bool(return_dbias), device=device, backend=backend,
+        return_lse=bool(return_lse), bias_grad=bool(return_dbias), return_max_logit=bool(return_max_logit),
+        device=device, backend=backend,
         disable=list(disable),
     )
     return Explanation(data)

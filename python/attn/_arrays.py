@@ -252,6 +252,15 @@ def lse_shape(q_shape: tuple, qkv_format: str) -> Optional[tuple]:
     return None
 
 
+def heads_of(q_shape: tuple, qkv_format: str) -> Optional[int]:
+    """h_q from q's shape, or None when q's rank does not fit the format."""
+    if qkv_format == "thd" and len(q_shape) == 3:
+        return q_shape[1]
+    if qkv_format in ("bshd", "sbhd") and len(q_shape) == 4:
+        return q_shape[2]
+    return None
+
+
 def require_array(x: Any, name: str) -> None:
     """A clear TypeError for lists, scalars and None where a tensor belongs."""
     if not (hasattr(x, "__dlpack__") or hasattr(x, "__array_interface__")) or not hasattr(x, "shape"):

@@ -35,6 +35,16 @@ def mask_name(mask: Optional[str]) -> str:
     return name
 
 
+def softmax_type_name(softmax_type: Optional[str]) -> str:
+    """TransformerEngine's softmax types; None is "vanilla", "off_by_one" is accepted too."""
+    if softmax_type is None:
+        return "vanilla"
+    if not isinstance(softmax_type, str):
+        raise TypeError("attn: softmax_type must be \"vanilla\", \"off-by-one\" or \"learnable\", "
+                        f"got {type(softmax_type).__name__}")
+    return softmax_type
+
+
 def integer(value: Any, name: str) -> int:
     """value as an int: Python and NumPy integers, or anything with __index__
     (a 0-d integer tensor). A float is refused, not truncated (2.7 is not 2)."""
@@ -131,6 +141,7 @@ def build_options(
     offset: int,
     deterministic: bool,
     check_seqlens: bool,
+    softmax_type: str = "vanilla",
 ) -> _C.Options:
     o = _C.Options()
     o.qkv_format = format_name(qkv_format)
@@ -145,4 +156,5 @@ def build_options(
     o.offset = uint(offset, "offset")  # the core checks offset < 2^32 with its own message
     o.deterministic = bool(deterministic)
     o.check_seqlens = bool(check_seqlens)
+    o.softmax_type = softmax_type_name(softmax_type)
     return o

@@ -56,6 +56,7 @@ class _CallFields(NamedTuple):
     alibi_slopes: Optional[Tensor] = None
     attn_mask: Optional[Tensor] = None
     check_seqlens: bool = True
+    softmax_type: str = "vanilla"  # "learnable": the sink travels beside bias (it has a gradient)
 
 
 class _Call(_CallFields):
@@ -83,32 +84,34 @@ class _Call(_CallFields):
         if o is None:
             o = cache["opts"] = _keywords.options(
                 self.qkv_format, self.mask, self.window, self.softmax_scale, self.softcap, self.max_seqlen_q,
-                self.max_seqlen_kv, self.dropout_p, self.seed, self.offset, self.deterministic, self.check_seqlens)
+                self.max_seqlen_kv, self.dropout_p, self.seed, self.offset, self.deterministic, self.check_seqlens,
+                self.softmax_type)
         return o
 
     # ---- the flat spelling of the custom ops (_OP_ARGS) ----
 
-    def op_args(self, bias: Optional[Tensor]) -> tuple:
+    def op_args(self, bias: Optional[Tensor], sink: Optional[Tensor]) -> tuple:
         """The ops' arguments after their own tensors, in _OP_ARGS order. The
         seed travels in a tensor (rng_state), so that a compiled graph does not
         hold it as a constant."""
         rng_state = (torch.tensor([self.seed & 0xFFFFFFFF, self.seed >> 32, self.offset], dtype=torch.int64)
                      if self.dropout_p > 0 else None)
-        return (self.cu_seqlens_q, self.cu_seqlens_kv, bias, self.alibi_slopes, self.attn_mask, rng_state,
+        return (self.cu_seqlens_q, self.cu_seqlens_kv, bias, self.alibi_slopes, self.attn_mask, rng_state, sink,
                 self.qkv_format, self.mask, self.window[0], self.window[1], self.softmax_scale, self.softcap,
                 self.max_seqlen_q, self.max_seqlen_kv, self.dropout_p, self.deterministic, self.backend,
-                self.check_seqlens)
+                self.check_seqlens, self.softmax_type)
 
     @classmethod
-    def from_op_args(cls, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state, qkv_format, mask,
-                     window_left, window_right, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv, dropout_p,
-                     deterministic, backend, check_seqlens) -> Tuple["_Call", Optional[Tensor]]:
-        """(call, bias) from op_args()'s tuple, inside the ops' real implementations."""
+    def from_op_args(cls, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state, sink, qkv_format,
+                     mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv, dropout_p,
+                     deterministic, backend, check_seqlens,
+                     softmax_type) -> Tuple["_Call", Optional[Tensor], Optional[Tensor]]:
+        """(call, bias, sink) from op_args()'s tuple, inside the ops' real implementations."""
         seed, offset = (0, 0) if rng_state is None else _seed_offset(rng_state)
         call = cls(qkv_format, mask, (window_left, window_right), softmax_scale, softcap, max_seqlen_q,
                    max_seqlen_kv, dropout_p, seed, offset, deterministic, backend, cu_seqlens_q, cu_seqlens_kv,
-                   alibi_slopes, attn_mask, check_seqlens)
-        return call, bias
+                   alibi_slopes, attn_mask, check_seqlens, softmax_type)
+        return call, bias, sink
 
     # ---- the passes ----
 
@@ -141,37 +144,40 @@ class _Call(_CallFields):
         seed = torch.randint(-(1 << 63), (1 << 63) - 1, (1,), device=q.device, dtype=torch.int64)
         return torch.cat([seed, torch.zeros_like(seed)])
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], sink: Optional[Tensor] = None,
                 rng_state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         out = q.new_empty(q.shape[:-1] + v.shape[-1:])
         lse = q.new_empty(_lse_shape(q, self.qkv_format), dtype=torch.float32)
         try:
             _C.forward(self.opts, to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(lse),
                        *self._extras(bias), self.backend, _NO_DISABLE, _stream(q),
-                       self._capture_workspace(q, rng_state), _capsule(rng_state))
+                       self._capture_workspace(q, rng_state), _capsule(rng_state), _capsule(sink))
         except (TypeError, ValueError) as e:
             _arrays.adapt_error(e, "torch")
             raise
         return out, lse
 
     def backward(self, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-                 bias: Optional[Tensor], bias_grad: bool,
-                 rng_state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+                 bias: Optional[Tensor], bias_grad: bool, sink: Optional[Tensor] = None, sink_grad: bool = False,
+                 rng_state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor, Optional[Tensor],
+                                                               Optional[Tensor]]:
         # Gradients arriving from reductions are often expanded (stride 0); attn
         # needs a contiguous last dimension.
         if dout.dim() and dout.shape[-1] > 1 and dout.stride(-1) != 1:
             dout = dout.contiguous()
         dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
         dbias = bias.new_empty(bias.shape) if bias_grad else None
+        dsink = sink.new_empty(sink.shape, dtype=torch.float32) if sink_grad else None
         try:
             _C.backward(self.opts, to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(dout),
                         to_dlpack(lse), to_dlpack(dq), to_dlpack(dk), to_dlpack(dv), _capsule(dbias),
                         *self._extras(bias), self.backend, _NO_DISABLE, _stream(q),
-                       self._capture_workspace(q, rng_state), _capsule(rng_state))
+                        self._capture_workspace(q, rng_state), _capsule(rng_state), _capsule(sink),
+                        _capsule(dsink))
         except (TypeError, ValueError) as e:
             _arrays.adapt_error(e, "torch")
             raise
-        return dq, dk, dv, dbias
+        return dq, dk, dv, dbias, dsink
 
 
 def _seed_offset(rng_state: Tensor) -> Tuple[int, int]:
@@ -188,20 +194,21 @@ def _seed_offset(rng_state: Tensor) -> Tuple[int, int]:
 # the schema torch.library would infer from annotations.
 _OP_ARGS = (
     ("cu_seqlens_q", "Tensor?"), ("cu_seqlens_kv", "Tensor?"), ("bias", "Tensor?"), ("alibi_slopes", "Tensor?"),
-    ("attn_mask", "Tensor?"), ("rng_state", "Tensor?"), ("qkv_format", "str"), ("mask", "str"),
-    ("window_left", "SymInt"), ("window_right", "SymInt"), ("softmax_scale", "float?"), ("softcap", "float"),
-    ("max_seqlen_q", "SymInt"), ("max_seqlen_kv", "SymInt"), ("dropout_p", "float"), ("deterministic", "bool"),
-    ("backend", "str?"), ("check_seqlens", "bool"),
+    ("attn_mask", "Tensor?"), ("rng_state", "Tensor?"), ("sink", "Tensor?"), ("qkv_format", "str"),
+    ("mask", "str"), ("window_left", "SymInt"), ("window_right", "SymInt"), ("softmax_scale", "float?"),
+    ("softcap", "float"), ("max_seqlen_q", "SymInt"), ("max_seqlen_kv", "SymInt"), ("dropout_p", "float"),
+    ("deterministic", "bool"), ("backend", "str?"), ("check_seqlens", "bool"), ("softmax_type", "str"),
 )
 _OP_SCHEMA = ", ".join(f"{kind} {name}" for name, kind in _OP_ARGS)
 _OP_TENSORS = sum(kind.startswith("Tensor") for _, kind in _OP_ARGS)  # they lead the list
 _OP_FORMAT = [name for name, _ in _OP_ARGS].index("qkv_format")
 _OP_BIAS = [name for name, _ in _OP_ARGS].index("bias")
+_OP_SINK = [name for name, _ in _OP_ARGS].index("sink")
 
 
 def _forward_impl(q: Tensor, k: Tensor, v: Tensor, *args: Any) -> Tuple[Tensor, Tensor]:
-    call, bias = _Call.from_op_args(*args)
-    return call.forward(q, k, v, bias)
+    call, bias, sink = _Call.from_op_args(*args)
+    return call.forward(q, k, v, bias, sink)
 
 
 def _forward_fake(q: Tensor, k: Tensor, v: Tensor, *args: Any) -> Tuple[Tensor, Tensor]:
@@ -210,19 +217,20 @@ def _forward_fake(q: Tensor, k: Tensor, v: Tensor, *args: Any) -> Tuple[Tensor, 
 
 
 def _backward_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, *args: Any) -> tuple:
-    *args, bias_grad = args
-    call, bias = _Call.from_op_args(*args)
-    dq, dk, dv, dbias = call.backward(dout, q, k, v, out, lse, bias, bias_grad)
-    return dq, dk, dv, dbias if bias_grad else q.new_empty([0])
+    *args, bias_grad, sink_grad = args
+    call, bias, sink = _Call.from_op_args(*args)
+    dq, dk, dv, dbias, dsink = call.backward(dout, q, k, v, out, lse, bias, bias_grad, sink, sink_grad)
+    return dq, dk, dv, dbias if bias_grad else q.new_empty([0]), dsink if sink_grad else q.new_empty([0])
 
 
 def _backward_fake(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, *args: Any) -> tuple:
-    *args, bias_grad = args
-    bias = args[_OP_BIAS]
+    *args, bias_grad, sink_grad = args
+    bias, sink = args[_OP_BIAS], args[_OP_SINK]
     dbias = torch.empty_like(bias, memory_format=torch.contiguous_format) if bias_grad else q.new_empty([0])
+    dsink = sink.new_empty(sink.shape, dtype=torch.float32) if sink_grad else q.new_empty([0])
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             torch.empty_like(k, memory_format=torch.contiguous_format),
-            torch.empty_like(v, memory_format=torch.contiguous_format), dbias)
+            torch.empty_like(v, memory_format=torch.contiguous_format), dbias, dsink)
 
 
 _forward_op = torch.library.custom_op(
@@ -231,8 +239,8 @@ _forward_op = torch.library.custom_op(
 _forward_op.register_fake(_forward_fake)
 _backward_op = torch.library.custom_op(
     "attn::backward", _backward_impl, mutates_args=(),
-    schema=f"(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, {_OP_SCHEMA}, bool bias_grad) "
-           "-> (Tensor, Tensor, Tensor, Tensor)")
+    schema=f"(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, {_OP_SCHEMA}, bool bias_grad, "
+           "bool sink_grad) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
 _backward_op.register_fake(_backward_fake)
 
 
@@ -247,12 +255,15 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, dout, dlse):
     del dlse  # lse is not differentiable (marked so in _setup_context)
     q, k, v, out, lse, *tensors = ctx.saved_tensors
-    bias = tensors[_OP_BIAS]
+    bias, sink = tensors[_OP_BIAS], tensors[_OP_SINK]
     bias_grad = bias is not None and ctx.needs_input_grad[3 + _OP_BIAS]
-    dq, dk, dv, dbias = torch.ops.attn.backward(dout, q, k, v, out, lse, *tensors, *ctx.options, bias_grad)
+    sink_grad = sink is not None and ctx.needs_input_grad[3 + _OP_SINK]
+    dq, dk, dv, dbias, dsink = torch.ops.attn.backward(dout, q, k, v, out, lse, *tensors, *ctx.options, bias_grad,
+                                                       sink_grad)
     grads = [None] * (3 + len(_OP_ARGS))
     grads[:3] = dq, dk, dv
     grads[3 + _OP_BIAS] = dbias if bias_grad else None
+    grads[3 + _OP_SINK] = dsink if sink_grad else None
     return tuple(grads)
 
 
@@ -262,15 +273,15 @@ torch.library.register_autograd("attn::forward", _backward, setup_context=_setup
 class _EagerAttention(torch.autograd.Function):
     """The same passes without the custom-op dispatch, for eager mode: PyTorch's
     Python custom-op machinery costs a few hundred microseconds of host time per
-    call, which shows when the GPU's work per call is small. Only q, k, v and
-    bias are autograd inputs; the rest travels in the _Call. torch.compile
+    call, which shows when the GPU's work per call is small. Only q, k, v,
+    bias and sink are autograd inputs; the rest travels in the _Call. torch.compile
     traces the custom op instead (see attention())."""
 
     @staticmethod
-    def forward(ctx, q, k, v, bias, call):
+    def forward(ctx, q, k, v, bias, sink, call):
         rng_state = call.capture_rng_state(q)
-        out, lse = call.forward(q, k, v, bias, rng_state)
-        ctx.save_for_backward(q, k, v, out, lse, bias, rng_state)
+        out, lse = call.forward(q, k, v, bias, sink, rng_state)
+        ctx.save_for_backward(q, k, v, out, lse, bias, sink, rng_state)
         ctx.call = call
         ctx.mark_non_differentiable(lse)
         ctx.set_materialize_grads(False)  # no zero tensor for lse's (absent) gradient
@@ -280,11 +291,13 @@ class _EagerAttention(torch.autograd.Function):
     def backward(ctx, dout, dlse):
         del dlse  # lse is not differentiable
         if dout is None:  # out did not reach the loss: every gradient is zero
-            return None, None, None, None, None
-        q, k, v, out, lse, bias, rng_state = ctx.saved_tensors
+            return None, None, None, None, None, None
+        q, k, v, out, lse, bias, sink, rng_state = ctx.saved_tensors
         bias_grad = bias is not None and ctx.needs_input_grad[3]
-        dq, dk, dv, dbias = ctx.call.backward(dout, q, k, v, out, lse, bias, bias_grad, rng_state)
-        return dq, dk, dv, dbias, None
+        sink_grad = sink is not None and ctx.needs_input_grad[4]
+        dq, dk, dv, dbias, dsink = ctx.call.backward(dout, q, k, v, out, lse, bias, bias_grad, sink, sink_grad,
+                                                     rng_state)
+        return dq, dk, dv, dbias, dsink, None
 
 
 # ---- the functional API ----------------------------------------------------------
@@ -325,6 +338,8 @@ def attention(
     check_seqlens: bool = True,
     cp: Any = None,
     cp_fallback: bool = False,
+    softmax_type: str = "vanilla",
+    sink: Optional[Tensor] = None,
 ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Differentiable attention on PyTorch tensors (CPU or CUDA): attn.forward's
     keywords and semantics, gradients for q, k, v (and bias when it requires
@@ -335,7 +350,10 @@ def attention(
     cp_fallback=True: a batch breaking the 2*cp rule runs unsplit (K/V gathered
     to every rank); shard/unshard with the same cp_fallback. check_seqlens=False
     (with max_seqlen_q/kv given) skips reading cu_seqlens back in both passes,
-    a wait for the GPU each: for cu_seqlens your own code built."""
+    a wait for the GPU each: for cu_seqlens your own code built.
+    softmax_type: "vanilla", "off-by-one" or "learnable" with sink= (float32
+    [h_q], the sink logit per query head; it gets a gradient when it requires
+    one)."""
     for t, name in ((q, "q"), (k, "k"), (v, "v")):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"attn.torch.attention: {name} must be a torch.Tensor, got {type(t).__name__}; "
@@ -344,7 +362,10 @@ def attention(
         # Context parallelism: the Communicator runs it (attn.cp.attention), with
         # every keyword, so the ring refuses what it lacks by name.
         _keywords.check_cp_inputs(cu_seqlens_q, cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
-                                  attn_mask=attn_mask)
+                                  attn_mask=attn_mask, sink=sink)
+        if _keywords.softmax_type_name(softmax_type) != "vanilla":
+            raise ValueError(f"attn: context parallelism (cp=) runs softmax_type=\"vanilla\" only, got "
+                             f"{softmax_type!r}; run this call without cp=")
         return cp._attention(q, k, v, qkv_format=qkv_format, mask=mask, window=window,
                              softmax_scale=softmax_scale, softcap=softcap, cu_seqlens_q=cu_seqlens_q,
                              cu_seqlens_kv=cu_seqlens_kv, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
@@ -357,11 +378,12 @@ def attention(
                  max_seqlen_q=_keywords.max_seqlen(max_seqlen_q), max_seqlen_kv=_keywords.max_seqlen(max_seqlen_kv),
                  dropout_p=float(dropout_p), seed=seed, offset=offset, deterministic=bool(deterministic),
                  backend=backend, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, alibi_slopes=alibi_slopes,
-                 attn_mask=attn_mask, check_seqlens=bool(check_seqlens))
+                 attn_mask=attn_mask, check_seqlens=bool(check_seqlens),
+                 softmax_type=_keywords.softmax_type_name(softmax_type))
     if torch.compiler.is_compiling():  # the custom op: opaque to the compiler, with fake implementations
-        out, lse = torch.ops.attn.forward(q, k, v, *call.op_args(bias))
+        out, lse = torch.ops.attn.forward(q, k, v, *call.op_args(bias, sink))
     else:
-        out, lse = _EagerAttention.apply(q, k, v, bias, call)
+        out, lse = _EagerAttention.apply(q, k, v, bias, sink, call)
     return (out, lse) if return_lse else out
 
 

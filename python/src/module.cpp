@@ -30,7 +30,7 @@ using OptOut = std::optional<OutArray>;
 
 // Inputs both passes share, converted in one place.
 struct InputArrays {
-  OptIn cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state;
+  OptIn cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state, sink;
 };
 
 Inputs make_inputs(const InArray& q, const InArray& k, const InArray& v, const InputArrays& a) {
@@ -44,6 +44,7 @@ Inputs make_inputs(const InArray& q, const InArray& k, const InArray& v, const I
   in.alibi_slopes = to_view(a.alibi_slopes, "alibi_slopes");
   in.attn_mask = to_view(a.attn_mask, "attn_mask");
   in.rng_state = to_view(a.rng_state, "rng_state");
+  in.sink = to_view(a.sink, "sink");
   return in;
 }
 
@@ -115,6 +116,15 @@ TensorView lse_spec(const TensorView& q, QkvFormat f) {
   return make_view(nullptr, DType::f32, static_cast<int>(shape.size()), shape.data(), nullptr, q.device);
 }
 
+// A float32 [h_q] spec (sink, max_logit, dsink) for q in format f, or an
+// undefined view when q's rank does not fit f.
+TensorView per_head_spec(const TensorView& q, QkvFormat f) {
+  const int heads_dim = f == QkvFormat::thd ? 1 : 2;
+  if (!q.defined() || q.rank != (f == QkvFormat::thd ? 3 : 4)) return TensorView{};
+  const int64_t shape[1] = {q.shape[heads_dim]};
+  return make_view(nullptr, DType::f32, 1, shape, nullptr, q.device);
+}
+
 // The device whose verdicts are asked for: none = the tensors' own (a CUDA GPU
 // when only shapes were given and one exists); "cpu"; "cuda" / "cuda:N"; or a
 // simulated architecture "sm80", "sm86", "sm89", "sm90".
@@ -138,7 +148,7 @@ DeviceInfo target_device(const std::optional<std::string>& spec, const Device& t
 nb::dict explain_call(const Options& opts, const std::string& pass, nb::handle q_obj, nb::handle k_obj,
                       nb::handle v_obj, const InputArrays& a, nb::handle bias_obj,
                       nb::handle alibi_obj, nb::handle mask_obj, bool return_lse, bool bias_grad,
-                      const std::optional<std::string>& device,
+                      bool return_max_logit, const std::optional<std::string>& device,
                       const std::optional<std::string>& backend, const std::vector<std::string>& disable) {
   if (pass != "forward" && pass != "backward")
     fail(ErrorKind::value, "unknown pass", pass, "\"forward\" or \"backward\"", "pass one of those");
@@ -164,6 +174,8 @@ nb::dict explain_call(const Options& opts, const std::string& pass, nb::handle q
   in.bias = explain_view(bias_obj, "bias", spec_device);
   in.alibi_slopes = explain_view(alibi_obj, "alibi_slopes", spec_device);
   in.attn_mask = explain_view(mask_obj, "attn_mask", spec_device);
+  const bool learnable = opts.softmax_type == SoftmaxType::learnable;
+  if (learnable) in.sink = per_head_spec(in.q, opts.qkv_format);
 
   const int64_t d_v = in.v.defined() ? in.v.size(-1) : 0;
   Problem p;
@@ -172,6 +184,7 @@ nb::dict explain_call(const Options& opts, const std::string& pass, nb::handle q
     args.in = in;
     args.out = spec_like(in.q, d_v);
     if (return_lse) args.lse = lse_spec(in.q, opts.qkv_format);
+    if (return_max_logit) args.max_logit = per_head_spec(in.q, opts.qkv_format);
     p = validate_forward(opts, args);
   } else {
     BackwardArgs args;
@@ -183,6 +196,7 @@ nb::dict explain_call(const Options& opts, const std::string& pass, nb::handle q
     args.dk = spec_like(in.k, in.k.defined() ? in.k.size(-1) : 0);
     args.dv = spec_like(in.v, d_v);
     if (bias_grad && in.bias.defined()) args.dbias = spec_like(in.bias, in.bias.size(-1));
+    if (learnable) args.dsink = in.sink;
     p = validate_backward(opts, args);
   }
 
@@ -221,6 +235,12 @@ QkvFormat parse_format_or_fail(const std::string& s) {
        "thd [tokens, heads, dim]");
 }
 
+SoftmaxType parse_softmax_type_or_fail(const std::string& s) {
+  if (auto t = parse_softmax_type(s)) return *t;
+  fail(ErrorKind::value, "unknown softmax_type", s, "\"vanilla\", \"off-by-one\" or \"learnable\"",
+       "pass one of TransformerEngine's softmax types (learnable with sink=)");
+}
+
 MaskType parse_mask_or_fail(const std::string& s) {
   if (auto m = parse_mask(s)) return *m;
   fail(ErrorKind::value, "unknown mask type", s,
@@ -249,7 +269,10 @@ void bind_options(nb::module_& m) {
       .def_rw("seed", &Options::seed)
       .def_rw("offset", &Options::offset)
       .def_rw("deterministic", &Options::deterministic)
-      .def_rw("check_seqlens", &Options::check_seqlens);
+      .def_rw("check_seqlens", &Options::check_seqlens)
+      .def_prop_rw(
+          "softmax_type", [](const Options& o) { return std::string(softmax_type_name(o.softmax_type)); },
+          [](Options& o, const std::string& s) { o.softmax_type = parse_softmax_type_or_fail(s); });
 }
 
 }  // namespace
@@ -272,11 +295,12 @@ NB_MODULE(_C, m) {
          const OptOut& lse, const OptIn& cu_seqlens_q, const OptIn& cu_seqlens_kv, const OptIn& bias,
          const OptIn& alibi_slopes, const OptIn& attn_mask, const std::optional<std::string>& backend,
          const std::vector<std::string>& disable, uintptr_t stream, const nb::object& workspace_allocator,
-         const OptIn& rng_state) {
+         const OptIn& rng_state, const OptIn& sink, const OptOut& max_logit) {
         ForwardArgs args;
-        args.in = make_inputs(q, k, v, {cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state});
+        args.in = make_inputs(q, k, v, {cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state, sink});
         args.out = to_view(out, "out");
         args.lse = to_view(lse, "lse");
+        args.max_logit = to_view(max_logit, "max_logit");
         const Policy policy = make_policy(backend, disable);
         const RunContext ctx = run_context(stream, workspace_allocator);
         Selection s;
@@ -292,7 +316,8 @@ NB_MODULE(_C, m) {
       "alibi_slopes"_a.noconvert() = nb::none(), "attn_mask"_a.noconvert() = nb::none(),
       "backend"_a = nb::none(), "disable"_a = std::vector<std::string>{}, "stream"_a = 0,
       "workspace_allocator"_a = nb::none(), "rng_state"_a.noconvert() = nb::none(),
-      "Validates, selects a backend and runs the forward pass into the preallocated out (and lse). "
+      "sink"_a.noconvert() = nb::none(), "max_logit"_a.noconvert() = nb::none(),
+      "Validates, selects a backend and runs the forward pass into the preallocated out (and lse, max_logit). "
       "Returns (backend name, why it was chosen).");
 
   m.def(
@@ -302,9 +327,9 @@ NB_MODULE(_C, m) {
          const OptOut& dbias, const OptIn& cu_seqlens_q, const OptIn& cu_seqlens_kv, const OptIn& bias,
          const OptIn& alibi_slopes, const OptIn& attn_mask, const std::optional<std::string>& backend,
          const std::vector<std::string>& disable, uintptr_t stream, const nb::object& workspace_allocator,
-         const OptIn& rng_state) {
+         const OptIn& rng_state, const OptIn& sink, const OptOut& dsink) {
         BackwardArgs args;
-        args.in = make_inputs(q, k, v, {cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state});
+        args.in = make_inputs(q, k, v, {cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state, sink});
         args.out = to_view(out, "out");
         args.dout = to_view(dout, "dout");
         args.lse = to_view(lse, "lse");
@@ -312,6 +337,7 @@ NB_MODULE(_C, m) {
         args.dk = to_view(dk, "dk");
         args.dv = to_view(dv, "dv");
         args.dbias = to_view(dbias, "dbias");
+        args.dsink = to_view(dsink, "dsink");
         const Policy policy = make_policy(backend, disable);
         const RunContext ctx = run_context(stream, workspace_allocator);
         Selection s;
@@ -328,8 +354,9 @@ NB_MODULE(_C, m) {
       "alibi_slopes"_a.noconvert() = nb::none(), "attn_mask"_a.noconvert() = nb::none(),
       "backend"_a = nb::none(), "disable"_a = std::vector<std::string>{}, "stream"_a = 0,
       "workspace_allocator"_a = nb::none(), "rng_state"_a.noconvert() = nb::none(),
+      "sink"_a.noconvert() = nb::none(), "dsink"_a.noconvert() = nb::none(),
       "Validates, selects a backend and runs the backward pass into the preallocated dq, dk, dv "
-      "(and dbias). Returns (backend name, why it was chosen).");
+      "(and dbias, dsink). Returns (backend name, why it was chosen).");
 
   m.def(
       "rotary",
@@ -357,14 +384,17 @@ NB_MODULE(_C, m) {
       "explain",
       [](const Options& opts, const std::string& pass, nb::handle q, nb::handle k, nb::handle v,
          const OptIn& cu_seqlens_q, const OptIn& cu_seqlens_kv, nb::handle bias, nb::handle alibi_slopes,
-         nb::handle attn_mask, bool return_lse, bool bias_grad, const std::optional<std::string>& device,
-         const std::optional<std::string>& backend, const std::vector<std::string>& disable) {
+         nb::handle attn_mask, bool return_lse, bool bias_grad, bool return_max_logit,
+         const std::optional<std::string>& device, const std::optional<std::string>& backend,
+         const std::vector<std::string>& disable) {
         return explain_call(opts, pass, q, k, v, {cu_seqlens_q, cu_seqlens_kv, {}, {}, {}}, bias,
-                            alibi_slopes, attn_mask, return_lse, bias_grad, device, backend, disable);
+                            alibi_slopes, attn_mask, return_lse, bias_grad, return_max_logit, device, backend,
+                            disable);
       },
       "options"_a, "pass_"_a, "q"_a, "k"_a, "v"_a, nb::kw_only(), "cu_seqlens_q"_a.noconvert() = nb::none(),
       "cu_seqlens_kv"_a.noconvert() = nb::none(), "bias"_a = nb::none(), "alibi_slopes"_a = nb::none(),
-      "attn_mask"_a = nb::none(), "return_lse"_a = false, "bias_grad"_a = false, "device"_a = nb::none(),
+      "attn_mask"_a = nb::none(), "return_lse"_a = false, "bias_grad"_a = false, "return_max_logit"_a = false,
+      "device"_a = nb::none(),
       "backend"_a = nb::none(), "disable"_a = std::vector<std::string>{},
       "Every backend's verdict on a call, as a dict: problem, device, sm, simulated, verdicts "
       "[(backend, in_build, reasons)], table, chosen (or None), why. q, k, v, bias, alibi_slopes "

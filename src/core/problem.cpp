@@ -37,6 +37,15 @@ const char* bias_name(BiasType b) {
   return "?";
 }
 
+const char* softmax_type_name(SoftmaxType t) {
+  switch (t) {
+    case SoftmaxType::vanilla: return "vanilla";
+    case SoftmaxType::off_by_one: return "off-by-one";
+    case SoftmaxType::learnable: return "learnable";
+  }
+  return "?";
+}
+
 std::optional<QkvFormat> parse_format(const std::string& s) {
   for (QkvFormat f : {QkvFormat::bshd, QkvFormat::sbhd, QkvFormat::thd})
     if (s == format_name(f)) return f;
@@ -48,6 +57,13 @@ std::optional<MaskType> parse_mask(const std::string& s) {
                      MaskType::padding, MaskType::padding_causal,
                      MaskType::padding_causal_bottom_right, MaskType::arbitrary})
     if (s == mask_name(m)) return m;
+  return std::nullopt;
+}
+
+std::optional<SoftmaxType> parse_softmax_type(const std::string& s) {
+  for (SoftmaxType t : {SoftmaxType::vanilla, SoftmaxType::off_by_one, SoftmaxType::learnable})
+    if (s == softmax_type_name(t)) return t;
+  if (s == "off_by_one") return SoftmaxType::off_by_one;
   return std::nullopt;
 }
 
@@ -70,8 +86,11 @@ std::string describe_problem(const Problem& p) {
   if (p.dropout_p > 0 && p.rng_state_in_memory) os << " dropout=" << p.dropout_p << " rng_state=tensor";
   if (p.dropout_p > 0 && !p.rng_state_in_memory)
     os << " dropout=" << p.dropout_p << " seed=" << p.seed << " offset=" << p.offset;
+  if (p.has_sink()) os << " softmax=" << softmax_type_name(p.softmax_type);
+  if (p.sink_grad) os << " dsink";
   if (p.deterministic) os << " deterministic";
   if (p.return_lse) os << " lse";
+  if (p.return_max_logit) os << " max_logit";
   if (p.capturing) os << " capturing";
   return os.str();
 }

@@ -101,6 +101,15 @@ bool is_causal_mask(MaskType m) {
 }
 bool is_top_left(MaskType m) { return m == MaskType::causal || m == MaskType::padding_causal; }
 
+// sink, dsink, max_logit: fp32 [heads_q] on q's device.
+void check_per_head(const TensorView& t, const char* name, const Problem& p) {
+  if (t.dtype != DType::f32)
+    bad_type(std::string(name) + " has the wrong dtype", dtype_name(t.dtype), "float32",
+             std::string("convert ") + name + " to float32");
+  require_shape(t, name, {p.h_q}, "[heads_q] (one value per query head)");
+  require_device(t, name, p.device);
+}
+
 // The part of validation both passes share: inputs, sequences, masks, bias.
 Problem derive(const Options& o, const Inputs& in, Pass pass) {
   Problem p;
@@ -232,6 +241,17 @@ Problem derive(const Options& o, const Inputs& in, Pass pass) {
     p.rng_state_in_memory = o.dropout_p > 0;
   }
   p.deterministic = o.deterministic;
+
+  // Softmax sinks.
+  p.softmax_type = o.softmax_type;
+  if (o.softmax_type == SoftmaxType::learnable) {
+    require_defined(in.sink, "sink", "softmax_type=learnable needs the sink logits, float32 [heads_q]");
+    check_per_head(in.sink, "sink", p);
+  } else if (in.sink.defined()) {
+    bad_value("sink is given but the softmax type ignores it",
+              std::string("softmax_type=") + softmax_type_name(o.softmax_type), "softmax_type=\"learnable\" with sink",
+              "pass softmax_type=\"learnable\", or drop sink");
+  }
   check_problem(p);
   return p;
 }
@@ -327,6 +347,10 @@ Problem validate_forward(const Options& opts, const ForwardArgs& args) {
     check_lse(args.lse, p);
     p.return_lse = true;
   }
+  if (args.max_logit.defined()) {
+    check_per_head(args.max_logit, "max_logit", p);
+    p.return_max_logit = true;
+  }
   return p;
 }
 
@@ -355,6 +379,14 @@ Problem validate_backward(const Options& opts, const BackwardArgs& args) {
     require_last_dim_contiguous(args.dbias, "dbias");
     p.bias_grad = true;
   }
+  if (args.dsink.defined()) {
+    if (p.softmax_type != SoftmaxType::learnable)
+      bad_value("dsink is given but the sink is not learnable",
+                std::string("softmax_type=") + softmax_type_name(p.softmax_type), "softmax_type=\"learnable\"",
+                "drop dsink: only a learnable sink has a gradient");
+    check_per_head(args.dsink, "dsink", p);
+    p.sink_grad = true;
+  }
   return p;
 }
 
@@ -373,6 +405,7 @@ void require_input_data(const Inputs& in) {
   require_data(in.alibi_slopes, "alibi_slopes");
   require_data(in.attn_mask, "attn_mask");
   require_data(in.rng_state, "rng_state");
+  require_data(in.sink, "sink");
 }
 
 }  // namespace
@@ -381,6 +414,7 @@ void require_tensor_data(const ForwardArgs& args) {
   require_input_data(args.in);
   require_data(args.out, "out");
   require_data(args.lse, "lse");
+  require_data(args.max_logit, "max_logit");
 }
 
 void require_tensor_data(const BackwardArgs& args) {
@@ -392,6 +426,7 @@ void require_tensor_data(const BackwardArgs& args) {
   require_data(args.dk, "dk");
   require_data(args.dv, "dv");
   require_data(args.dbias, "dbias");
+  require_data(args.dsink, "dsink");
 }
 
 }  // namespace attn::detail

@@ -51,6 +51,9 @@ std::string plan_summary(const Ring& ring) {
 
 void ring_forward(const Options& opts, const ForwardArgs& local, Transport& transport, const Policy& policy,
                   const RunContext& ctx) {
+  if (local.max_logit.defined())
+    fail(ErrorKind::unsupported, "context parallelism: return_max_logit is not in the ring yet", "max_logit given",
+         "no max_logit", "run this call without cp to get the max logit");
   Ring ring(opts, local.in, Pass::forward, transport, policy, ctx);
   Ops& ops = ring.ops();
   const int cp = ring.size();

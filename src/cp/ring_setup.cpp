@@ -72,6 +72,9 @@ void Ring::check_features(const Inputs& in, Pass pass) const {
            later);
   if (in.bias.defined() || in.alibi_slopes.defined() || in.attn_mask.defined())
     refuse("bias, ALiBi or an explicit mask", "given", "none", later);
+  if (opts_.softmax_type != SoftmaxType::vanilla)
+    refuse("softmax_type", softmax_type_name(opts_.softmax_type), "vanilla (sinks in the ring are not built yet)",
+           "run this call without cp");
   if (opts_.dropout_p != 0.0)
     refuse("dropout", std::to_string(opts_.dropout_p), "0 (a ring block's dropout pattern differs from the whole's)",
            later);

@@ -61,7 +61,7 @@ std::vector<int64_t> q_like_shape(const CaseSpec& s, int64_t rows, int64_t token
 
 // Every tensor's shape for a spec; the single place shapes are decided.
 struct Shapes {
-  std::vector<int64_t> q, k, v, out, lse, bias, alibi, mask, cu;
+  std::vector<int64_t> q, k, v, out, lse, bias, alibi, mask, cu, per_head;
 };
 
 Shapes shapes_of(const CaseSpec& s) {
@@ -77,6 +77,7 @@ Shapes shapes_of(const CaseSpec& s) {
   z.bias.resize(4);
   for (int d = 0; d < 4; ++d) z.bias[d] = s.bias_shape[d] == 0 ? full[d] : s.bias_shape[d];
   z.alibi = {s.h_q};
+  z.per_head = {s.h_q};
   z.mask = {s.batch, 1, rq, rkv};
   z.cu = {s.batch + 1};
   return z;
@@ -92,6 +93,7 @@ Options options_of(const CaseSpec& s) {
   o.dropout_p = s.dropout_p;
   o.seed = s.seed;
   o.offset = s.offset;
+  o.softmax_type = s.softmax_type;
   if (s.format == QkvFormat::thd) {
     o.max_seqlen_q = rows_q(s);
     o.max_seqlen_kv = rows_kv(s);
@@ -106,6 +108,7 @@ std::vector<int32_t> cumulative(const std::vector<int64_t>& lengths) {
 }
 
 bool wants_lse(const CaseSpec& s) { return s.return_lse || s.backward; }
+bool learnable(const CaseSpec& s) { return s.softmax_type == SoftmaxType::learnable; }
 
 // Points the Options and argument views at the case's buffers.
 void bind(Case& c) {
@@ -120,10 +123,12 @@ void bind(Case& c) {
   in.bias = c.bias.view();
   in.alibi_slopes = c.alibi_slopes.view();
   in.attn_mask = c.attn_mask.view();
+  in.sink = c.sink.view();
   c.fwd = ForwardArgs{};
   c.fwd.in = in;
   c.fwd.out = c.out.view();
   if (wants_lse(s)) c.fwd.lse = c.lse.view();
+  c.fwd.max_logit = c.max_logit.view();
   c.bwd = BackwardArgs{};
   if (!s.backward) return;
   c.bwd.in = in;
@@ -134,6 +139,7 @@ void bind(Case& c) {
   c.bwd.dk = c.dk.view();
   c.bwd.dv = c.dv.view();
   c.bwd.dbias = c.dbias.view();
+  c.bwd.dsink = c.dsink.view();
 }
 
 // Allocates (and poisons) the outputs the spec asks for.
@@ -147,7 +153,9 @@ void allocate_outputs(Case& c) {
     c.dk = TensorBuffer(s.dtype, z.k, c.device);
     c.dv = TensorBuffer(s.dtype, z.v, c.device);
     if (s.bias == BiasType::post_scale_bias) c.dbias = TensorBuffer(s.dtype, z.bias, c.device);
+    if (learnable(s)) c.dsink = TensorBuffer(DType::f32, z.per_head, c.device);
   }
+  if (s.return_max_logit) c.max_logit = TensorBuffer(DType::f32, z.per_head, c.device);
   poison_outputs(c);
 }
 
@@ -211,7 +219,7 @@ int64_t tokens_kv(const CaseSpec& s) {
 }
 
 void poison_outputs(Case& c) {
-  for (TensorBuffer* b : {&c.out, &c.lse, &c.dq, &c.dk, &c.dv, &c.dbias})
+  for (TensorBuffer* b : {&c.out, &c.lse, &c.dq, &c.dk, &c.dv, &c.dbias, &c.max_logit, &c.dsink})
     if (b->view().defined()) b->fill_nan();
 }
 
@@ -257,6 +265,10 @@ Case make_case(const CaseSpec& spec, Device device, uint64_t data_seed) {
     for (double& x : bits) x = visible(rng) ? 1.0 : 0.0;
     c.attn_mask.copy_from(bits);
   }
+  if (learnable(spec)) {
+    c.sink = TensorBuffer(DType::f32, z.per_head, device);
+    c.sink.fill_uniform(rng, -1.0, 2.0);
+  }
   allocate_outputs(c);
   bind(c);
   return c;
@@ -277,6 +289,7 @@ Case copy_inputs_to(const Case& src, Device device, std::optional<DType> dtype) 
   c.attn_mask = moved(src.attn_mask, device, DType::boolean);
   c.cu_seqlens_q = moved(src.cu_seqlens_q, device, DType::i32);
   c.cu_seqlens_kv = moved(src.cu_seqlens_kv, device, DType::i32);
+  c.sink = moved(src.sink, device, DType::f32);
   allocate_outputs(c);
   bind(c);
   return c;
@@ -307,12 +320,14 @@ Problem problem_of(const CaseSpec& spec, Pass pass, Device device) {
   if (spec.bias == BiasType::post_scale_bias) in.bias = view(spec.dtype, z.bias);
   if (spec.bias == BiasType::alibi) in.alibi_slopes = view(DType::f32, z.alibi);
   if (spec.mask == MaskType::arbitrary) in.attn_mask = view(DType::boolean, z.mask);
+  if (learnable(spec)) in.sink = view(DType::f32, z.per_head);
   Problem p;
   if (pass == Pass::forward) {
     ForwardArgs a;
     a.in = in;
     a.out = view(spec.dtype, z.out);
     if (wants_lse(spec)) a.lse = view(DType::f32, z.lse);
+    if (spec.return_max_logit) a.max_logit = view(DType::f32, z.per_head);
     p = validate_forward(o, a);
   } else {
     BackwardArgs a;
@@ -324,6 +339,7 @@ Problem problem_of(const CaseSpec& spec, Pass pass, Device device) {
     a.dk = view(spec.dtype, z.k);
     a.dv = view(spec.dtype, z.v);
     if (spec.bias == BiasType::post_scale_bias) a.dbias = view(spec.dtype, z.bias);
+    if (learnable(spec)) a.dsink = view(DType::f32, z.per_head);
     p = validate_backward(o, a);
   }
   if (spec.format == QkvFormat::thd) {  // undo the "at least 1" above

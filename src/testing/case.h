@@ -41,6 +41,8 @@ struct CaseSpec {
   uint64_t offset = 0;
   bool backward = false;
   bool return_lse = false;  // forward writes lse (always when backward)
+  SoftmaxType softmax_type = SoftmaxType::vanilla;  // learnable: a sink [h_q] input, dsink with backward
+  bool return_max_logit = false;                    // forward writes max_logit [h_q]
 };
 
 // The spec's per-sequence lengths (seqlens or the uniform s_q / s_kv). These
@@ -62,16 +64,17 @@ struct Case {
   CaseSpec spec;
   Device device{};
   // Inputs.
-  TensorBuffer q, k, v, dout, bias, alibi_slopes, attn_mask, cu_seqlens_q, cu_seqlens_kv;
+  TensorBuffer q, k, v, dout, bias, alibi_slopes, attn_mask, cu_seqlens_q, cu_seqlens_kv, sink;
   // Outputs, filled with NaN until a backend writes them.
-  TensorBuffer out, lse, dq, dk, dv, dbias;
+  TensorBuffer out, lse, dq, dk, dv, dbias, max_logit, dsink;
   Options opts;
   ForwardArgs fwd;   // out, lse (when spec.return_lse or spec.backward)
   BackwardArgs bwd;  // reads the out and lse the forward wrote
 };
 
 // Fresh random inputs on `device`: q, k, v, dout uniform in [-1, 1), bias in
-// [-0.5, 0.5), ALiBi slopes 2^(-8(h+1)/h_q), arbitrary masks ~90% visible.
+// [-0.5, 0.5), ALiBi slopes 2^(-8(h+1)/h_q), arbitrary masks ~90% visible,
+// learnable sink logits uniform in [-1, 2).
 // Throws attn::Error when the spec is inconsistent (seqlens vs batch).
 Case make_case(const CaseSpec& spec, Device device, uint64_t data_seed);
 

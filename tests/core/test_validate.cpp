@@ -497,4 +497,53 @@ TEST(ValidateFuzzed, UncheckedOffsetsOfAnyInt32) {
 }
 
 }  // namespace
+// ---- softmax sinks and the max logit -------------------------------------------
+
+TEST(Validate, LearnableSoftmaxNeedsTheSink) {
+  Call c = bshd_call();
+  c.opts.softmax_type = SoftmaxType::learnable;
+  expect_forward_error(c, ErrorKind::value, {"sink is missing", "softmax_type=learnable", "float32 [heads_q]"});
+  c.fwd.in.sink = c.alloc(DType::f32, {4});
+  const Problem p = validate_forward(c.opts, c.fwd);
+  EXPECT_EQ(p.softmax_type, SoftmaxType::learnable);
+  EXPECT_TRUE(p.has_sink());
+  EXPECT_NE(describe_problem(p).find("softmax=learnable"), std::string::npos) << describe_problem(p);
+}
+
+TEST(Validate, SinkOfTheWrongShapeDtypeOrMeaning) {
+  Call c = bshd_call();
+  c.opts.softmax_type = SoftmaxType::learnable;
+  c.fwd.in.sink = c.alloc(DType::f32, {2});  // h_kv, not h_q
+  expect_forward_error(c, ErrorKind::value, {"sink has the wrong shape", "[2]", "[4]"});
+  c.fwd.in.sink = c.alloc(DType::bf16, {4});
+  expect_forward_error(c, ErrorKind::type, {"sink has the wrong dtype", "bfloat16", "float32"});
+  c.fwd.in.sink = c.alloc(DType::f32, {4});
+  c.opts.softmax_type = SoftmaxType::off_by_one;
+  expect_forward_error(c, ErrorKind::value, {"sink is given but the softmax type ignores it", "off-by-one"});
+}
+
+TEST(Validate, MaxLogitAndDsinkShapes) {
+  Call c = bshd_call();
+  c.fwd.max_logit = c.alloc(DType::f32, {4, 1});
+  expect_forward_error(c, ErrorKind::value, {"max_logit has the wrong shape", "[heads_q]"});
+  c.fwd.max_logit = c.alloc(DType::f32, {4});
+  EXPECT_TRUE(validate_forward(c.opts, c.fwd).return_max_logit);
+
+  c.bwd.dsink = c.alloc(DType::f32, {4});
+  expect_error([&] { validate_backward(c.opts, c.bwd); }, ErrorKind::value,
+               {"dsink is given but the sink is not learnable", "softmax_type=vanilla"});
+  c.opts.softmax_type = SoftmaxType::learnable;
+  c.bwd.in.sink = c.alloc(DType::f32, {4});
+  EXPECT_TRUE(validate_backward(c.opts, c.bwd).sink_grad);
+  c.bwd.dsink = c.alloc(DType::f64, {4});
+  expect_error([&] { validate_backward(c.opts, c.bwd); }, ErrorKind::type, {"dsink has the wrong dtype"});
+}
+
+TEST(Validate, SoftmaxTypeNames) {
+  for (SoftmaxType t : {SoftmaxType::vanilla, SoftmaxType::off_by_one, SoftmaxType::learnable})
+    EXPECT_EQ(parse_softmax_type(softmax_type_name(t)), t);
+  EXPECT_EQ(parse_softmax_type("off_by_one"), SoftmaxType::off_by_one);
+  EXPECT_FALSE(parse_softmax_type("sink").has_value());
+}
+
 }  // namespace attn

@@ -45,7 +45,9 @@ void expect_outputs_match(const Case& gpu, const Case& ref) {
     bool grad;
   };
   std::vector<Out> outs = {{"out", &gpu.out, &ref.out, false}, {"lse", &gpu.lse, &ref.lse, false}};
+  if (gpu.spec.return_max_logit) outs.push_back({"max_logit", &gpu.max_logit, &ref.max_logit, false});
   if (gpu.spec.backward) {
+    if (gpu.spec.softmax_type == SoftmaxType::learnable) outs.push_back({"dsink", &gpu.dsink, &ref.dsink, true});
     outs.push_back({"dq", &gpu.dq, &ref.dq, true});
     outs.push_back({"dk", &gpu.dk, &ref.dk, true});
     outs.push_back({"dv", &gpu.dv, &ref.dv, true});

@@ -134,3 +134,46 @@ def test_attn_torch_dropout_under_capture_draws_a_fresh_seed_per_replay():
         assert all(torch.isfinite(t).all() for t in static)
         seen.append(static[0].clone())
     assert not torch.equal(seen[0], seen[1]), "two replays dropped the same elements"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torch_compile_reduce_overhead_trains_on_new_inputs(backend):
+    """torch.compile(mode="reduce-overhead") records the custom ops in CUDA
+    graphs (cudagraph trees: forward and the compiled backward) and replays
+    them; each step on fresh inputs equals the eager call."""
+    from torch._dynamo.utils import counters
+
+    q0, k0, v0 = _inputs(20)
+    kw = dict(mask="causal", backend=None if backend == "auto" else backend)
+    if not _claims(backend, q0, k0, v0, mask="causal"):
+        pytest.skip(f"{backend} does not run this call here")
+    torch._dynamo.reset()
+    counters.clear()
+    step = torch.compile(lambda q, k, v: attn.torch.attention(q, k, v, **kw), mode="reduce-overhead", fullgraph=True)
+    for seed in range(21, 26):  # warm-up, recording, then replays
+        q, k, v = (x.requires_grad_() for x in _inputs(seed))
+        dout = torch.randn(q.shape[:-1] + v.shape[-1:], device="cuda", dtype=torch.bfloat16)
+        out = step(q, k, v)
+        got = (out.detach().clone(),) + torch.autograd.grad(out, (q, k, v), dout)
+        eager_out = attn.torch.attention(q, k, v, **kw)
+        want = (eager_out,) + torch.autograd.grad(eager_out, (q, k, v), dout)
+        for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
+            torch.testing.assert_close(g.float(), w.float(), atol=2e-2, rtol=2e-2, msg=f"{name}, step seed {seed}")
+    assert not counters["inductor"]["cudagraph_skips"], f"cudagraphs skipped: {dict(counters['inductor'])}"
+    from torch._inductor import cudagraph_trees  # the recorded graphs' tree (PyTorch 2.x internals)
+    manager = cudagraph_trees.get_manager(torch.cuda.current_device(), create_if_none_exists=False)
+    assert manager is not None and any(manager.roots.values()), "no CUDA graph was recorded"
+
+
+def test_torch_compile_reduce_overhead_with_dropout_gives_fresh_masks():
+    torch._dynamo.reset()
+    step = torch.compile(lambda q, k, v: attn.torch.attention(q, k, v, mask="causal", dropout_p=0.2),
+                         mode="reduce-overhead")
+    q, k, v = (x.requires_grad_() for x in _inputs(30))
+    outs = []
+    for _ in range(4):
+        out = step(q, k, v)
+        grads = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+        assert all(torch.isfinite(t).all() for t in (out,) + grads)
+        outs.append(out.detach().clone())
+    assert not torch.equal(outs[-2], outs[-1]), "two compiled steps dropped the same elements"

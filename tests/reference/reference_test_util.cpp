@@ -162,9 +162,12 @@ std::vector<double> read_qlike(const TensorView& t, const Data& d, const Layout&
   return padded;
 }
 
-std::vector<double> read_lse(const TensorView& t, const Data& d, const Layout& l) {
+std::vector<double> read_lse(const TensorView& t, const Data& d, const Layout& l, const std::vector<double>& sinks) {
   const Dims& n = d.dims;
   std::vector<double> lse(static_cast<size_t>(n.b * n.h_q * n.s_q), -kInf);
+  for (int64_t b = 0; b < n.b; ++b)
+    for (int64_t h = 0; h < n.h_q; ++h)
+      for (int64_t i = 0; i < n.s_q; ++i) lse[d.il(b, h, i)] = sinks[h];
   for (int64_t b = 0; b < n.b; ++b)
     for (int64_t h = 0; h < n.h_q; ++h)
       for (int64_t i = 0; i < (l.format == QkvFormat::thd ? d.lq(b) : n.s_q); ++i) {
@@ -241,7 +244,19 @@ Inputs put_inputs(Materializer& m, const Data& d, const Layout& l, DType dtype) 
                                                     : h * in.alibi_slopes.strides_elems[0],
                                   d.alibi[b * n.h_q + h]);
   }
+  if (!d.sink.empty()) {
+    in.sink = m.alloc(DType::f32, {n.h_q});
+    for (int64_t h = 0; h < n.h_q; ++h)
+      detail::store_from_double(in.sink.data, DType::f32, h * in.sink.strides_elems[0], d.sink[h]);
+  }
   return in;
+}
+
+// A [h_q] vector of fp32 (max_logit, dsink), NaN-filled, and its values.
+std::vector<double> read_per_head(const TensorView& t) {
+  std::vector<double> v;
+  for (int64_t h = 0; h < t.shape[0]; ++h) v.push_back(detail::load_as_double(t.data, t.dtype, h * t.strides_elems[0]));
+  return v;
 }
 
 }  // namespace
@@ -251,6 +266,14 @@ int64_t Broadcast4::index(int64_t b, int64_t h, int64_t i, int64_t j) const {
   int64_t flat = 0;
   for (int d = 0; d < 4; ++d) flat = flat * shape[d] + (shape[d] == 1 ? 0 : idx[d]);
   return flat;
+}
+
+std::vector<double> sink_logits(const Data& d, const Options& opts) {
+  std::vector<double> t(static_cast<size_t>(d.dims.h_q), -kInf);
+  if (opts.softmax_type == SoftmaxType::off_by_one) std::fill(t.begin(), t.end(), 0.0);
+  if (opts.softmax_type == SoftmaxType::learnable)
+    for (size_t h = 0; h < t.size() && h < d.sink.size(); ++h) t[h] = static_cast<float>(d.sink[h]);
+  return t;
 }
 
 Data make_data(const Dims& n, uint64_t seed, double lo, double hi) {
@@ -311,13 +334,18 @@ Result run_reference(const Data& d, Options opts, const Spec& spec) {
   fa.in = in;
   fa.out = alloc_qlike(out_w);
   fa.lse = spec.format == QkvFormat::thd ? m.alloc(DType::f32, {n.h_q, l.t_q}) : m.alloc(DType::f32, {n.b, n.h_q, n.s_q});
+  if (spec.max_logit) fa.max_logit = m.alloc(DType::f32, {n.h_q});
   const Problem pf = validate_forward(opts, fa);
   reference::forward(pf, fa);
   m.expect_exactly_written(fa.out, "out");
   m.expect_exactly_written(fa.lse, "lse");
   Result r;
   r.out = read_qlike(fa.out, d, l, out_w);
-  r.lse = read_lse(fa.lse, d, l);
+  r.lse = read_lse(fa.lse, d, l, sink_logits(d, opts));
+  if (spec.max_logit) {
+    m.expect_exactly_written(fa.max_logit, "max_logit");
+    r.max_logit = read_per_head(fa.max_logit);
+  }
   if (!spec.backward) return r;
   if (spec.given_out) write_qlike(fa.out, d, l, out_w, *spec.given_out);
 
@@ -332,8 +360,13 @@ Result run_reference(const Data& d, Options opts, const Spec& spec) {
   ba.dv = alloc_qlike(kv_side(d, l, n.d_v));
   if (spec.dbias)
     ba.dbias = m.alloc(dtype_of(d.bias, spec.dtype), std::vector<int64_t>(d.bias.shape.begin(), d.bias.shape.end()));
+  if (spec.dsink) ba.dsink = m.alloc(DType::f32, {n.h_q});
   const Problem pb = validate_backward(opts, ba);
   reference::backward(pb, ba);
+  if (spec.dsink) {
+    m.expect_exactly_written(ba.dsink, "dsink");
+    r.dsink = read_per_head(ba.dsink);
+  }
   m.expect_exactly_written(ba.dq, "dq");
   m.expect_exactly_written(ba.dk, "dk");
   m.expect_exactly_written(ba.dv, "dv");
@@ -393,7 +426,7 @@ Result run_reference_packed_qkv(const Data& d, Options opts) {
   reference::backward(validate_backward(opts, ba), ba);
   Result r;
   r.out = read_qlike(fa.out, d, l, q_side(d, l, dim));
-  r.lse = read_lse(fa.lse, d, l);
+  r.lse = read_lse(fa.lse, d, l, sink_logits(d, opts));
   r.dq = read_qlike(ba.dq, d, l, q_side(d, l, dim));
   r.dk = read_qlike(ba.dk, d, l, kv_side(d, l, dim));
   r.dv = read_qlike(ba.dv, d, l, kv_side(d, l, dim));
@@ -410,13 +443,16 @@ Result naive_forward(const Data& d, const Options& o) {
   const int64_t left = o.window.left, right = causal ? 0 : o.window.right;
   const double scale = o.softmax_scale ? *o.softmax_scale : 1.0 / std::sqrt(static_cast<double>(n.d_qk));
   const int64_t group = n.h_q / n.h_kv;
+  const std::vector<double> sinks = sink_logits(d, o);
 
   Result r;
   r.out.assign(static_cast<size_t>(n.b * n.s_q * n.h_q * n.d_v), 0.0);
   r.lse.assign(static_cast<size_t>(n.b * n.h_q * n.s_q), -kInf);
+  r.max_logit.assign(static_cast<size_t>(n.h_q), -kInf);
   for (int64_t b = 0; b < n.b; ++b) {
     const int64_t lq = d.lq(b), lkv = d.lkv(b), shift = top_left ? 0 : lkv - lq;
     for (int64_t h = 0; h < n.h_q; ++h) {
+      for (int64_t i = 0; i < n.s_q; ++i) r.lse[d.il(b, h, i)] = sinks[h];  // rows that see no key
       for (int64_t i = 0; i < lq; ++i) {
         std::vector<double> s(static_cast<size_t>(lkv), -kInf);
         for (int64_t j = 0; j < lkv; ++j) {
@@ -443,8 +479,10 @@ Result naive_forward(const Data& d, const Options& o) {
         }
         double mx = -kInf;
         for (double x : s) mx = std::max(mx, x);
+        r.max_logit[h] = std::max(r.max_logit[h], mx);
+        mx = std::max(mx, sinks[h]);  // the sink joins the softmax's denominator
         if (mx == -kInf) continue;
-        double sum = 0.0;
+        double sum = std::exp(sinks[h] - mx);
         for (double x : s) sum += std::exp(x - mx);
         const double lse = mx + std::log(sum);
         r.lse[d.il(b, h, i)] = lse;

@@ -43,6 +43,7 @@ struct Data {
   Broadcast4 mask;                     // attn_mask when defined (pass mask=arbitrary)
   std::vector<double> alibi;           // slopes [h_q] or [b, h_q]
   bool alibi_per_batch = false;
+  std::vector<double> sink;            // learnable sink logits [h_q] (stored as fp32) when not empty
 
   int64_t lq(int64_t b) const { return len_q.empty() ? dims.s_q : len_q[b]; }
   int64_t lkv(int64_t b) const { return len_kv.empty() ? dims.s_kv : len_kv[b]; }
@@ -78,13 +79,20 @@ struct Spec {
   // When set, the backward is given this out (padded layout of Data) instead of
   // the forward's: the backward takes its out as given (SEMANTICS.md "Backward").
   const std::vector<double>* given_out = nullptr;
+  bool max_logit = false;  // ask the forward for max_logit
+  bool dsink = false;      // ask the backward for dsink (opts.softmax_type learnable)
 };
 
 // Outputs in the padded layouts of Data (out like dout, lse [b, h_q, s_q], dq
-// like q, ...). Positions a thd tensor does not hold read as 0 (lse as -inf).
+// like q, ...). Positions a thd tensor does not hold read as 0 (lse as the
+// sink logit: -inf without a sink). max_logit and dsink are [h_q].
 struct Result {
-  std::vector<double> out, lse, dq, dk, dv, dbias;
+  std::vector<double> out, lse, dq, dk, dv, dbias, max_logit, dsink;
 };
+
+// The sink logit of each query head for opts.softmax_type (SEMANTICS.md
+// "Softmax sinks"): -inf (vanilla), 0 (off-by-one) or d.sink rounded to fp32.
+std::vector<double> sink_logits(const Data& d, const Options& opts);
 
 // Validates with validate_forward/validate_backward (opts.qkv_format is set
 // from spec; thd's max_seqlen from dims when 0), runs the reference and reads
@@ -97,7 +105,7 @@ Result run_reference(const Data& d, Options opts, const Spec& spec);
 // h_q == h_kv, d_qk == d_v, s_q == s_kv) and dq, dk, dv likewise; bshd only.
 Result run_reference_packed_qkv(const Data& d, Options opts);
 
-// Forward written from docs/SEMANTICS.md alone (out and lse), in the padded layout.
+// Forward written from docs/SEMANTICS.md alone (out, lse and max_logit), in the padded layout.
 Result naive_forward(const Data& d, const Options& opts);
 
 // sum(out * dout) of an fp64 bshd forward: the loss whose gradients backward

@@ -66,9 +66,10 @@ struct Output {
 // The outputs a case's passes write, in table order.
 std::vector<Output> outputs_of(const Case& c) {
   std::vector<Output> outs = {{"out", &c.out, false}, {"lse", &c.lse, false}};
+  if (c.max_logit.view().defined()) outs.push_back({"max_logit", &c.max_logit, false});
   if (c.spec.backward)
     for (Output o : {Output{"dq", &c.dq, true}, Output{"dk", &c.dk, true}, Output{"dv", &c.dv, true},
-                     Output{"dbias", &c.dbias, true}})
+                     Output{"dbias", &c.dbias, true}, Output{"dsink", &c.dsink, true}})
       if (o.buffer->view().defined()) outs.push_back(o);
   return outs;
 }
@@ -119,8 +120,15 @@ bool all_finite(const std::vector<double>& xs) {
   return std::all_of(xs.begin(), xs.end(), [](double x) { return std::isfinite(x); });
 }
 
+// The lse of a row that sees no key: the head's sink logit (-inf without one).
+std::vector<double> empty_row_lse(const Case& c) {
+  if (c.spec.softmax_type == SoftmaxType::learnable) return c.sink.to_doubles();
+  const double t = c.spec.softmax_type == SoftmaxType::off_by_one ? 0.0 : -INFINITY;
+  return std::vector<double>(static_cast<size_t>(c.spec.h_q), t);
+}
+
 // (a) every element written and finite (lse -inf exactly on rows without keys);
-// (c) rows with no visible key: out = 0, lse = -inf, dq = 0.
+// (c) rows with no visible key: out = 0, lse = the sink logit (-inf without a sink), dq = 0.
 void structural_checks(const std::string& who, const Case& c, Report& r) {
   int64_t poisoned = 0;
   std::string names;
@@ -136,6 +144,7 @@ void structural_checks(const std::string& who, const Case& c, Report& r) {
   const Problem& p = vis.problem();
   const std::vector<double> out = c.out.to_doubles(), lse = c.lse.to_doubles();
   const std::vector<double> dq = c.spec.backward ? c.dq.to_doubles() : std::vector<double>{};
+  const std::vector<double> sink = empty_row_lse(c);
   int64_t rows = 0, empty = 0, bad_finite = 0, bad_empty = 0;
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t pos = 0; pos < vis.rows(b); ++pos)
@@ -146,7 +155,7 @@ void structural_checks(const std::string& who, const Case& c, Report& r) {
         ++rows;
         if (!vis.has_keys(b, pos, h)) {
           ++empty;
-          bool zero = l == -INFINITY;
+          bool zero = l == static_cast<float>(sink[h]);
           for (int64_t x = 0; x < p.d_v; ++x) zero = zero && out[o + x] == 0.0;
           if (!dq.empty()) {
             const int64_t g = detail::row_offset(c.dq.view(), p.qkv_format, start, b, pos, h);
@@ -165,7 +174,9 @@ void structural_checks(const std::string& who, const Case& c, Report& r) {
   r.note(bad_finite == 0 && grads_finite,
          who + ": (a) finite values: out and lse on the " + std::to_string(rows - empty) + " rows with a visible key" +
              (c.spec.backward ? ", every gradient element" : "") + " (" + std::to_string(bad_finite) + " bad rows)");
-  r.note(bad_empty == 0, who + ": (c) the " + std::to_string(empty) + " rows with no visible key have out = 0, lse = -inf" +
+  const char* empty_lse = c.spec.softmax_type == SoftmaxType::vanilla ? "-inf" : "the sink logit";
+  r.note(bad_empty == 0, who + ": (c) the " + std::to_string(empty) + " rows with no visible key have out = 0, lse = " +
+                             empty_lse +
                              (c.spec.backward ? ", dq = 0" : "") + " (" + std::to_string(bad_empty) + " bad rows)");
 }
 

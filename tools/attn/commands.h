@@ -17,13 +17,14 @@ namespace attn::cli {
 // keep the preset's value (or the default problem's).
 struct ProblemFlags {
   std::optional<std::string> preset;
-  std::optional<std::string> format, mask, bias, dtype;
+  std::optional<std::string> format, mask, bias, dtype, softmax_type;
   std::optional<std::string> window;                // "L,R"
   std::optional<std::string> seqlens, seqlens_kv;   // "300,800,948"
   std::optional<int64_t> batch, seqlen, seqlen_kv, heads, kv_heads, head_dim, head_dim_qk, head_dim_v;
   std::optional<double> softcap, dropout, scale;
   std::optional<uint64_t> seed, offset;
   bool backward = false;
+  bool max_logit = false;              // the forward writes max_logit too
   std::optional<std::string> backend;  // force one, like ATTN_BACKEND
   std::optional<std::string> device;   // run/check: cpu | cuda[:N]; explain: also sm80 ...
 };

@@ -84,6 +84,10 @@ void add_problem_flags(CLI::App* app, ProblemFlags& f, const std::string& device
       ->check(CLI::IsMember({"none", "post_scale", "post_scale_bias", "alibi"}));
   add(app, "--dropout", f.dropout, "dropout probability, in [0, 1) [0]")
       ->check(number_in("--dropout", 0, 1, true, "0.1"));
+  add(app, "--softmax-type", f.softmax_type,
+      "vanilla, off-by-one (a sink logit 0) or learnable (random sink logits per query head) [vanilla]")
+      ->check(CLI::IsMember({"vanilla", "off-by-one", "off_by_one", "learnable"}));
+  app->add_flag("--max-logit", f.max_logit, "the forward also returns the max logit per query head");
   add(app, "--seed", f.seed, "seed of the random inputs and of dropout [0]");
   add(app, "--offset", f.offset, "dropout's Philox offset [0]");
   add(app, "--dtype", f.dtype, "bf16, fp16, fp32 (fp64: CPU reference only) [bf16]")

@@ -196,6 +196,8 @@ CaseSpec spec_from_flags(const ProblemFlags& f) {
   if (f.dropout) s.dropout_p = *f.dropout;
   if (f.seed) s.seed = *f.seed;
   if (f.offset) s.offset = *f.offset;
+  if (f.softmax_type) s.softmax_type = *parse_softmax_type(*f.softmax_type);  // CLI11 checked the name
+  s.return_max_logit = f.max_logit;
   s.backward = f.backward;
   return s;
 }

@@ -26,4 +26,13 @@ std::string row_alignment_reason(const Problem& p, const char* backend) {
          " needs 16 (base addresses and strides multiples of 8 elements; unfused runs any layout)";
 }
 
+std::vector<std::string> sink_reasons(const Problem& p, const char* backend) {
+  std::vector<std::string> no;
+  if (p.has_sink())
+    no.push_back(std::string("softmax_type=") + softmax_type_name(p.softmax_type) + " (a softmax sink) is not in " +
+                 backend + " yet (reference runs it)");
+  if (p.return_max_logit) no.push_back(std::string("return_max_logit is not in ") + backend + " yet (reference runs it)");
+  return no;
+}
+
 }  // namespace attn::detail

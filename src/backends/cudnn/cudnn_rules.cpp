@@ -61,6 +61,7 @@ std::vector<std::string> static_reasons(const Problem& p, const DeviceInfo& dev,
   // cuDNN checks each tensor's pointer and strides against 16 bytes when it
   // runs the graph, not when it builds it: refused here.
   if (std::string r = detail::row_alignment_reason(p, "cudnn"); !r.empty()) no.push_back(std::move(r));
+  for (std::string& r : detail::sink_reasons(p, "cudnn")) no.push_back(std::move(r));
 
   // Head dims: multiples of 8; at most 128 before Hopper, 256 on Hopper.
   const int64_t max_d = dev.sm == 90 ? 256 : 128;

@@ -18,6 +18,7 @@ std::vector<std::string> kernel_reasons(const Problem& p, const char* backend) {
   if (p.bias == BiasType::post_scale_bias)
     no.push_back("post_scale_bias (a bias tensor) is not supported; ALiBi slopes are");
   if (std::string r = detail::row_alignment_reason(p, backend); !r.empty()) no.push_back(std::move(r));
+  for (std::string& r : detail::sink_reasons(p, backend)) no.push_back(std::move(r));
   if (p.s_q > INT32_MAX || p.s_kv > INT32_MAX || p.total_q > INT32_MAX || p.total_kv > INT32_MAX)
     no.push_back("sequence lengths beyond 2^31 tokens");
   return no;

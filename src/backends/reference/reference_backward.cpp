@@ -1,4 +1,4 @@
-// The reference backward: dq, dk, dv (and dbias) in fp64 from the caller's lse
+// The reference backward: dq, dk, dv (and dbias, dsink) in fp64 from the caller's lse
 // and out, taken as the forward's result (SEMANTICS.md "Backward"): p = exp(s -
 // lse), D = dout . out. A ring step passes the whole sequence's lse and out, so
 // its block gradients add up to the whole (attn/cp.h). One task per
@@ -57,9 +57,10 @@ double given_lse(const BackwardArgs& a, const Problem& p, int64_t start_q, int64
   return detail::load_as_double(a.lse.data, a.lse.dtype, detail::lse_offset(a.lse, p.qkv_format, start_q, b, i, h));
 }
 
-// dq for the query heads of KV head hk in sequence b, and that head's dk, dv.
+// dq for the query heads of KV head hk in sequence b, and that head's dk, dv;
+// with a learnable sink, dsink_part[h] for those heads (this sequence's share).
 void backward_kv_head(const Problem& p, const BackwardArgs& a, const Sequences& seqs, int64_t b,
-                      int64_t hk) {
+                      int64_t hk, double* dsink_part) {
   const KvHead kv = internal::load_kv_head(p, a.in, seqs, b, hk);
   const int64_t group = p.h_q / p.h_kv;
   const int64_t start_q = seqs.start_q[b], start_kv = seqs.start_kv[b];
@@ -67,6 +68,7 @@ void backward_kv_head(const Problem& p, const BackwardArgs& a, const Sequences& 
   std::vector<double> dv(static_cast<size_t>(kv.len * p.d_v), 0.0);
 
   for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+    const double sink = internal::sink_logit(p, a.in, h);
     for (int64_t i = 0; i < internal::stored_rows_q(p, seqs, b); ++i) {
       std::vector<double> dq(static_cast<size_t>(p.d_qk), 0.0);
       if (i < seqs.len_q[b]) {
@@ -76,6 +78,8 @@ void backward_kv_head(const Problem& p, const BackwardArgs& a, const Sequences& 
         const double lse = given_lse(a, p, start_q, b, i, h);
         const Row r = internal::attention_row(p, a.in, seqs, kv, q.data(), b, h, i, &lse);
         const RowGrad g = row_grad(p, r, kv, dout.data(), out.data());
+        // d lse / d sink = exp(sink - lse), the sink's probability.
+        if (p.sink_grad) dsink_part[h] -= std::exp(sink - lse) * internal::dot(dout.data(), out.data(), p.d_v);
         for (int64_t j = r.keys.begin; j < r.keys.end; ++j) {
           if (r.p[j] == 0.0) continue;
           const double dx = p.softmax_scale * g.dx[j];
@@ -149,9 +153,17 @@ void dbias_rows(const Problem& p, const BackwardArgs& a, const Sequences& seqs, 
 
 void backward(const Problem& p, const BackwardArgs& args) {
   const Sequences seqs = internal::checked_sequences(p, args.in);
+  std::vector<double> dsink_part(static_cast<size_t>(p.batch * p.h_q), 0.0);  // [b, h_q]
   detail::parallel_for(p.batch * p.h_kv, [&](int64_t task) {
-    backward_kv_head(p, args, seqs, task / p.h_kv, task % p.h_kv);
+    const int64_t b = task / p.h_kv;
+    backward_kv_head(p, args, seqs, b, task % p.h_kv, dsink_part.data() + b * p.h_q);
   });
+  if (p.sink_grad)  // dsink[h] = -sum over (b, i) of exp(sink - lse_i) D_i, summed in order of b
+    for (int64_t h = 0; h < p.h_q; ++h) {
+      double sum = 0.0;
+      for (int64_t b = 0; b < p.batch; ++b) sum += dsink_part[b * p.h_q + h];
+      detail::store_from_double(args.dsink.data, args.dsink.dtype, h * args.dsink.strides_elems[0], sum);
+    }
   if (args.dbias.defined()) {
     // Tasks: blocks of dbias rows, so each block loads a K/V head once.
     const auto& shape = p.bias_shape;

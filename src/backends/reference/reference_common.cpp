@@ -57,6 +57,14 @@ double log_sum_exp(const std::vector<double>& s, KeyRange<int64_t> keys) {
   return max + std::log(sum);
 }
 
+// log(exp(a) + exp(b)), exact for -inf operands; NaN stays NaN.
+double log_add_exp(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
+  const double hi = std::max(a, b), lo = std::min(a, b);
+  if (hi == kNegInf) return kNegInf;
+  return hi + std::log1p(std::exp(lo - hi));
+}
+
 }  // namespace
 
 int64_t stored_rows_q(const Problem& p, const Sequences& seqs, int64_t b) {
@@ -99,6 +107,21 @@ KvHead load_kv_head(const Problem& p, const Inputs& in, const Sequences& seqs, i
   return kv;
 }
 
+double sink_logit(const Problem& p, const Inputs& in, int64_t h) {
+  switch (p.softmax_type) {
+    case SoftmaxType::vanilla: return kNegInf;
+    case SoftmaxType::off_by_one: return 0.0;
+    case SoftmaxType::learnable:
+      return detail::load_as_double(in.sink.data, in.sink.dtype, h * in.sink.strides_elems[0]);
+  }
+  return kNegInf;
+}
+
+double max_keeping_nan(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
+  return std::max(a, b);
+}
+
 double dot(const double* a, const double* b, int64_t n) {
   double sum = 0.0;
   for (int64_t c = 0; c < n; ++c) sum += a[c] * b[c];
@@ -122,9 +145,12 @@ Row attention_row(const Problem& p, const Inputs& in, const Sequences& seqs, con
     s[j] = score(p, in, b, h, i, j, shift, r.x[j]);
   }
 
-  // Softmax over the allowed keys; a row whose scores are all -inf (or whose
-  // given lse is -inf) keeps p = 0.
-  r.lse = given_lse ? *given_lse : log_sum_exp(s, r.keys);
+  r.max_score = kNegInf;
+  for (int64_t j = r.keys.begin; j < r.keys.end; ++j) r.max_score = max_keeping_nan(r.max_score, s[j]);
+
+  // Softmax over the allowed keys and the sink (a logit without a value); a
+  // row whose scores are all -inf (or whose given lse is -inf) keeps p = 0.
+  r.lse = given_lse ? *given_lse : log_add_exp(log_sum_exp(s, r.keys), sink_logit(p, in, h));
   if (r.lse != kNegInf)
     for (int64_t j = r.keys.begin; j < r.keys.end; ++j) r.p[j] = std::exp(s[j] - r.lse);
 

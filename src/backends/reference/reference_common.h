@@ -47,8 +47,16 @@ struct Row {
   std::vector<double> x;         // softmax_scale * q.k (before softcap)
   std::vector<double> p;         // softmax probability exp(s - lse); 0 where masked
   std::vector<double> z;         // dropout factor: keep / (1 - p_drop), 1 without dropout
-  double lse = 0.0;              // log-sum-exp of the scores; -inf when no key counts
+  double lse = 0.0;              // log-sum-exp of the scores and the sink; the sink's logit when no key counts
+  double max_score = 0.0;        // the largest score s over the visible keys (-inf: none; NaN if one is NaN)
 };
+
+// The sink logit of query head h (SEMANTICS.md "Softmax sinks"): -inf for
+// vanilla (no sink), 0 for off-by-one, sink[h] for learnable.
+double sink_logit(const Problem& p, const Inputs& in, int64_t h);
+
+// max(a, b) that keeps a NaN of either (std::max would drop it).
+double max_keeping_nan(double a, double b);
 
 // Requires i < len_q(b). q holds the query row (d_qk doubles). The forward
 // passes no `given_lse` and gets the row's own; the backward passes the

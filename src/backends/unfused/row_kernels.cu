@@ -10,6 +10,7 @@
 
 #include "attn/mask_rule.h"
 #include "attn/philox.h"
+#include "backends/common/softmax_sink.cuh"
 #include "backends/unfused/row_params.h"
 #include "core/cuda_check.h"
 
@@ -94,17 +95,22 @@ __device__ float block_reduce(float v) {
   return v;
 }
 
-// The row's log-sum-exp over visible keys (-inf when none counts).
-__device__ float row_lse(const RowParams& p, const float* x, int h, int64_t i, KeyRange<int64_t> keys) {
+// The row's log-sum-exp over visible keys and the sink (the sink's logit when
+// no key counts, -inf without a sink); *max_score: the largest visible score.
+__device__ float row_lse(const RowParams& p, const float* x, int h, int64_t i, KeyRange<int64_t> keys,
+                         float* max_score) {
   float m = -INFINITY;
   for (int64_t j = keys.begin + threadIdx.x; j < keys.end; j += kThreads)
     m = max_keeping_nan(m, score(p, h, i, j, x[j]));
   m = block_reduce<true>(m);
-  if (m == -INFINITY) return -INFINITY;
+  *max_score = m;
+  const float sink = detail::sink_logit(p.sink, h);
+  const float top = max_keeping_nan(m, sink);
+  if (top == -INFINITY) return -INFINITY;
   float sum = 0.f;
-  for (int64_t j = keys.begin + threadIdx.x; j < keys.end; j += kThreads) sum += expf(score(p, h, i, j, x[j]) - m);
-  sum = block_reduce<false>(sum);
-  return m + logf(sum);
+  for (int64_t j = keys.begin + threadIdx.x; j < keys.end; j += kThreads) sum += expf(score(p, h, i, j, x[j]) - top);
+  sum = block_reduce<false>(sum) + expf(sink - top);
+  return top + logf(sum);
 }
 
 __device__ __forceinline__ KeyRange<int64_t> row_keys(const RowParams& p, int64_t i) {
@@ -118,7 +124,8 @@ __global__ void __launch_bounds__(kThreads) probabilities_kernel(RowParams p, co
   const int64_t row = (static_cast<int64_t>(h) * p.rows + i) * p.cols;
   const float* x = scores + row;
   const KeyRange<int64_t> keys = row_keys(p, i);
-  const float l = row_lse(p, x, h, i, keys);
+  float max_score;
+  const float l = row_lse(p, x, h, i, keys, &max_score);
   for (int64_t j = threadIdx.x; j < p.cols; j += kThreads) {
     float prob = 0.f;
     if (keys.contains(j) && l != -INFINITY) {
@@ -127,8 +134,10 @@ __global__ void __launch_bounds__(kThreads) probabilities_kernel(RowParams p, co
     }
     store_float(probs, t, row + j, prob);
   }
-  // Every row, padded ones included (their lse is -inf).
+  // Every row, padded ones included (their lse is the sink's logit, -inf without one).
   if (lse.base && threadIdx.x == 0) lse.base[h * lse.stride_h + i * lse.stride_i] = l;
+  if (p.max_logit && threadIdx.x == 0 && max_score != -INFINITY)
+    detail::atomic_max_keeping_nan(p.max_logit + h * p.max_logit_stride, max_score);
 }
 
 __global__ void __launch_bounds__(kThreads) softmax_grad_kernel(RowParams p, GivenForward given, const float* scores,
@@ -147,6 +156,9 @@ __global__ void __launch_bounds__(kThreads) softmax_grad_kernel(RowParams p, Giv
   for (int c = threadIdx.x; c < given.d_v; c += kThreads)
     d += load_float(given.dout, t, g + c) * load_float(given.out, t, o + c);
   d = block_reduce<false>(d);
+  // d lse / d sink = exp(sink - lse): dsink = -sum over real rows of exp(sink - lse_i) D_i.
+  if (p.dsink && threadIdx.x == 0 && i < p.len_q)
+    atomicAdd(p.dsink + h * p.dsink_stride, -expf(detail::sink_logit(p.sink, h) - l) * d);
   for (int64_t j = threadIdx.x; j < p.cols; j += kThreads) {
     float dx = 0.f, pz = 0.f;
     if (keys.contains(j) && l != -INFINITY) {
@@ -167,6 +179,12 @@ __global__ void __launch_bounds__(kThreads) softmax_grad_kernel(RowParams p, Giv
     store_float(dscores, t, row + j, dx);
     store_float(probs_dropped, t, row + j, pz);
   }
+}
+
+__global__ void fill_kernel(float* base, int64_t n, int64_t stride, float value) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    base[e * stride] = value;
 }
 
 __global__ void zero_rows_kernel(void* base, DType t, int64_t rows, int64_t row_stride, int64_t heads,
@@ -246,6 +264,12 @@ void launch_softmax_grad(const RowParams& prm, const GivenForward& given, const 
   for (int d = 0; d < 4; ++d) layout.stride[d] = dbias_stride ? dbias_stride[d] : 0;
   softmax_grad_kernel<<<dim3(prm.rows, prm.h_q), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       prm, given, scores, dprobs, dscores, probs_dropped, t, dbias_acc, layout);
+  ATTN_CUDA(cudaGetLastError());
+}
+
+void launch_fill(float* base, int64_t n, int64_t stride, float value, void* stream) {
+  if (n == 0) return;
+  fill_kernel<<<grid_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(base, n, stride, value);
   ATTN_CUDA(cudaGetLastError());
 }
 

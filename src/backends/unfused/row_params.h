@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "attn/tensor.h"
+#include "backends/common/sink_logits.h"
 
 namespace attn::unfused {
 
@@ -35,6 +36,11 @@ struct RowParams {
   uint64_t seed = 0;
   uint32_t offset = 0;
   const int64_t* rng_state = nullptr;  // when set: (seed, offset) read here as the kernel runs
+  detail::SinkLogits sink;              // the softmax's sink logit per head (none for vanilla)
+  float* max_logit = nullptr;           // [h_q] (stride max_logit_stride): each row's largest score max-ed in
+  int64_t max_logit_stride = 1;
+  float* dsink = nullptr;               // backward: [h_q] (stride dsink_stride), each real row's share added
+  int64_t dsink_stride = 1;
 };
 
 // lse(b, h, i) for this sequence: lse + h * stride_h + i * stride_i (nullptr: not wanted).
@@ -66,6 +72,10 @@ void launch_probabilities(const RowParams& prm, const float* scores, void* probs
 void launch_softmax_grad(const RowParams& prm, const GivenForward& given, const float* scores, const float* dprobs, void* dscores,
                          void* probs_dropped, DType t, float* dbias_acc, const int64_t dbias_stride[4],
                          void* stream);
+
+// n floats at base (stride) set to value: max_logit's -inf before the rows
+// max into it, dsink's 0 before they add into it.
+void launch_fill(float* base, int64_t n, int64_t stride, float value, void* stream);
 
 // Writes zeros to rows x heads x dim elements of a strided [rows, heads, dim] block.
 void launch_zero_rows(void* base, DType t, int64_t rows, int64_t row_stride, int64_t heads,

@@ -41,6 +41,8 @@ class UnfusedBackend final : public Backend {
       no.push_back(std::string("dtype ") + dtype_name(p.dtype) + " is CPU-only; use float32, bfloat16 or float16");
     if (p.deterministic && p.bias_grad)
       no.push_back("deterministic=true with a bias gradient: unfused sums dbias with atomics");
+    if (p.deterministic && p.sink_grad)
+      no.push_back("deterministic=true with a sink gradient: unfused sums dsink with atomics");
     if (p.s_q > INT32_MAX || p.s_kv > INT32_MAX)
       no.push_back("sequence lengths beyond 2^31 do not fit cuBLAS's int dimensions");
     if (p.capturing && p.has_seqlens)

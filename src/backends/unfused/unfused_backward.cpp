@@ -39,6 +39,10 @@ void backward_products(const Problem& p, const BackwardArgs& a, detail::Carver& 
     }
   }
 
+  float* dsink = static_cast<float*>(a.dsink.data);
+  const int64_t dsink_stride = a.dsink.defined() ? a.dsink.strides_elems[0] : 1;
+  if (dsink) launch_fill(dsink, p.h_q, dsink_stride, 0.f, stream);  // rows add into it
+
   int64_t cursor = 0;
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t M = score_rows(p, seqs, b), N = score_cols(p, seqs, b);
@@ -81,7 +85,9 @@ void backward_products(const Problem& p, const BackwardArgs& a, detail::Carver& 
                    dev + iv, dev + ido, mut(idp)};
     run_gemm(dp, device, stream);  // dP^T = V . dO^T
 
-    const RowParams prm = row_params(p, a.in, seqs, b);
+    RowParams prm = row_params(p, a.in, seqs, b);
+    prm.dsink = dsink;
+    prm.dsink_stride = dsink_stride;
     const SeqRows out = seq_rows(a.out, p, seqs, b, true);
     GivenForward given;
     given.lse = static_cast<const float*>(a.lse.data) +

@@ -3,6 +3,8 @@
 // out = P.V (cuBLAS, written straight into the caller's strided out).
 #include <cuda_runtime.h>
 
+#include <cmath>
+
 #include "backends/unfused/unfused.h"
 #include "backends/unfused/unfused_steps.h"
 #include "core/cuda_check.h"
@@ -20,13 +22,19 @@ void forward_products(const Problem& p, const ForwardArgs& a, detail::Carver& ws
   float* scores = ws.take<float>(score_elems);
   void* probs = ws.take_bytes(score_elems * elem);
 
+  float* max_logit = static_cast<float*>(a.max_logit.data);
+  const int64_t max_logit_stride = a.max_logit.defined() ? a.max_logit.strides_elems[0] : 1;
+  if (max_logit) launch_fill(max_logit, p.h_q, max_logit_stride, -INFINITY, stream);  // rows max into it
+
   int64_t cursor = 0;
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t M = score_rows(p, seqs, b), N = score_cols(p, seqs, b);
     if (M == 0) continue;
     const SeqRows q = seq_rows(a.in.q, p, seqs, b, true), k = seq_rows(a.in.k, p, seqs, b, false);
     const SeqRows v = seq_rows(a.in.v, p, seqs, b, false), o = seq_rows(a.out, p, seqs, b, true);
-    const RowParams prm = row_params(p, a.in, seqs, b);
+    RowParams prm = row_params(p, a.in, seqs, b);
+    prm.max_logit = max_logit;
+    prm.max_logit_stride = max_logit_stride;
     LseOut lse;
     if (a.lse.defined()) {
       const bool thd = p.qkv_format == QkvFormat::thd;

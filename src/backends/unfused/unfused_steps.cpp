@@ -71,6 +71,7 @@ RowParams row_params(const Problem& p, const Inputs& in, const detail::Sequences
     r.offset = static_cast<uint32_t>(p.offset);
     if (p.rng_state_in_memory) r.rng_state = static_cast<const int64_t*>(in.rng_state.data);
   }
+  r.sink = detail::sink_logits_of(p, in.sink);
   return r;
 }
 
