@@ -91,7 +91,8 @@
 #   SANITIZE_TIMEOUT     seconds per sanitizer run (75; flash_sm90 150)
 #   ATTN_CP_TESTS_ONLY=1 / ATTN_CP_BENCH_ONLY=1   cp: one half only
 #   ATTN_CP_REPEAT       cp: repetitions of every cp_worker.py case, ranks out of step (20)
-#   ATTN_BENCH           python_bench: overhead, layer or all (all)
+#   ATTN_BENCH           python_bench: overhead, layer, all (all) or sinks
+#                        (bench/sinks.py alone, $ATTN_SINKS_ARGS)
 #   ATTN_LAYER_ARGS      python_bench: bench/layer.py's arguments
 #   ATTN_PYTEST          python_bench: pytest these paths first
 #   ATTN_ARCHS           cp, python_bench: CUDA architectures (90a-real)
@@ -437,6 +438,12 @@ suite_python_bench() {
     # shellcheck disable=SC2086  # a list of paths
     python3 -m pytest -q -p no:cacheprovider $ATTN_PYTEST >"$log/pytest.txt" 2>&1
     verdict pytest $? "$ATTN_PYTEST: $(tail -1 "$log/pytest.txt")"
+  fi
+  if [ "$which" = sinks ]; then
+    # shellcheck disable=SC2086  # a list of flags
+    python3 bench/sinks.py --out "$log" ${ATTN_SINKS_ARGS:-} | tee "$log/sinks.txt"
+    verdict sinks "${PIPESTATUS[0]}" "bench/sinks.py ${ATTN_SINKS_ARGS:-}"
+    return 0
   fi
   if [ "$which" != layer ]; then
     python3 bench/overhead.py --json "$log/overhead.json" | tee "$log/overhead.txt"

@@ -173,8 +173,9 @@ def forward(
         # Context parallelism: cp, an attn.cp.Communicator, runs the call on this
         # rank's shards (attn.cp is built on this module and imports it, never the reverse).
         _keywords.check_cp_inputs(cu_seqlens_q, cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
-                                  attn_mask=attn_mask, rng_state=rng_state, sink=sink, max_logit=max_logit)
-        cp._forward(opts, cp_fallback, q, k, v, out, lse, cu_seqlens_q, backend, list(disable), _stream(q, stream))
+                                  attn_mask=attn_mask, rng_state=rng_state)
+        cp._forward(opts, cp_fallback, q, k, v, out, lse, cu_seqlens_q, backend, list(disable), _stream(q, stream),
+                    sink, max_logit)
         return results()
     try:
         _C.forward(
@@ -265,10 +266,11 @@ def backward(
     d = _arrays.as_dlpack
     if cp is not None:  # context parallelism: as in forward
         _keywords.check_cp_inputs(cu_seqlens_q, cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
-                                  attn_mask=attn_mask, dbias=dbias, rng_state=rng_state, sink=sink, dsink=dsink)
+                                  attn_mask=attn_mask, dbias=dbias, rng_state=rng_state)
         cp._backward(opts, cp_fallback, q, k, v, out, dout, lse, dq, dk, dv, cu_seqlens_q, backend, list(disable),
-                     _stream(q, stream))
-        return tuple(_arrays.finish(q, g) for g in (dq, dk, dv))
+                     _stream(q, stream), sink, dsink)
+        grads = tuple(_arrays.finish(q, g) for g in (dq, dk, dv))
+        return grads + (_arrays.finish(q, dsink),) if want_dsink else grads
     try:
         _C.backward(
             opts, d(q), d(k), d(v), d(out), d(dout), d(lse), d(dq), d(dk), d(dv), d(dbias),

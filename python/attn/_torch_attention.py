@@ -90,12 +90,14 @@ class _Call(_CallFields):
 
     # ---- the flat spelling of the custom ops (_OP_ARGS) ----
 
-    def op_args(self, bias: Optional[Tensor], sink: Optional[Tensor]) -> tuple:
+    def op_args(self, bias: Optional[Tensor], sink: Optional[Tensor], rng_state: Optional[Tensor] = None) -> tuple:
         """The ops' arguments after their own tensors, in _OP_ARGS order. The
         seed travels in a tensor (rng_state), so that a compiled graph does not
-        hold it as a constant."""
-        rng_state = (torch.tensor([self.seed & 0xFFFFFFFF, self.seed >> 32, self.offset], dtype=torch.int64)
-                     if self.dropout_p > 0 else None)
+        hold it as a constant: the one given (int64 [2] (seed, offset) on q's
+        device, drawn in the graph), or this call's seed as an int64 CPU
+        tensor [seed_lo32, seed_hi32, offset]."""
+        if rng_state is None and self.dropout_p > 0:
+            rng_state = torch.tensor([self.seed & 0xFFFFFFFF, self.seed >> 32, self.offset], dtype=torch.int64)
         return (self.cu_seqlens_q, self.cu_seqlens_kv, bias, self.alibi_slopes, self.attn_mask, rng_state, sink,
                 self.qkv_format, self.mask, self.window[0], self.window[1], self.softmax_scale, self.softcap,
                 self.max_seqlen_q, self.max_seqlen_kv, self.dropout_p, self.deterministic, self.backend,
@@ -105,13 +107,16 @@ class _Call(_CallFields):
     def from_op_args(cls, cu_seqlens_q, cu_seqlens_kv, bias, alibi_slopes, attn_mask, rng_state, sink, qkv_format,
                      mask, window_left, window_right, softmax_scale, softcap, max_seqlen_q, max_seqlen_kv, dropout_p,
                      deterministic, backend, check_seqlens,
-                     softmax_type) -> Tuple["_Call", Optional[Tensor], Optional[Tensor]]:
-        """(call, bias, sink) from op_args()'s tuple, inside the ops' real implementations."""
-        seed, offset = (0, 0) if rng_state is None else _seed_offset(rng_state)
+                     softmax_type) -> Tuple["_Call", Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
+        """(call, bias, sink, device_rng_state) from op_args()'s tuple, inside
+        the ops' real implementations; device_rng_state: an rng_state drawn in
+        the graph, which the kernels read themselves (None: the seed is the call's)."""
+        device_rng = rng_state if rng_state is not None and rng_state.numel() == 2 else None
+        seed, offset = (0, 0) if rng_state is None or device_rng is not None else _seed_offset(rng_state)
         call = cls(qkv_format, mask, (window_left, window_right), softmax_scale, softcap, max_seqlen_q,
                    max_seqlen_kv, dropout_p, seed, offset, deterministic, backend, cu_seqlens_q, cu_seqlens_kv,
                    alibi_slopes, attn_mask, check_seqlens, softmax_type)
-        return call, bias, sink
+        return call, bias, sink, device_rng
 
     # ---- the passes ----
 
@@ -141,8 +146,7 @@ class _Call(_CallFields):
         replay drops fresh elements; both passes read it. None otherwise."""
         if self.dropout_p == 0 or _arrays.torch_capture_workspace(q) is None:
             return None
-        seed = torch.randint(-(1 << 63), (1 << 63) - 1, (1,), device=q.device, dtype=torch.int64)
-        return torch.cat([seed, torch.zeros_like(seed)])
+        return _device_rng_state(q)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], sink: Optional[Tensor] = None,
                 rng_state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
@@ -180,6 +184,14 @@ class _Call(_CallFields):
         return dq, dk, dv, dbias, dsink
 
 
+def _device_rng_state(q: Tensor) -> Tensor:
+    """(seed, 0), int64 [2] on q's device, the seed drawn by q's device's
+    generator (a CUDA graph's replays advance it). Below 2^62: torch.compile
+    passes randint's range to its kernel as a signed 64-bit integer."""
+    seed = torch.randint(0, 1 << 62, (1,), device=q.device, dtype=torch.int64)
+    return torch.cat([seed, torch.zeros_like(seed)])
+
+
 def _seed_offset(rng_state: Tensor) -> Tuple[int, int]:
     """rng_state: int64 CPU tensor [seed_lo32, seed_hi32, offset]."""
     lo, hi, offset = (int(x) for x in rng_state.tolist())
@@ -207,8 +219,8 @@ _OP_SINK = [name for name, _ in _OP_ARGS].index("sink")
 
 
 def _forward_impl(q: Tensor, k: Tensor, v: Tensor, *args: Any) -> Tuple[Tensor, Tensor]:
-    call, bias, sink = _Call.from_op_args(*args)
-    return call.forward(q, k, v, bias, sink)
+    call, bias, sink, rng_state = _Call.from_op_args(*args)
+    return call.forward(q, k, v, bias, sink, rng_state)
 
 
 def _forward_fake(q: Tensor, k: Tensor, v: Tensor, *args: Any) -> Tuple[Tensor, Tensor]:
@@ -218,8 +230,8 @@ def _forward_fake(q: Tensor, k: Tensor, v: Tensor, *args: Any) -> Tuple[Tensor, 
 
 def _backward_impl(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, *args: Any) -> tuple:
     *args, bias_grad, sink_grad = args
-    call, bias, sink = _Call.from_op_args(*args)
-    dq, dk, dv, dbias, dsink = call.backward(dout, q, k, v, out, lse, bias, bias_grad, sink, sink_grad)
+    call, bias, sink, rng_state = _Call.from_op_args(*args)
+    dq, dk, dv, dbias, dsink = call.backward(dout, q, k, v, out, lse, bias, bias_grad, sink, sink_grad, rng_state)
     return dq, dk, dv, dbias if bias_grad else q.new_empty([0]), dsink if sink_grad else q.new_empty([0])
 
 
@@ -372,7 +384,12 @@ def attention(
                              bias=bias, alibi_slopes=alibi_slopes, attn_mask=attn_mask, dropout_p=dropout_p,
                              seed=0 if seed is None else seed, offset=offset, backend=backend,
                              deterministic=deterministic, return_lse=return_lse, cp_fallback=cp_fallback)
-    seed, offset = (_draw_seed(seed), int(offset)) if dropout_p > 0 else (0, 0)
+    compiling = torch.compiler.is_compiling()
+    # Traced by torch.compile, a fresh seed is drawn in the graph (on q's
+    # device), so every run of the compiled graph, CUDA graph replays
+    # included, drops fresh elements; eager calls draw it on the host.
+    device_rng = _device_rng_state(q) if compiling and dropout_p > 0 and seed is None else None
+    seed, offset = (_draw_seed(seed), int(offset)) if dropout_p > 0 and device_rng is None else (0, 0)
     call = _Call(qkv_format=qkv_format, mask=_keywords.mask_name(mask), window=_keywords.window_pair(window),
                  softmax_scale=None if softmax_scale is None else float(softmax_scale), softcap=float(softcap),
                  max_seqlen_q=_keywords.max_seqlen(max_seqlen_q), max_seqlen_kv=_keywords.max_seqlen(max_seqlen_kv),
@@ -380,8 +397,8 @@ def attention(
                  backend=backend, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv, alibi_slopes=alibi_slopes,
                  attn_mask=attn_mask, check_seqlens=bool(check_seqlens),
                  softmax_type=_keywords.softmax_type_name(softmax_type))
-    if torch.compiler.is_compiling():  # the custom op: opaque to the compiler, with fake implementations
-        out, lse = torch.ops.attn.forward(q, k, v, *call.op_args(bias, sink))
+    if compiling:  # the custom op: opaque to the compiler, with fake implementations
+        out, lse = torch.ops.attn.forward(q, k, v, *call.op_args(bias, sink, device_rng))
     else:
         out, lse = _EagerAttention.apply(q, k, v, bias, sink, call)
     return (out, lse) if return_lse else out
@@ -422,7 +439,10 @@ class DotProductAttention(torch.nn.Module):
     window_size ((left, right), None = unbounded), then keyword-only
     softmax_scale (default 1/sqrt(d_qk)), softcap, deterministic, and attn's
     backend (force one by name), layer_number and attention_type ("self" or
-    "cross", accepted for compatibility).
+    "cross", accepted for compatibility), softmax_type ("vanilla",
+    "off-by-one", "learnable": the module then owns the sink logits as the
+    float32 parameter `softmax_offset` [num_attention_heads], zeros at first,
+    TransformerEngine's name) and device (of that parameter).
 
     forward(query_layer, key_layer, value_layer, attention_mask=None, *,
     qkv_format, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv,
@@ -451,6 +471,8 @@ class DotProductAttention(torch.nn.Module):
         backend: Optional[str] = None,
         layer_number: Optional[int] = None,
         attention_type: str = "self",
+        softmax_type: str = "vanilla",
+        device: Any = None,
     ) -> None:
         super().__init__()
         self.num_attention_heads = int(num_attention_heads)
@@ -476,12 +498,19 @@ class DotProductAttention(torch.nn.Module):
         if attention_type not in ("self", "cross"):
             raise ValueError(f"attn: attention_type must be \"self\" or \"cross\", got {attention_type!r}")
         self.attention_type = attention_type
+        if softmax_type not in ("vanilla", "off-by-one", "learnable"):
+            raise ValueError(f"attn: softmax_type must be \"vanilla\", \"off-by-one\" or \"learnable\", "
+                             f"got {softmax_type!r}")
+        self.softmax_type = softmax_type
+        self.softmax_offset = (torch.nn.Parameter(torch.zeros(self.num_attention_heads, dtype=torch.float32,
+                                                              device=device))
+                               if softmax_type == "learnable" else None)
 
     def extra_repr(self) -> str:
         return (f"heads={self.num_attention_heads}, kv_heads={self.num_gqa_groups}, "
                 f"head_dim={self.head_dim_qk}/{self.head_dim_v}, qkv_format={self.qkv_format}, "
                 f"attn_mask_type={self.attn_mask_type}, window_size={self.window_size}, "
-                f"attention_dropout={self.attention_dropout}")
+                f"attention_dropout={self.attention_dropout}, softmax_type={self.softmax_type}")
 
     def _check_heads(self, q: Tensor, k: Tensor, v: Tensor, qkv_format: str) -> None:
         rank = 3 if qkv_format == "thd" else 4
@@ -555,7 +584,7 @@ class DotProductAttention(torch.nn.Module):
             cu_seqlens_kv=cu_seqlens_kv, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv, bias=bias,
             alibi_slopes=slopes, attn_mask=arbitrary,
             dropout_p=self.attention_dropout if self.training else 0.0, backend=self.backend,
-            deterministic=self.deterministic,
+            deterministic=self.deterministic, softmax_type=self.softmax_type, sink=self.softmax_offset,
         )
         # TE's output convention: ...hd -> ...(hd)
         return out.reshape(*out.shape[:-2], out.shape[-2] * out.shape[-1])

@@ -106,35 +106,45 @@ class Communicator:
     # ---- calls made with cp=self: attn.forward, attn.backward, attn.torch.attention ----
 
     def _forward(self, opts: Any, cp_fallback: bool, q: Any, k: Any, v: Any, out: Any, lse: Any, cu_seqlens_q: Any,
-                 backend: Any, disable: list, stream: int) -> None:
-        """out (and lse) of this rank's shards: the ring, or the fallback where the batch takes it.
+                 backend: Any, disable: list, stream: int, sink: Any = None, max_logit: Any = None) -> None:
+        """out (and lse, max_logit) of this rank's shards: the ring, or the fallback where the batch takes it.
         attn.forward has refused the inputs neither takes (_keywords.check_cp_inputs)."""
         plan = _route(self, cp_fallback, opts, q, k, v, cu_seqlens_q)
         if plan is not None:  # the batch breaks the 2*cp rule: unsplit, K/V gathered
+            _no_sinks_in_fallback(opts, max_logit)
             with _on_stream(q, stream):
                 fallback_forward(self, plan, opts, q, k, v, out, lse, backend, disable, stream)
             return
         _need_ring(self)
         d = _arrays.as_dlpack
         _C.cp_forward(opts, d(q), d(k), d(v), out, lse, d(cu_seqlens_q), self.handle, self.rank, self.size, backend,
-                      disable, stream)
+                      disable, stream, d(sink), max_logit)
 
     def _backward(self, opts: Any, cp_fallback: bool, q: Any, k: Any, v: Any, out: Any, dout: Any, lse: Any,
-                  dq: Any, dk: Any, dv: Any, cu_seqlens_q: Any, backend: Any, disable: list, stream: int) -> None:
-        """dq, dk, dv of this rank's shards, by the same route as the forward."""
+                  dq: Any, dk: Any, dv: Any, cu_seqlens_q: Any, backend: Any, disable: list, stream: int,
+                  sink: Any = None, dsink: Any = None) -> None:
+        """dq, dk, dv (and dsink, summed over the ranks) of this rank's shards, by the same route as the forward."""
         plan = _route(self, cp_fallback, opts, q, k, v, cu_seqlens_q)
         if plan is not None:
+            _no_sinks_in_fallback(opts, None)
             with _on_stream(q, stream):
                 fallback_backward(self, plan, opts, q, k, v, out, dout, lse, dq, dk, dv, backend, disable, stream)
             return
         _need_ring(self)
         d = _arrays.as_dlpack
         _C.cp_backward(opts, d(q), d(k), d(v), d(out), d(dout), d(lse), dq, dk, dv, d(cu_seqlens_q), self.handle,
-                       self.rank, self.size, backend, disable, stream)
+                       self.rank, self.size, backend, disable, stream, d(sink), dsink)
 
     def _attention(self, q: Any, k: Any, v: Any, **kw: Any) -> Any:
         """attn.torch.attention(..., cp=self): this module's attention()."""
         return attention(q, k, v, cp=self, **kw)
+
+
+def _no_sinks_in_fallback(opts: Any, max_logit: Any) -> None:
+    if opts.softmax_type != "vanilla" or max_logit is not None:
+        raise ValueError("attn: context parallelism's fallback (a batch that breaks the 2*cp rule) runs "
+                         "softmax_type=\"vanilla\" without return_max_logit\n"
+                         "  fix:      give every sequence a length divisible by 2*cp, or run this call without cp=")
 
 
 def _on_stream(x: Any, stream: int) -> Any:

@@ -388,6 +388,7 @@ class TransformerLayer(torch.nn.Module):
         device: Union[str, torch.device, None] = None,
         softmax_scale: Optional[float] = None,
         backend: Optional[str] = None,
+        softmax_type: str = "vanilla",
     ) -> None:
         super().__init__()
         self.hidden_size = int(hidden_size)
@@ -431,7 +432,7 @@ class TransformerLayer(torch.nn.Module):
         self.core_attention = DotProductAttention(
             h, d, num_gqa_groups=g, attention_dropout=attention_dropout, qkv_format=attn_input_format,
             attn_mask_type=self.self_attn_mask_type, window_size=window_size, softmax_scale=softmax_scale,
-            backend=backend, layer_number=self.layer_number)
+            backend=backend, layer_number=self.layer_number, softmax_type=softmax_type, device=device)
         self.proj = torch.nn.Linear(h * d, hidden_size, **kw)
         self.post_attention_layernorm = _Norm(normalization, hidden_size, layernorm_epsilon, dtype, device)
         widen, self._act = _ACTIVATIONS[activation]

@@ -89,28 +89,34 @@ void bind_cp(nb::module_& m) {
       [](const Options& opts, const InArray& q, const InArray& k, const InArray& v, const OutArray& out,
          const std::optional<OutArray>& lse, const std::optional<InArray>& cu_seqlens, uintptr_t comm, int rank,
          int size, const std::optional<std::string>& backend, const std::vector<std::string>& disable,
-         uintptr_t stream) {
+         uintptr_t stream, const std::optional<InArray>& sink, const std::optional<OutArray>& max_logit) {
         ForwardArgs a;
         a.in.q = to_view(q, "q"), a.in.k = to_view(k, "k"), a.in.v = to_view(v, "v");
         a.in.cu_seqlens_q = a.in.cu_seqlens_kv = to_view(cu_seqlens, "cu_seqlens_q");
+        a.in.sink = to_view(sink, "sink");
         a.out = to_view(out, "out");
         a.lse = to_view(lse, "lse");
+        a.max_logit = to_view(max_logit, "max_logit");
         const Policy policy = policy_of(backend, disable);
         nb::gil_scoped_release release;
         cp::forward(opts, a, comm_of(comm, rank, size), RunContext{reinterpret_cast<void*>(stream)}, policy);
       },
       "options"_a, "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "out"_a.noconvert(),
       "lse"_a.noconvert() = nb::none(), "cu_seqlens"_a.noconvert() = nb::none(), "comm"_a = 0, "rank"_a = 0,
-      "size"_a = 1, "backend"_a = nb::none(), "disable"_a = std::vector<std::string>{}, "stream"_a = 0);
+      "size"_a = 1, "backend"_a = nb::none(), "disable"_a = std::vector<std::string>{}, "stream"_a = 0,
+      "sink"_a.noconvert() = nb::none(), "max_logit"_a.noconvert() = nb::none());
   m.def(
       "cp_backward",
       [](const Options& opts, const InArray& q, const InArray& k, const InArray& v, const InArray& out,
          const InArray& dout, const InArray& lse, const OutArray& dq, const OutArray& dk, const OutArray& dv,
          const std::optional<InArray>& cu_seqlens, uintptr_t comm, int rank, int size,
-         const std::optional<std::string>& backend, const std::vector<std::string>& disable, uintptr_t stream) {
+         const std::optional<std::string>& backend, const std::vector<std::string>& disable, uintptr_t stream,
+         const std::optional<InArray>& sink, const std::optional<OutArray>& dsink) {
         BackwardArgs a;
         a.in.q = to_view(q, "q"), a.in.k = to_view(k, "k"), a.in.v = to_view(v, "v");
         a.in.cu_seqlens_q = a.in.cu_seqlens_kv = to_view(cu_seqlens, "cu_seqlens_q");
+        a.in.sink = to_view(sink, "sink");
+        a.dsink = to_view(dsink, "dsink");
         a.out = to_view(out, "out"), a.dout = to_view(dout, "dout"), a.lse = to_view(lse, "lse");
         a.dq = to_view(dq, "dq"), a.dk = to_view(dk, "dk"), a.dv = to_view(dv, "dv");
         const Policy policy = policy_of(backend, disable);
@@ -120,7 +126,8 @@ void bind_cp(nb::module_& m) {
       "options"_a, "q"_a.noconvert(), "k"_a.noconvert(), "v"_a.noconvert(), "out"_a.noconvert(),
       "dout"_a.noconvert(), "lse"_a.noconvert(), "dq"_a.noconvert(), "dk"_a.noconvert(), "dv"_a.noconvert(),
       "cu_seqlens"_a.noconvert() = nb::none(), "comm"_a = 0, "rank"_a = 0, "size"_a = 1, "backend"_a = nb::none(),
-      "disable"_a = std::vector<std::string>{}, "stream"_a = 0);
+      "disable"_a = std::vector<std::string>{}, "stream"_a = 0, "sink"_a.noconvert() = nb::none(),
+      "dsink"_a.noconvert() = nb::none());
 }
 
 }  // namespace attn::python

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <vector>
 
+#include "backends/common/softmax_sink.cuh"
 #include "core/cuda_check.h"
 #include "cp/ring_ops.h"
 
@@ -47,7 +48,7 @@ __device__ __forceinline__ void offsets(const View4& a, const View4& b, const in
   }
 }
 
-// mode 0: b = a; 1: b (fp32) += a; 2: b = value.
+// mode 0: b = a; 1: b (fp32) += a; 2: b = value; 3: b (fp32) = max(b, a), a NaN winning.
 __global__ void elementwise_kernel(View4 a, View4 b, const int32_t* index, int dim, int mode, float value, int64_t n) {
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -55,7 +56,11 @@ __global__ void elementwise_kernel(View4 a, View4 b, const int32_t* index, int d
     offsets(a, b, index, dim, e, oa, ob);
     if (mode == 0) store(b.data, b.dtype, ob, load(a.data, a.dtype, oa));
     else if (mode == 1) static_cast<float*>(b.data)[ob] += load(a.data, a.dtype, oa);
-    else store(b.data, b.dtype, ob, value);
+    else if (mode == 3) {
+      float& x = static_cast<float*>(b.data)[ob];
+      const float y = load(a.data, a.dtype, oa);
+      x = x != x || y != y ? x + y : fmaxf(x, y);
+    } else store(b.data, b.dtype, ob, value);
   }
 }
 
@@ -79,6 +84,51 @@ __global__ void merge_kernel(MergeRows m, const void* out, DType t, const float*
     __syncwarp();  // every lane has read l1 before lane 0 replaces it
     if (lane == 0) *l1p = merged;
   }
+}
+
+// One warp per row: the sink joins the merged row (Ops::add_sink).
+__global__ void add_sink_kernel(MergeRows m, detail::SinkLogits sink, float* acc, float* acc_lse, int64_t rows) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  for (int64_t row = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32; row < rows; row += warps) {
+    const int64_t x2 = row % m.dims[2], x1 = (row / m.dims[2]) % m.dims[1], x0 = row / (m.dims[2] * m.dims[1]);
+    const float t = detail::sink_logit(sink, x2);
+    float* lp = acc_lse + x0 * m.acc_lse_stride[0] + x1 * m.acc_lse_stride[1] + x2 * m.acc_lse_stride[2];
+    const float l = *lp, mx = fmaxf(l, t);
+    if (mx == -INFINITY) continue;
+    const float merged = mx + logf(expf(l - mx) + expf(t - mx));
+    const float w = l == -INFINITY ? 0.f : expf(l - merged);
+    float* a = acc + x0 * m.acc_stride[0] + x1 * m.acc_stride[1] + x2 * m.acc_stride[2];
+    for (int64_t c = lane; c < m.d; c += 32) a[c] *= w;
+    __syncwarp();  // every lane has read l before lane 0 replaces it
+    if (lane == 0) *lp = merged;
+  }
+}
+
+// One block per head (blockIdx.x = x2): each thread's rows in order, then a
+// tree over the block: the same bits every run.
+__global__ void sink_grad_kernel(MergeRows m, MergeRows g, const void* out, const void* dout, DType t, const float* lse,
+                                 detail::SinkLogits sink, float* dsink) {
+  const int64_t x2 = blockIdx.x, rows = m.dims[0] * m.dims[1];
+  const float sink_t = detail::sink_logit(sink, x2);
+  float sum = 0.f;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    const int64_t x1 = r % m.dims[1], x0 = r / m.dims[1];
+    const float l = lse[x0 * m.lse_stride[0] + x1 * m.lse_stride[1] + x2 * m.lse_stride[2]];
+    const int64_t o = x0 * m.out_stride[0] + x1 * m.out_stride[1] + x2 * m.out_stride[2];
+    const int64_t d = x0 * g.out_stride[0] + x1 * g.out_stride[1] + x2 * g.out_stride[2];
+    float dot = 0.f;
+    for (int64_t c = 0; c < m.d; ++c) dot += load(out, t, o + c) * load(dout, t, d + c);
+    sum -= expf(sink_t - l) * dot;
+  }
+  __shared__ float part[256];
+  part[threadIdx.x] = sum;
+  __syncthreads();
+  for (int s = 128; s > 0; s /= 2) {
+    if (static_cast<int>(threadIdx.x) < s) part[threadIdx.x] += part[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) dsink[x2] = part[0];
 }
 
 int blocks_for(int64_t n, int threads) { return static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 1 << 16)); }
@@ -133,6 +183,35 @@ class DeviceOps : public Ops {
     run(s, view4(dst), index, dim, 0);
   }
   void add(const TensorView& src, const TensorView& dst) override { run(view4(src), view4(dst), nullptr, 0, 1); }
+  void add_sink(QkvFormat format, const TensorView& acc_out, const TensorView& acc_lse,
+                const detail::SinkLogits& sink) override {
+    const MergeRows m = merge_rows(format, acc_out, acc_lse, acc_out, acc_lse);
+    const int64_t rows = m.dims[0] * m.dims[1] * m.dims[2];
+    if (rows == 0) return;
+    add_sink_kernel<<<blocks_for(rows * 32, 256), 256, 0, stream_>>>(m, sink, static_cast<float*>(acc_out.data),
+                                                                     static_cast<float*>(acc_lse.data), rows);
+    ATTN_CUDA(cudaGetLastError());
+  }
+  void sink_grad(QkvFormat format, const TensorView& out, const TensorView& dout, const TensorView& lse,
+                 const detail::SinkLogits& sink, float* dsink, int64_t heads) override {
+    if (heads == 0) return;
+    const MergeRows m = merge_rows(format, out, lse, out, lse), g = merge_rows(format, dout, lse, dout, lse);
+    sink_grad_kernel<<<static_cast<unsigned>(heads), 256, 0, stream_>>>(m, g, out.data, dout.data, out.dtype,
+                                                                       static_cast<const float*>(lse.data), sink,
+                                                                       dsink);
+    ATTN_CUDA(cudaGetLastError());
+  }
+  void max_into(const TensorView& src, const TensorView& dst) override { run(view4(src), view4(dst), nullptr, 0, 3); }
+  std::vector<float> download(const float* src, int64_t n) override {
+    std::vector<float> host(static_cast<size_t>(n));
+    ATTN_CUDA(cudaMemcpyAsync(host.data(), src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    ATTN_CUDA(cudaStreamSynchronize(stream_));
+    return host;
+  }
+  void upload_to(const std::vector<float>& values, float* dst) override {
+    ATTN_CUDA(cudaMemcpyAsync(dst, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    ATTN_CUDA(cudaStreamSynchronize(stream_));  // `values` dies when this returns
+  }
   void merge(QkvFormat format, const TensorView& block_out, const TensorView& block_lse, const TensorView& acc_out,
              const TensorView& acc_lse) override {
     const MergeRows m = merge_rows(format, block_out, block_lse, acc_out, acc_lse);

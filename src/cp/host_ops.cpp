@@ -45,6 +45,11 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
+double sink_at(const detail::SinkLogits& s, int64_t h) {
+  if (s.kind == 2) return s.logits[h * s.stride];
+  return s.kind == 1 ? 0.0 : kNegInf;
+}
+
 // Offsets of element e (row-major over shape) in two views of the same shape.
 template <typename F>
 void for_each(const View4& a, const View4& b, const int32_t* index, int dim, F f) {
@@ -86,6 +91,55 @@ class HostOps : public Ops {
     for_each(s, d, nullptr, 0, [&](int64_t os, int64_t od) {
       static_cast<float*>(d.data)[od] += static_cast<float>(detail::load_as_double(s.data, s.dtype, os));
     });
+  }
+  void add_sink(QkvFormat format, const TensorView& acc_out, const TensorView& acc_lse,
+                const detail::SinkLogits& sink) override {
+    const MergeRows m = merge_rows(format, acc_out, acc_lse, acc_out, acc_lse);
+    auto* acc_l = static_cast<float*>(acc_lse.data);
+    auto* acc = static_cast<float*>(acc_out.data);
+    for (int64_t x0 = 0; x0 < m.dims[0]; ++x0)
+      for (int64_t x1 = 0; x1 < m.dims[1]; ++x1)
+        for (int64_t x2 = 0; x2 < m.dims[2]; ++x2) {
+          const double t = sink_at(sink, x2);
+          float& l = acc_l[x0 * m.acc_lse_stride[0] + x1 * m.acc_lse_stride[1] + x2 * m.acc_lse_stride[2]];
+          const double mx = std::max<double>(l, t);
+          if (mx == kNegInf) continue;
+          const double merged = mx + std::log(std::exp(l - mx) + std::exp(t - mx));
+          const double w = l == kNegInf ? 0.0 : std::exp(l - merged);
+          float* a = acc + x0 * m.acc_stride[0] + x1 * m.acc_stride[1] + x2 * m.acc_stride[2];
+          for (int64_t c = 0; c < m.d; ++c) a[c] = static_cast<float>(w * a[c]);
+          l = static_cast<float>(merged);
+        }
+  }
+  void sink_grad(QkvFormat format, const TensorView& out, const TensorView& dout, const TensorView& lse,
+                 const detail::SinkLogits& sink, float* dsink, int64_t heads) override {
+    const MergeRows m = merge_rows(format, out, lse, out, lse), g = merge_rows(format, dout, lse, dout, lse);
+    std::vector<double> sum(static_cast<size_t>(heads), 0.0);
+    for (int64_t x0 = 0; x0 < m.dims[0]; ++x0)
+      for (int64_t x1 = 0; x1 < m.dims[1]; ++x1)
+        for (int64_t x2 = 0; x2 < m.dims[2]; ++x2) {
+          const double l = static_cast<const float*>(lse.data)[x0 * m.lse_stride[0] + x1 * m.lse_stride[1] +
+                                                              x2 * m.lse_stride[2]];
+          const int64_t o = x0 * m.out_stride[0] + x1 * m.out_stride[1] + x2 * m.out_stride[2];
+          const int64_t d = x0 * g.out_stride[0] + x1 * g.out_stride[1] + x2 * g.out_stride[2];
+          double dot = 0.0;
+          for (int64_t c = 0; c < m.d; ++c)
+            dot += detail::load_as_double(out.data, out.dtype, o + c) * detail::load_as_double(dout.data, dout.dtype, d + c);
+          sum[x2] -= std::exp(sink_at(sink, x2) - l) * dot;
+        }
+    for (int64_t h = 0; h < heads; ++h) dsink[h] = static_cast<float>(sum[h]);
+  }
+  void max_into(const TensorView& src, const TensorView& dst) override {
+    const View4 s = view4(src), d = view4(dst);
+    for_each(s, d, nullptr, 0, [&](int64_t os, int64_t od) {
+      float& x = static_cast<float*>(d.data)[od];
+      const auto y = static_cast<float>(detail::load_as_double(s.data, s.dtype, os));
+      x = std::isnan(x) || std::isnan(y) ? std::numeric_limits<float>::quiet_NaN() : std::max(x, y);
+    });
+  }
+  std::vector<float> download(const float* src, int64_t n) override { return std::vector<float>(src, src + n); }
+  void upload_to(const std::vector<float>& values, float* dst) override {
+    std::copy(values.begin(), values.end(), dst);
   }
   void merge(QkvFormat format, const TensorView& block_out, const TensorView& block_lse, const TensorView& acc_out,
              const TensorView& acc_lse) override {

@@ -2,10 +2,13 @@
 // plan leaves visible through attn::forward / attn::backward while the next
 // step's K/V is already in flight; outputs merge by LSE (forward), gradients
 // add in fp32 (backward), dK/dV riding the ring back to their owner.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "attn/cp.h"
 #include "cp/ring_setup.h"
@@ -47,14 +50,36 @@ std::string plan_summary(const Ring& ring) {
          std::to_string(skipped) + " steps skipped";
 }
 
+// A float32 [heads] view of `data` (ops memory).
+TensorView per_head(void* data, int64_t heads, Device device) {
+  return make_view(data, DType::f32, {heads}, {1}, device);
+}
+
+// dst = the sum (or the max, a NaN winning) over the ranks of each rank's
+// `mine` (float32 [h]), gathered through the host: a few bytes per rank.
+void reduce_over_ranks(Ops& ops, Transport& transport, const TensorView& mine, const TensorView& dst, bool max) {
+  const int64_t n = mine.shape[0];
+  const std::vector<float> local = ops.download(static_cast<const float*>(mine.data), n);
+  std::vector<float> all(static_cast<size_t>(n * transport.size()));
+  transport.all_gather_host(local.data(), all.data(), n * static_cast<int64_t>(sizeof(float)));
+  std::vector<float> result(local.size(), max ? -std::numeric_limits<float>::infinity() : 0.f);
+  for (int r = 0; r < transport.size(); ++r)
+    for (int64_t h = 0; h < n; ++h) {
+      const float x = all[static_cast<size_t>(r * n + h)];
+      float& y = result[static_cast<size_t>(h)];
+      if (!max) y += x;
+      else y = std::isnan(x) || std::isnan(y) ? std::numeric_limits<float>::quiet_NaN() : std::max(x, y);
+    }
+  ops.upload_to(result, static_cast<float*>(mine.data));
+  ops.copy(mine, dst);
+}
+
 }  // namespace
 
 void ring_forward(const Options& opts, const ForwardArgs& local, Transport& transport, const Policy& policy,
                   const RunContext& ctx) {
-  if (local.max_logit.defined())
-    fail(ErrorKind::unsupported, "context parallelism: return_max_logit is not in the ring yet", "max_logit given",
-         "no max_logit", "run this call without cp to get the max logit");
   Ring ring(opts, local.in, Pass::forward, transport, policy, ctx);
+  if (local.max_logit.defined()) Ring::check_per_head(local.max_logit, "max_logit", local.in.q);
   Ops& ops = ring.ops();
   const int cp = ring.size();
   ring.log("forward, " + plan_summary(ring));
@@ -72,6 +97,12 @@ void ring_forward(const Options& opts, const ForwardArgs& local, Transport& tran
   // One block's outputs at most the size of the whole shard; reused block after block (stream order).
   void* block_out = ops.alloc(bytes_of(Ring::over(nullptr, q, local.in.q.dtype, d_v)));
   void* block_lse = ops.alloc(static_cast<int64_t>(acc_lse.numel() * sizeof(float)));
+  // max_logit: each block's, max-ed into this rank's, then over the ranks.
+  const int64_t heads = local.in.q.shape[local.in.q.rank - 2];
+  const bool want_max = local.max_logit.defined();
+  const TensorView acc_max = want_max ? per_head(ops.alloc(heads * 4), heads, q.device) : TensorView{};
+  const TensorView block_max = want_max ? per_head(ops.alloc(heads * 4), heads, q.device) : TensorView{};
+  if (want_max) ops.fill(acc_max, -std::numeric_limits<float>::infinity());
 
   for (int t = 0; t < cp; ++t) {
     const KvBuffer &cur = kv[t % 2], &next = kv[(t + 1) % 2];
@@ -81,15 +112,21 @@ void ring_forward(const Options& opts, const ForwardArgs& local, Transport& tran
       a.in = ring.block_inputs(call, q, cur.k, cur.v);
       a.out = Ring::over(block_out, a.in.q, local.in.q.dtype, d_v);
       a.lse = ring.lse_over(block_lse, a.in.q);
+      a.max_logit = block_max;
       forward(ring.block_options(call), a, ctx, policy);
+      if (want_max) ops.max_into(block_max, acc_max);
       ops.merge(ring.format(), a.out, a.lse, ring.rows(acc, call.q_begin, call.q_end),
                 ring.lse_rows(acc_lse, call.q_begin, call.q_end));
     }
     if (t + 1 < cp) transport.wait();
   }
-  // Rows that saw no key keep out = 0 and lse = -inf (SEMANTICS.md).
+  // The sink joins each row once, after the blocks (rows that saw no key get
+  // out = 0 and lse = the sink's logit, -inf without one: SEMANTICS.md).
+  if (opts.softmax_type != SoftmaxType::vanilla)
+    ops.add_sink(ring.format(), acc, acc_lse, detail::sink_logits_of(opts.softmax_type, local.in.sink));
   ring.from_work(acc, local.out);
   if (local.lse.defined()) ring.lse_from_work(acc_lse, local.lse);
+  if (want_max) reduce_over_ranks(ops, transport, acc_max, local.max_logit, /*max=*/true);
 }
 
 void ring_backward(const Options& opts, const BackwardArgs& local, Transport& transport, const Policy& policy,
@@ -115,6 +152,19 @@ void ring_backward(const Options& opts, const BackwardArgs& local, Transport& tr
   void* block_dq = ops.alloc(bytes_of(local.in.q));
   void* block_dk = ops.alloc(bytes_of(Ring::over(nullptr, local.in.k, dt, local.in.k.shape[local.in.k.rank - 1])));
   void* block_dv = ops.alloc(bytes_of(Ring::over(nullptr, local.in.v, dt, local.in.v.shape[local.in.v.rank - 1])));
+  if (local.dsink.defined()) {
+    if (opts.softmax_type != SoftmaxType::learnable)
+      fail(ErrorKind::value, "context parallelism: dsink is given but the sink is not learnable",
+           std::string("softmax_type=") + softmax_type_name(opts.softmax_type), "softmax_type=learnable",
+           "drop dsink: only a learnable sink has a gradient");
+    Ring::check_per_head(local.dsink, "dsink", local.in.q);
+    // This rank's rows' share (the ring's blocks see the sink only through lse), then the sum over ranks.
+    const int64_t heads = local.in.q.shape[local.in.q.rank - 2];
+    const TensorView part = per_head(ops.alloc(heads * 4), heads, q.device);
+    ops.sink_grad(ring.format(), out, dout, lse, detail::sink_logits_of(opts.softmax_type, local.in.sink),
+                  static_cast<float*>(part.data), heads);
+    reduce_over_ranks(ops, transport, part, local.dsink, /*max=*/false);
+  }
 
   // Order of the exchanges (one communication stream runs them in turn):
   // K/V of step 0, dK/dV of step 0, K/V of step 1, dK/dV of step 1, ... and

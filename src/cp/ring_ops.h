@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attn/problem.h"
+#include "backends/common/sink_logits.h"
 
 namespace attn::cp::internal {
 
@@ -29,6 +30,20 @@ class Ops {
   // log-sum-exp, row by row; out-like views in `format`, lse views to match.
   virtual void merge(QkvFormat format, const TensorView& block_out, const TensorView& block_lse,
                      const TensorView& acc_out, const TensorView& acc_lse) = 0;
+  // The softmax sink joins merged rows once, at the end: per row of head h,
+  // lse' = log(exp(lse) + exp(t_h)) and out *= exp(lse - lse') (a row that saw
+  // nothing keeps out = 0 and gets lse = t_h). Views as for merge.
+  virtual void add_sink(QkvFormat format, const TensorView& acc_out, const TensorView& acc_lse,
+                        const detail::SinkLogits& sink) = 0;
+  // dsink[h] (fp32, `heads` of them, written) = -sum over the rows of head h
+  // of exp(t_h - lse) (dout . out), summed in a fixed order.
+  virtual void sink_grad(QkvFormat format, const TensorView& out, const TensorView& dout, const TensorView& lse,
+                         const detail::SinkLogits& sink, float* dsink, int64_t heads) = 0;
+  // dst = max(dst, src) elementwise (fp32 dst, same shape), a NaN winning.
+  virtual void max_into(const TensorView& src, const TensorView& dst) = 0;
+  // n floats of this ops' memory to the host (waiting for them), and back.
+  virtual std::vector<float> download(const float* src, int64_t n) = 0;
+  virtual void upload_to(const std::vector<float>& values, float* dst) = 0;
 };
 
 std::unique_ptr<Ops> host_ops();

@@ -72,9 +72,6 @@ void Ring::check_features(const Inputs& in, Pass pass) const {
            later);
   if (in.bias.defined() || in.alibi_slopes.defined() || in.attn_mask.defined())
     refuse("bias, ALiBi or an explicit mask", "given", "none", later);
-  if (opts_.softmax_type != SoftmaxType::vanilla)
-    refuse("softmax_type", softmax_type_name(opts_.softmax_type), "vanilla (sinks in the ring are not built yet)",
-           "run this call without cp");
   if (opts_.dropout_p != 0.0)
     refuse("dropout", std::to_string(opts_.dropout_p), "0 (a ring block's dropout pattern differs from the whole's)",
            later);
@@ -91,7 +88,24 @@ void Ring::check_features(const Inputs& in, Pass pass) const {
   if (in.q.rank != in.k.rank || in.q.rank <= sd || in.q.shape[sd] != in.k.shape[sd])
     refuse("cross-attention (q and k of different lengths)", in.q.shape_str() + " vs " + in.k.shape_str(),
            "self-attention: q and k hold the same tokens", later);
+  if (opts_.softmax_type == SoftmaxType::learnable && !in.sink.defined())
+    fail(ErrorKind::value, "context parallelism: sink is missing", "softmax_type=learnable without sink",
+         "sink, float32 [heads_q]", "pass the sink logits");
+  if (opts_.softmax_type != SoftmaxType::learnable && in.sink.defined())
+    fail(ErrorKind::value, "context parallelism: sink is given but the softmax type ignores it",
+         std::string("softmax_type=") + softmax_type_name(opts_.softmax_type), "softmax_type=learnable",
+         "pass softmax_type=learnable, or drop sink");
+  if (in.sink.defined()) check_per_head(in.sink, "sink", in.q);
   (void)pass;
+}
+
+void Ring::check_per_head(const TensorView& t, const char* name, const TensorView& q) {
+  const int64_t heads = q.rank >= 2 ? q.shape[q.rank - 2] : 0;
+  if (t.dtype != DType::f32 || t.rank != 1 || t.shape[0] != heads || t.device != q.device)
+    fail(ErrorKind::value, std::string("context parallelism: ") + name + " is not float32 [heads_q] on q's device",
+         std::string(dtype_name(t.dtype)) + " " + t.shape_str() + " on " + device_name(t.device),
+         "float32 [" + std::to_string(heads) + "] on " + device_name(q.device),
+         std::string("allocate ") + name + " with one float32 per query head, beside q");
 }
 
 void Ring::read_lengths(const Inputs& in) {
@@ -292,6 +306,7 @@ void Ring::lse_from_work(const TensorView& work, const TensorView& user) {
 
 Options Ring::block_options(const BlockCall& call) const {
   Options o = opts_;
+  o.softmax_type = SoftmaxType::vanilla;  // blocks merge without the sink; it joins once at the end
   o.mask = call.mask;
   o.window = call.window;
   if (opts_.qkv_format == QkvFormat::thd) {

@@ -54,6 +54,8 @@ class Ring {
   const RunContext& ctx() const { return ctx_; }
   QkvFormat format() const { return opts_.qkv_format; }
   void log(const std::string& what) const;
+  // A sink / dsink / max_logit view: float32 [h_q] on q's device, else an error.
+  static void check_per_head(const TensorView& t, const char* name, const TensorView& q);
 
  private:
   void check_features(const Inputs& in, Pass pass) const;

@@ -250,6 +250,8 @@ struct RingCase {
   QkvFormat format;
   MaskType mask;
   Window window;
+  SoftmaxType softmax = SoftmaxType::vanilla;  // learnable: dsink checked too
+  bool max_logit = false;
 };
 
 // The ring's passes on cp ranks against the whole sequence; Ring: LocalRing
@@ -269,6 +271,8 @@ void check_ring(const RingCase& rc, int cp, uint64_t seed) {
   s.d_qk = 8;
   s.d_v = 6;
   s.backward = true;
+  s.softmax_type = rc.softmax;
+  s.return_max_logit = rc.max_logit;
   const bool thd = rc.format == QkvFormat::thd;
   std::vector<int64_t> lengths;
   if (thd) {
@@ -280,7 +284,8 @@ void check_ring(const RingCase& rc, int cp, uint64_t seed) {
     s.s_q = s.s_kv = 2 * cp * (2 + static_cast<int64_t>(rng() % 3));
     lengths = {s.s_q, s.s_q};
   }
-  SCOPED_TRACE(std::string(format_name(rc.format)) + " " + mask_name(rc.mask) + " window=(" +
+  SCOPED_TRACE(std::string(format_name(rc.format)) + " " + mask_name(rc.mask) + " " + softmax_type_name(rc.softmax) +
+               (rc.max_logit ? " max_logit" : "") + " window=(" +
                std::to_string(rc.window.left) + "," + std::to_string(rc.window.right) + ") cp=" + std::to_string(cp));
   testing::Case whole = testing::make_case(s, Device::cpu(), rng());
   forward(whole.opts, whole.fwd, {}, ref);
@@ -289,7 +294,7 @@ void check_ring(const RingCase& rc, int cp, uint64_t seed) {
   const int seq = rc.format == QkvFormat::bshd ? 1 : 0, lse_dim = thd ? 1 : 2;
   std::vector<std::vector<int64_t>> pos;
   struct Local {
-    testing::TensorBuffer q, k, v, dout, out, lse, dq, dk, dv;
+    testing::TensorBuffer q, k, v, dout, out, lse, dq, dk, dv, max_logit, dsink;
   };
   std::vector<Local> local(cp);
   for (int r = 0; r < cp; ++r) {
@@ -300,6 +305,14 @@ void check_ring(const RingCase& rc, int cp, uint64_t seed) {
     l.out = shard_of(whole.out, seq, pos[r]), l.lse = shard_of(whole.lse, lse_dim, pos[r]);
     l.dq = shard_of(whole.dq, seq, pos[r]), l.dk = shard_of(whole.dk, seq, pos[r]), l.dv = shard_of(whole.dv, seq, pos[r]);
     for (auto* t : {&l.out, &l.lse, &l.dq, &l.dk, &l.dv}) t->fill_nan();
+    if (rc.max_logit) {
+      l.max_logit = testing::TensorBuffer(DType::f32, {s.h_q});
+      l.max_logit.fill_nan();
+    }
+    if (rc.softmax == SoftmaxType::learnable) {
+      l.dsink = testing::TensorBuffer(DType::f32, {s.h_q});
+      l.dsink.fill_nan();
+    }
   }
   std::vector<int> exchanges(cp);
   std::vector<std::vector<std::string>> hazards(cp);
@@ -309,11 +322,14 @@ void check_ring(const RingCase& rc, int cp, uint64_t seed) {
     f.in.q = l.q.view(), f.in.k = l.k.view(), f.in.v = l.v.view();
     if (thd) f.in.cu_seqlens_q = f.in.cu_seqlens_kv = whole.cu_seqlens_q.view();  // global cu_seqlens
     f.out = l.out.view(), f.lse = l.lse.view();
+    f.in.sink = whole.sink.view();  // every rank holds all heads' sink logits
+    f.max_logit = l.max_logit.view();
     cp::ring_forward(whole.opts, f, ep, ref);
     if constexpr (std::is_same_v<Ring, LateRing>) ep.end_pass("the forward");
     BackwardArgs b;
     b.in = f.in, b.out = f.out, b.lse = f.lse, b.dout = l.dout.view();
     b.dq = l.dq.view(), b.dk = l.dk.view(), b.dv = l.dv.view();
+    b.dsink = l.dsink.view();
     cp::ring_backward(whole.opts, b, ep, ref);
     if constexpr (std::is_same_v<Ring, LateRing>) {
       ep.end_pass("the backward");
@@ -330,6 +346,14 @@ void check_ring(const RingCase& rc, int cp, uint64_t seed) {
     EXPECT_LT(max_diff(local[r].dq, whole.dq, seq, pos[r]), 2e-5) << "rank " << r << " dq";
     EXPECT_LT(max_diff(local[r].dk, whole.dk, seq, pos[r]), 2e-5) << "rank " << r << " dk";
     EXPECT_LT(max_diff(local[r].dv, whole.dv, seq, pos[r]), 2e-5) << "rank " << r << " dv";
+    auto close = [](const testing::TensorBuffer& a, const testing::TensorBuffer& b, double tol) {
+      const std::vector<double> x = a.to_doubles(), y = b.to_doubles();
+      bool ok = x.size() == y.size();
+      for (size_t i = 0; ok && i < x.size(); ++i) ok = x[i] == y[i] || std::fabs(x[i] - y[i]) <= tol * (1 + std::fabs(y[i]));
+      return ok;
+    };
+    if (rc.max_logit) EXPECT_TRUE(close(local[r].max_logit, whole.max_logit, 1e-6)) << "rank " << r << " max_logit";
+    if (rc.softmax == SoftmaxType::learnable) EXPECT_TRUE(close(local[r].dsink, whole.dsink, 1e-5)) << "rank " << r << " dsink";
     // forward: cp-1 K/V moves; backward: cp-1 K/V moves + cp dK/dV moves (the last one home).
     EXPECT_EQ(exchanges[r], cp == 1 ? 0 : 3 * cp - 2) << "rank " << r;
   }
@@ -341,6 +365,18 @@ TEST(ContextParallelRing, ForwardAndBackwardEqualTheWholeSequence) {
   for (int cp : {1, 2, 3})
     for (QkvFormat f : {QkvFormat::bshd, QkvFormat::sbhd, QkvFormat::thd})
       for (MaskType m : {MaskType::no_mask, MaskType::causal}) check_ring({f, m, {}}, cp, seed + cp);
+}
+
+// Softmax sinks join each row once, after the blocks' merge; dsink and the
+// max logit sum / max over the ranks.
+TEST(ContextParallelRing, SinksAndMaxLogitEqualTheWholeSequence) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (int cp : {1, 2, 3})
+    for (QkvFormat f : {QkvFormat::bshd, QkvFormat::thd})
+      for (SoftmaxType t : {SoftmaxType::off_by_one, SoftmaxType::learnable})
+        check_ring({f, MaskType::causal, {}, t, true}, cp, seed + cp);
+  check_ring<LateRing>({QkvFormat::sbhd, MaskType::causal, {3, 0}, SoftmaxType::learnable, true}, 4, seed);
 }
 
 // Exchanges that complete only when the compute waits for them (a GPU whose

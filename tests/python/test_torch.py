@@ -205,6 +205,23 @@ def test_torch_compile_inductor(gen):
     _compile_and_check("inductor", gen)
 
 
+def test_compiled_dropout_draws_its_seed_in_the_graph(gen):
+    """seed=None under torch.compile: the seed is drawn in the graph (no graph
+    break, fullgraph), fresh each run, and the backward replays the forward's."""
+    torch._dynamo.reset()
+    f = torch.compile(lambda q, k, v: at.attention(q, k, v, mask="causal", dropout_p=0.3),
+                      backend="aot_eager", fullgraph=True)
+    q, k = (randn(gen, 2, 6, 2, 8, requires_grad=True) for _ in range(2))
+    v = torch.ones(2, 6, 2, 8, dtype=torch.float64, requires_grad=True)
+    first, second = f(q, k, v), f(q, k, v)
+    assert not torch.equal(first, second), "two compiled calls dropped the same elements"
+    # With v all ones, out_i = sum_j p_ij z_ij, and with dout all ones
+    # dv_j = sum_i p_ij z_ij: the backward's dropout mask is the forward's
+    # exactly when sum_j dv_j = sum_i out_i for every (batch, head).
+    (dv,) = torch.autograd.grad(second.sum(), (v,))
+    torch.testing.assert_close(dv.sum(dim=1), second.detach().sum(dim=1))
+
+
 def test_errors_pass_through_the_custom_op(gen):
     q = randn(gen, 2, 8, 64)
     with pytest.raises(ValueError, match="split the hidden dimension into heads first"):

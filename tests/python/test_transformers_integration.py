@@ -1,9 +1,9 @@
 """attn inside HuggingFace transformers (attn.integrations.transformers): tiny
 randomly initialised models (Llama-style with GQA, Mistral-style with a
-sliding window, Gemma-2-style with softcap and alternating sliding layers; no
-downloads) give the same logits, loss, gradients and KV-cache decoding logits
+sliding window, Gemma-2-style with softcap and alternating sliding layers,
+gpt-oss-style with attention sinks; no downloads) give the same logits, loss, gradients and KV-cache decoding logits
 with attn_implementation="attn" as with transformers' own "sdpa" (Gemma-2:
-"eager", since SDPA has no softcap), with and without padding. On the CPU attn
+"eager", since SDPA has no softcap; gpt-oss: "eager", its reference for sinks), with and without padding. On the CPU attn
 runs its reference backend in float32; on a GPU, bf16 against the same bar as
 the layer tests (no further from float32 than twice PyTorch's own bf16)."""
 
@@ -28,6 +28,10 @@ MODELS = {
     "gemma2_softcap": ("Gemma2Config", "Gemma2ForCausalLM",
                        dict(sliding_window=4, attn_logit_softcapping=2.0, final_logit_softcapping=20.0,
                             query_pre_attn_scalar=8), "eager"),
+    # gpt-oss: a learnable attention sink per head (s_aux), alternating sliding-window layers, MoE
+    # with every expert taken (top-2 of 2): no router choice that a bf16 rounding could flip.
+    "gptoss_sinks": ("GptOssConfig", "GptOssForCausalLM",
+                     dict(num_local_experts=2, num_experts_per_tok=2, sliding_window=4), "eager"),
 }
 VOCAB, SEQ = 64, 12
 

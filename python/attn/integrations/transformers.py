@@ -180,8 +180,6 @@ def attention_forward(module: torch.nn.Module, query: Tensor, key: Tensor, value
     key/value [b, h_kv, s_kv, d] (any strides), attention_mask from
     attention_mask() above (None, 2-D, or a 4-D mask a caller built). Returns
     (out [b, s_q, h_q, d_v], None): attention weights are never materialized."""
-    if kwargs.get("s_aux") is not None:
-        raise NotImplementedError("attn: attention sinks (s_aux) are not supported; use attn_implementation=\"eager\"")
     if kwargs.get("position_bias") is not None:
         raise NotImplementedError("attn: position_bias is not supported; use attn_implementation=\"sdpa\"")
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # bshd views, no copies
@@ -195,6 +193,8 @@ def attention_forward(module: torch.nn.Module, query: Tensor, key: Tensor, value
         # transformers: key j visible when i - j < sliding_window (both sides if not causal); attn counts inclusively.
         window = (sliding_window - 1, 0 if causal else sliding_window - 1)
     kw = dict(softmax_scale=scaling, softcap=float(softcap or 0.0), dropout_p=float(dropout), window=window)
+    if kwargs.get("s_aux") is not None:  # gpt-oss's attention sinks: a learnable logit per query head
+        kw.update(softmax_type="learnable", sink=kwargs["s_aux"].float())
 
     if attention_mask is not None and attention_mask.dim() == 4:
         # A dense mask (True or 0 = visible, as for SDPA): attn's "arbitrary" mask. It already holds causality.

@@ -16,15 +16,16 @@ struct SinkLogits {
 };
 
 // The call's sinks: `sink` is Inputs::sink (read only for learnable).
-inline SinkLogits sink_logits_of(const Problem& p, const TensorView& sink) {
+inline SinkLogits sink_logits_of(SoftmaxType type, const TensorView& sink) {
   SinkLogits s;
-  if (p.softmax_type == SoftmaxType::off_by_one) s.kind = 1;
-  if (p.softmax_type == SoftmaxType::learnable) {
+  if (type == SoftmaxType::off_by_one) s.kind = 1;
+  if (type == SoftmaxType::learnable) {
     s.kind = 2;
     s.logits = static_cast<const float*>(sink.data);
     s.stride = sink.strides_elems[0];
   }
   return s;
 }
+inline SinkLogits sink_logits_of(const Problem& p, const TensorView& sink) { return sink_logits_of(p.softmax_type, sink); }
 
 }  // namespace attn::detail

@@ -1,12 +1,14 @@
 // See backend_adapter.h.
 #include "backends/flash/backend_adapter.h"
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
 
 #include "attn/error.h"
 #include "backends/common/device_reasons.h"
+#include "backends/common/fill.h"
 
 namespace attn::flash {
 
@@ -18,10 +20,25 @@ std::vector<std::string> kernel_reasons(const Problem& p, const char* backend) {
   if (p.bias == BiasType::post_scale_bias)
     no.push_back("post_scale_bias (a bias tensor) is not supported; ALiBi slopes are");
   if (std::string r = detail::row_alignment_reason(p, backend); !r.empty()) no.push_back(std::move(r));
-  for (std::string& r : detail::sink_reasons(p, backend)) no.push_back(std::move(r));
   if (p.s_q > INT32_MAX || p.s_kv > INT32_MAX || p.total_q > INT32_MAX || p.total_kv > INT32_MAX)
     no.push_back("sequence lengths beyond 2^31 tokens");
   return no;
+}
+
+// max_logit starts at -inf for the kernels' rows to max into (calls with no
+// rows leave it so); dsink at 0, which the backward's dsink pass overwrites
+// where there are rows.
+void FlashBackend::forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) const {
+  if (args.max_logit.defined())
+    detail::launch_fill(static_cast<float*>(args.max_logit.data), p.h_q, args.max_logit.stride(0), -INFINITY,
+                        ctx.stream);
+  e_.forward(p, args, ctx);
+}
+
+void FlashBackend::backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx) const {
+  if (args.dsink.defined())
+    detail::launch_fill(static_cast<float*>(args.dsink.data), p.h_q, args.dsink.stride(0), 0.f, ctx.stream);
+  e_.backward(p, args, ctx);
 }
 
 std::string head_dim_list(std::initializer_list<HeadDims> rows) {

@@ -14,8 +14,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/common/softmax_sink.cuh"
 #include "backends/flash/bwd_prepass.h"
 #include "backends/flash/dq_layout.h"
+#include "backends/flash/sequence.cuh"
 #include "backends/flash/score_mods.cuh"  // kLog2e
 #include "core/cuda_check.h"
 
@@ -90,12 +92,36 @@ __global__ void __launch_bounds__(kThreads)
   if (t >= p.rows_q) return;
   const int64_t row = h * p.rows_q + t;
   if (lane == 0) {
-    const float lse = p.fwd.lse[row_offset(tr, p.fwd.lse_batch_stride, p.fwd.lse_row_stride) +
-                                h * p.fwd.lse_head_stride];
+    float lse = p.fwd.lse[row_offset(tr, p.fwd.lse_batch_stride, p.fwd.lse_row_stride) + h * p.fwd.lse_head_stride];
+    // A padding row of a padded batch has the sink's logit as its lse; it
+    // takes no part (P = 0 everywhere, as for an lse of -inf).
+    if (p.fwd.sink.kind != 0 && !p.fwd.packed && p.fwd.cu_seqlens_q && tr.i >= sequence_extent(p.fwd, tr.b).len_q)
+      lse = -INFINITY;
     p.row_terms[row] = make_float2(lse == -INFINITY ? INFINITY : lse * kLog2e, sum);
   }
   float4* acc = reinterpret_cast<float4*>(p.dq_accum + row * d_qk);
   for (int c = lane; c < d_qk / 4; c += lanes) acc[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// One block per query head: the sum in a fixed order (each thread's rows in
+// order, then a tree), so repeated runs give the same bits.
+__global__ void __launch_bounds__(kThreads) bwd_dsink_kernel(const __grid_constant__ BwdParams p) {
+  const int h = blockIdx.x;
+  const float sink_log2 = detail::sink_logit(p.fwd.sink, h) * kLog2e;
+  const float2* terms = p.row_terms + h * p.rows_q;
+  float sum = 0.f;
+  for (int64_t t = threadIdx.x; t < p.rows_q; t += kThreads) {
+    const float2 r = terms[t];  // {lse in log2 units (+inf: no part), D}
+    if (r.x != INFINITY) sum += exp2f(sink_log2 - r.x) * r.y;
+  }
+  __shared__ float part[kThreads];
+  part[threadIdx.x] = sum;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s /= 2) {
+    if (static_cast<int>(threadIdx.x) < s) part[threadIdx.x] += part[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) p.dsink[h * p.dsink_stride] = -part[0];
 }
 
 template <typename T>
@@ -134,6 +160,12 @@ template <typename T>
 void launch_bwd_prepass(const BwdParams& p, int d_qk, int d_v, cudaStream_t stream) {
   const int lanes = lanes_per_row(d_v);
   bwd_prepass_kernel<T><<<row_grid(p, lanes), kThreads, 0, stream>>>(p, d_qk, d_v, lanes);
+  ATTN_CUDA(cudaGetLastError());
+}
+
+void launch_bwd_dsink(const BwdParams& p, cudaStream_t stream) {
+  if (!p.dsink || p.rows_q == 0) return;  // no rows: dsink stays 0 (backend_adapter.cpp)
+  bwd_dsink_kernel<<<p.fwd.h_q, kThreads, 0, stream>>>(p);
   ATTN_CUDA(cudaGetLastError());
 }
 

@@ -5,6 +5,7 @@
 // row0 + 16 ma + 8 half + lane / 4, column n0 + 8 na + 2 (lane % 4) + e.
 #pragma once
 
+#include "backends/common/softmax_sink.cuh"
 #include "backends/flash/score_mods.cuh"  // kLn2
 #include "kernels/sm80/mma.cuh"
 
@@ -109,8 +110,11 @@ struct OnlineSoftmax {
   }
 
   // Completes the quad's sums; returns per row 1 / sum (0 for a row that saw
-  // no key: out = 0) times `out_scale`, and writes lse (natural log) when wanted.
-  __device__ __forceinline__ void finish(float (&inv)[MA][2], float (&lse)[MA][2], float unit, float out_scale) {
+  // no key: out = 0) times `out_scale`, and lse (natural log). `sink_log2`:
+  // the softmax sink's logit in log2 units (-inf: none), one more term of
+  // the sum with no value.
+  __device__ __forceinline__ void finish(float (&inv)[MA][2], float (&lse)[MA][2], float unit, float out_scale,
+                                         float sink_log2) {
 #pragma unroll
     for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
@@ -123,13 +127,43 @@ struct OnlineSoftmax {
           l += __shfl_xor_sync(0xffffffffu, l, 1);
           l += __shfl_xor_sync(0xffffffffu, l, 2);
         }
+        const float top = max[ma][h] * unit;  // log2 units; -inf for a row that saw no key
+        // O and l are relative to exp2(top); the sink's term joins them
+        // relative to the larger of the two, so neither overflows (without a
+        // sink: c = 1 and nothing is added, the same bits as before).
+        float base = fmaxf(top, sink_log2);
+        base = base == -INFINITY ? 0.f : base;
+        const float c = sm80::fast_exp2(top - base);
+        l = l * c + sm80::fast_exp2(sink_log2 - base);
         // The fast reciprocal and log (2 ulp; 2^-21 absolute near 1): l >= 1
-        // once a key is seen (the row max contributes exp2(0)), and these sit
-        // on the path from the last product to the store.
-        inv[ma][h] = l > 0.f ? __fdividef(out_scale, l) : 0.f;
-        lse[ma][h] = l > 0.f ? max[ma][h] * unit * kLn2 + __logf(l) : -INFINITY;
+        // once a key or a sink is seen (the larger term is exp2(0)), and these
+        // sit on the path from the last product to the store.
+        inv[ma][h] = l > 0.f ? __fdividef(out_scale * c, l) : 0.f;
+        lse[ma][h] = l > 0.f ? base * kLn2 + __logf(l) : -INFINITY;
       }
   }
+
+  // The largest score of this thread's rows that `valid` keeps (natural
+  // units; -inf: none), NaN where a row's lse is (a NaN score). finish()'s
+  // lse in hand; the quad's four lanes hold the same rows.
+  __device__ __forceinline__ float largest_score(const float (&lse)[MA][2], float unit, const bool (&valid)[MA][2]) const {
+    float m = -INFINITY;
+#pragma unroll
+    for (int ma = 0; ma < MA; ++ma)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (!valid[ma][h]) continue;
+        const float x = max[ma][h] * unit * kLn2;
+        m = lse[ma][h] != lse[ma][h] || m != m ? lse[ma][h] + m : fmaxf(m, x);
+      }
+    return m;
+  }
 };
+
+// m max-ed into *max_logit (one lane per quad: an atomic per quad, placed
+// after the output's store, where it costs the main loop no register).
+__device__ __forceinline__ void max_into(float* max_logit, float m) {
+  if (m != -INFINITY) detail::atomic_max_keeping_nan(max_logit, m);
+}
 
 }  // namespace attn::flash

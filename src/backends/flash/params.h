@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "backends/common/sink_logits.h"
+
 namespace attn::flash {
 
 struct FwdParams {
@@ -59,6 +61,14 @@ struct FwdParams {
   uint64_t seed = 0;
   uint32_t offset = 0;
   const int64_t* rng_state = nullptr;  // when set: (seed, offset) read here as the kernel runs
+
+  // Softmax sinks (SEMANTICS.md): head h's sink logit joins each row's
+  // denominator; a row that sees no key (padding rows too) gets lse = it.
+  detail::SinkLogits sink;
+  // [h_q] (stride max_logit_stride), -inf before the kernel: each row's
+  // largest score is max-ed in (a NaN wins). Null: not wanted.
+  float* max_logit = nullptr;
+  int64_t max_logit_stride = 1;
 };
 
 struct BwdParams {
@@ -96,6 +106,10 @@ struct BwdParams {
   // The chunked grid (pairs of a chunk, KV tiles, chunks; flash_sm80's d 256,
   // flash_sm90's backward): (KV head, sequence) pairs per chunk.
   int group_chunk = 1;
+  // Learnable sinks: dsink[h] = -sum over rows of exp(sink - lse) D, from the
+  // row terms (launch_bwd_dsink). Null: not wanted.
+  float* dsink = nullptr;
+  int64_t dsink_stride = 1;
 };
 
 }  // namespace attn::flash

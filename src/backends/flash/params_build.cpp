@@ -98,6 +98,11 @@ FwdParams forward_params(const Problem& p, const ForwardArgs& a) {
     k.offset = static_cast<uint32_t>(p.offset);
     if (p.rng_state_in_memory) k.rng_state = static_cast<const int64_t*>(a.in.rng_state.data);
   }
+  k.sink = detail::sink_logits_of(p, a.in.sink);
+  if (a.max_logit.defined()) {
+    k.max_logit = static_cast<float*>(a.max_logit.data);
+    k.max_logit_stride = a.max_logit.stride(0);
+  }
   return k;
 }
 
@@ -107,7 +112,7 @@ int64_t backward_workspace_bytes(const Problem& p, int semaphore_block_m) {
 
 BwdParams backward_params(const Problem& p, const BackwardArgs& a, int semaphore_block_m, const RunContext& ctx) {
   BwdParams k;
-  k.fwd = forward_params(p, ForwardArgs{a.in, a.out, a.lse});
+  k.fwd = forward_params(p, ForwardArgs{a.in, a.out, a.lse, {}});
   const QkvFormat f = p.qkv_format;
   const Strides o = strides_of(a.dout, f), q = strides_of(a.dq, f), kk = strides_of(a.dk, f),
                 v = strides_of(a.dv, f);
@@ -119,6 +124,10 @@ BwdParams backward_params(const Problem& p, const BackwardArgs& a, int semaphore
   k.dq_batch_stride = q.batch, k.dq_row_stride = q.row, k.dq_head_stride = q.head;
   k.dk_batch_stride = kk.batch, k.dk_row_stride = kk.row, k.dk_head_stride = kk.head;
   k.dv_batch_stride = v.batch, k.dv_row_stride = v.row, k.dv_head_stride = v.head;
+  if (a.dsink.defined()) {
+    k.dsink = static_cast<float*>(a.dsink.data);
+    k.dsink_stride = a.dsink.stride(0);
+  }
   const int64_t bytes = backward_workspace_bytes(p, semaphore_block_m);
   carve(p, semaphore_block_m, static_cast<char*>(detail::workspace(ctx, p.device.index, bytes)), &k);
   if (k.dq_semaphore)

@@ -53,6 +53,7 @@ void run(const Problem& p, const flash::BwdParams& k, cudaStream_t stream) {
   // ATTN_SIMULATE_DEVICE=sm86 reaches here too: the wide rows' dropout builds can be tested on a larger GPU.
   const int64_t optin = query_device(p.device).smem_per_block_optin_bytes;
   if (k.rows_q > 0) flash::launch_bwd_prepass<T>(k, dqk, dv, stream);
+  flash::launch_bwd_dsink(k, stream);
   if (p.s_kv > 0 && !dispatch<T>(p, k, optin, stream))  // supports() refuses these; reaching here is a bug in attn
     flash::fail_missing_table_row(p, "flash_sm80 has no backward kernel", "bwd_table.h");
   if (k.rows_q > 0) flash::launch_bwd_convert_dq<T>(k, dqk, stream);

@@ -21,6 +21,9 @@
 namespace attn::flash_sm80 {
 namespace {
 
+// A call takes a row's dropout build for dropout or a max logit (fwd_kernel.cuh).
+bool fwd_needs_dropout_build(const flash::FwdParams& k) { return k.dropout_threshold != 0 || k.max_logit; }
+
 // `optin`: the device's shared memory per block, which picks a row's narrow
 // build where it has one and it pays or alone fits; dropout picks a row's
 // dropout build where it has one (fwd_config.h).
@@ -28,7 +31,7 @@ template <typename T>
 bool dispatch(const Problem& p, const flash::FwdParams& k, int64_t optin, cudaStream_t stream) {
 #define ATTN_DISPATCH_ROW(dqk, dv)                                              \
   if (p.d_qk == (dqk) && p.d_v == (dv)) {                                       \
-    const FwdBuild build = fwd_build<dqk, dv>(optin, k.dropout_threshold != 0); \
+    const FwdBuild build = fwd_build<dqk, dv>(optin, fwd_needs_dropout_build(k));  \
     if constexpr (ATTN_SM80_FWD_NARROW(dqk))                                    \
       if (build == FwdBuild::narrow) {                                          \
         launch_fwd<T, dqk, dv, FwdBuild::narrow>(k, stream);                    \

@@ -88,6 +88,8 @@ constexpr bool fwd_uses_narrow(long long optin) {
 }
 // The build that runs row (kDQK, kDV) (the dispatch and supports() ask here).
 template <int kDQK, int kDV>
+// `dropout`: the call needs the dropout path's build (dropout, or a max logit:
+// fwd_needs_dropout_build).
 constexpr FwdBuild fwd_build(long long optin, bool dropout) {
   if (ATTN_SM80_FWD_DROPOUT_APART(kDQK) && dropout) return FwdBuild::dropout;
   return fwd_uses_narrow<kDQK, kDV>(optin) ? FwdBuild::narrow : FwdBuild::wide;

@@ -18,6 +18,7 @@
 #include "backends/flash/sequence.cuh"
 #include "backends/flash/dropout_bits.cuh"
 #include "backends/flash/mask.cuh"
+#include "backends/common/softmax_sink.cuh"
 #include "backends/flash/online_softmax.cuh"
 #include "backends/flash/score_mods.cuh"
 #include "attn/error.h"
@@ -73,10 +74,10 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
                      : nullptr;
 
   const flash::KvTiles tiles = rows > 0 ? flash::kv_tiles<kM, kN>(p, seq, m0) : flash::KvTiles{};
-  if (tiles.last < tiles.first) {  // no row of this tile sees a key
+  if (tiles.last < tiles.first) {  // no row of this tile sees a key: lse = the sink's logit (-inf without one)
     flash::store_zeros<kDV, kM, kThreads>(out, p.o_row_stride, rows_out, tid);
     if (lse)
-      for (int r = tid; r < rows_out; r += kThreads) lse[r * p.lse_row_stride] = -INFINITY;
+      for (int r = tid; r < rows_out; r += kThreads) lse[r * p.lse_row_stride] = detail::sink_logit(p.sink, h);
     return;
   }
 
@@ -136,17 +137,22 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
     sm80::gemm_rb<T, MA, NA, NO, VTile>(o, s, v_s, lane);
   }
 
+  // Read after the loop: the lse of a row that sees no key (-inf without a sink).
+  const float sink = detail::sink_logit(p.sink, h);
   float inv[MA][2], row_lse[MA][2];
-  softmax.finish(inv, row_lse, unit, p.dropout_scale);
+  softmax.finish(inv, row_lse, unit, p.dropout_scale, sink * flash::kLog2e);
   // Padding rows (past len_q) read zero Q rows and may sit in unmasked tiles: clear them.
+  bool valid[MA][2];
 #pragma unroll
   for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh)
-      if (warp_row + 16 * ma + 8 * hh + (lane >> 2) >= rows) {
+    for (int hh = 0; hh < 2; ++hh) {
+      valid[ma][hh] = warp_row + 16 * ma + 8 * hh + (lane >> 2) < rows;
+      if (!valid[ma][hh]) {
         inv[ma][hh] = 0.f;
-        row_lse[ma][hh] = -INFINITY;
+        row_lse[ma][hh] = sink;
       }
+    }
   // Q's shared memory is free: every warp passed the last barrier after its
   // last Q.K^T. Each warp stages its own rows; the barrier makes them visible.
   flash::stage_block<T, OTile>(q_smem, o, inv, warp_row, 0, lane);
@@ -160,6 +166,12 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
       }
   __syncthreads();
   flash::store_tile<OTile, kM, kThreads>(out, p.o_row_stride, q_smem, rows_out, tid);
+  // The max logit lives in the builds with dropout's path (fwd_build): in the
+  // wide d 64 / d 128 builds its few instructions moved ptxas to 12-40 B of
+  // spills in the tile loop.
+  if constexpr (Cfg::kDropout)
+    if (p.max_logit && (lane & 3) == 0)
+      flash::max_into(p.max_logit + h * p.max_logit_stride, softmax.largest_score(row_lse, unit, valid));
 }
 
 // Launches the kernel for one instantiation on the caller's stream.
@@ -167,9 +179,10 @@ template <typename T, int kDQK, int kDV, FwdBuild kBuild>
 void launch_fwd(const flash::FwdParams& p, cudaStream_t stream) {
   using Cfg = FwdConfig<kDQK, kDV, kBuild>;
   auto* kernel = flash_fwd_kernel<T, kDQK, kDV, kBuild>;
-  if (!Cfg::kDropout && p.dropout_threshold)  // fwd_build() picks the row's dropout build
-    fail(ErrorKind::runtime, "flash_sm80's wide forward build has no dropout path", "dropout",
-         "the row's dropout build", "report this: fwd_build() should have chosen it");
+  if (!Cfg::kDropout && (p.dropout_threshold || p.max_logit))  // fwd_build() picks the row's dropout build
+    fail(ErrorKind::runtime, "flash_sm80's wide forward build has no dropout or max logit path",
+         p.dropout_threshold ? "dropout" : "max_logit", "the row's dropout build",
+         "report this: fwd_build() should have chosen it");
   if (Cfg::kSmemBytes > 48 * 1024)
     ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const dim3 grid((p.s_q + Cfg::kBlockM - 1) / Cfg::kBlockM, p.h_q, p.batch);

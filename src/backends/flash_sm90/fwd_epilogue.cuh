@@ -44,8 +44,10 @@ struct FwdEpilogue {
     const flash::FwdParams& p = args.p;
     flash::store_zeros<kDV, kM, kConsumerThreads>(out_rows(c) + c.row_begin * p.o_row_stride, p.o_row_stride,
                                                   c.rows_out - c.row_begin, ctid);
-    if (p.lse)
-      for (int r = c.row_begin + ctid; r < c.rows_out; r += kConsumerThreads) lse_rows(c)[r * p.lse_row_stride] = -INFINITY;
+    if (p.lse) {
+      const float sink = detail::sink_logit(p.sink, c.h);  // -inf without a sink
+      for (int r = c.row_begin + ctid; r < c.rows_out; r += kConsumerThreads) lse_rows(c)[r * p.lse_row_stride] = sink;
+    }
   }
 
   // This warpgroup's rows of item `cur`, whose Q is in buffer q_buf: O and
@@ -54,7 +56,8 @@ struct FwdEpilogue {
                                         flash::OnlineSoftmax<1>& softmax, float unit) const {
     const flash::FwdParams& p = args.p;
     float inv[1][2], row_lse[1][2];
-    softmax.finish(inv, row_lse, unit, p.dropout_scale);
+    const float sink = detail::sink_logit(p.sink, cur.h);  // lse of a row that sees no key (-inf without a sink)
+    softmax.finish(inv, row_lse, unit, p.dropout_scale, sink * flash::kLog2e);
     // Rows outside the sequence (padding, the next or the previous
     // sequence's tokens in thd, or before the first token) read whatever Q
     // rows were there: their output is 0 or unwritten.
@@ -65,8 +68,12 @@ struct FwdEpilogue {
       row_valid[hh] = r >= cur.row_begin && r < cur.rows;
       if (!row_valid[hh]) {
         inv[0][hh] = 0.f;
-        row_lse[0][hh] = -INFINITY;
+        row_lse[0][hh] = sink;
       }
+    }
+    if (p.max_logit && (lane & 3) == 0) {
+      const bool (&valid)[1][2] = *reinterpret_cast<const bool(*)[1][2]>(&row_valid);
+      flash::max_into(p.max_logit + cur.h * p.max_logit_stride, softmax.largest_score(row_lse, unit, valid));
     }
     // Stage O in this warpgroup's 64 rows of the output tile with stmatrix
     // (its leader's store of the previous item has read them, and every

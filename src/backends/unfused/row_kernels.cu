@@ -181,12 +181,6 @@ __global__ void __launch_bounds__(kThreads) softmax_grad_kernel(RowParams p, Giv
   }
 }
 
-__global__ void fill_kernel(float* base, int64_t n, int64_t stride, float value) {
-  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    base[e * stride] = value;
-}
-
 __global__ void zero_rows_kernel(void* base, DType t, int64_t rows, int64_t row_stride, int64_t heads,
                                  int64_t head_stride, int64_t dim) {
   const int64_t n = rows * heads * dim;
@@ -264,12 +258,6 @@ void launch_softmax_grad(const RowParams& prm, const GivenForward& given, const 
   for (int d = 0; d < 4; ++d) layout.stride[d] = dbias_stride ? dbias_stride[d] : 0;
   softmax_grad_kernel<<<dim3(prm.rows, prm.h_q), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       prm, given, scores, dprobs, dscores, probs_dropped, t, dbias_acc, layout);
-  ATTN_CUDA(cudaGetLastError());
-}
-
-void launch_fill(float* base, int64_t n, int64_t stride, float value, void* stream) {
-  if (n == 0) return;
-  fill_kernel<<<grid_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(base, n, stride, value);
   ATTN_CUDA(cudaGetLastError());
 }
 

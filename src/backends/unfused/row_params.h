@@ -73,10 +73,6 @@ void launch_softmax_grad(const RowParams& prm, const GivenForward& given, const 
                          void* probs_dropped, DType t, float* dbias_acc, const int64_t dbias_stride[4],
                          void* stream);
 
-// n floats at base (stride) set to value: max_logit's -inf before the rows
-// max into it, dsink's 0 before they add into it.
-void launch_fill(float* base, int64_t n, int64_t stride, float value, void* stream);
-
 // Writes zeros to rows x heads x dim elements of a strided [rows, heads, dim] block.
 void launch_zero_rows(void* base, DType t, int64_t rows, int64_t row_stride, int64_t heads,
                       int64_t head_stride, int64_t dim, void* stream);

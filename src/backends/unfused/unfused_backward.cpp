@@ -5,6 +5,7 @@
 // accumulated in fp32 over each KV head's query heads (GQA) and stored.
 #include <cuda_runtime.h>
 
+#include "backends/common/fill.h"
 #include "backends/unfused/unfused.h"
 #include "backends/unfused/unfused_steps.h"
 #include "core/cuda_check.h"
@@ -41,7 +42,7 @@ void backward_products(const Problem& p, const BackwardArgs& a, detail::Carver& 
 
   float* dsink = static_cast<float*>(a.dsink.data);
   const int64_t dsink_stride = a.dsink.defined() ? a.dsink.strides_elems[0] : 1;
-  if (dsink) launch_fill(dsink, p.h_q, dsink_stride, 0.f, stream);  // rows add into it
+  if (dsink) detail::launch_fill(dsink, p.h_q, dsink_stride, 0.f, stream);  // rows add into it
 
   int64_t cursor = 0;
   for (int64_t b = 0; b < p.batch; ++b) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "backends/common/fill.h"
 #include "backends/unfused/unfused.h"
 #include "backends/unfused/unfused_steps.h"
 #include "core/cuda_check.h"
@@ -24,7 +25,7 @@ void forward_products(const Problem& p, const ForwardArgs& a, detail::Carver& ws
 
   float* max_logit = static_cast<float*>(a.max_logit.data);
   const int64_t max_logit_stride = a.max_logit.defined() ? a.max_logit.strides_elems[0] : 1;
-  if (max_logit) launch_fill(max_logit, p.h_q, max_logit_stride, -INFINITY, stream);  // rows max into it
+  if (max_logit) detail::launch_fill(max_logit, p.h_q, max_logit_stride, -INFINITY, stream);  // rows max into it
 
   int64_t cursor = 0;
   for (int64_t b = 0; b < p.batch; ++b) {

@@ -1,0 +1,26 @@
+// See fill.h.
+#include "backends/common/fill.h"
+
+#include <cuda_runtime.h>
+
+#include "core/cuda_check.h"
+
+namespace attn::detail {
+namespace {
+
+__global__ void fill_kernel(float* base, int64_t n, int64_t stride, float value) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    base[e * stride] = value;
+}
+
+}  // namespace
+
+void launch_fill(float* base, int64_t n, int64_t stride, float value, void* stream) {
+  if (n <= 0) return;
+  const int blocks = static_cast<int>(n < 256 * 1024 ? (n + 255) / 256 : 1024);
+  fill_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(base, n, stride, value);
+  ATTN_CUDA(cudaGetLastError());
+}
+
+}  // namespace attn::detail

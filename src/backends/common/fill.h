@@ -1,0 +1,12 @@
+// A float vector filled on the stream: max_logit's -inf before rows max into
+// it, dsink's 0 before rows add into it (any GPU backend).
+#pragma once
+
+#include <cstdint>
+
+namespace attn::detail {
+
+// base[i * stride] = value for i < n, on `stream` (a cudaStream_t).
+void launch_fill(float* base, int64_t n, int64_t stride, float value, void* stream);
+
+}  // namespace attn::detail
