@@ -25,13 +25,10 @@ std::vector<std::string> kernel_reasons(const Problem& p, const char* backend) {
   return no;
 }
 
-// max_logit starts at -inf for the kernels' rows to max into (calls with no
-// rows leave it so); dsink at 0, which the backward's dsink pass overwrites
-// where there are rows.
+// dsink starts at 0, which the backward's dsink pass overwrites where there
+// are rows. (max_logit's -inf start is each forward's: flash_sm90 sets it in
+// the launch that zeroes its work counter.)
 void FlashBackend::forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) const {
-  if (args.max_logit.defined())
-    detail::launch_fill(static_cast<float*>(args.max_logit.data), p.h_q, args.max_logit.stride(0), -INFINITY,
-                        ctx.stream);
   e_.forward(p, args, ctx);
 }
 

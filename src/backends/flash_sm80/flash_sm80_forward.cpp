@@ -10,6 +10,7 @@
 
 #include "attn/backend.h"  // query_device
 #include "attn/philox.h"
+#include "backends/common/fill.h"
 #include "backends/flash/backend_adapter.h"  // fail_missing_table_row
 #include "backends/flash_sm80/flash_sm80.h"
 #include "backends/flash_sm80/fwd_config.h"
@@ -54,9 +55,11 @@ bool dispatch(const Problem& p, const flash::FwdParams& k, int64_t optin, cudaSt
 
 void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) {
   ATTN_CUDA(cudaSetDevice(p.device.index));
-  if (p.batch == 0 || p.h_q == 0 || p.s_q == 0 || p.total_q == 0) return;  // nothing to write
-  const flash::FwdParams k = flash::forward_params(p, args);
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
+  if (args.max_logit.defined())  // -inf for the rows to max into
+    detail::launch_fill(static_cast<float*>(args.max_logit.data), p.h_q, args.max_logit.stride(0), -INFINITY, stream);
+  if (p.batch == 0 || p.h_q == 0 || p.s_q == 0 || p.total_q == 0) return;  // nothing more to write
+  const flash::FwdParams k = flash::forward_params(p, args);
   // ATTN_SIMULATE_DEVICE reaches here too: either build of a row can be tested on one GPU.
   const int64_t optin = query_device(p.device).smem_per_block_optin_bytes;
   const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, k, optin, stream)

@@ -170,8 +170,8 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
   // wide d 64 / d 128 builds its few instructions moved ptxas to 12-40 B of
   // spills in the tile loop.
   if constexpr (Cfg::kDropout)
-    if (p.max_logit && (lane & 3) == 0)
-      flash::max_into(p.max_logit + h * p.max_logit_stride, softmax.largest_score(row_lse, unit, valid));
+    if (p.max_logit)
+      flash::max_into(p.max_logit + h * p.max_logit_stride, softmax.largest_score(row_lse, unit, valid), lane);
 }
 
 // Launches the kernel for one instantiation on the caller's stream.

@@ -5,7 +5,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
+
 #include "attn/backend.h"
+#include "backends/common/fill.h"
 #include "backends/flash/backend_adapter.h"  // fail_missing_table_row
 #include "backends/flash/params_build.h"
 #include "backends/flash_sm90/flash_sm90.h"
@@ -58,11 +61,20 @@ int64_t forward_workspace_bytes(const Problem&) { return sizeof(int); }
 
 void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) {
   ATTN_CUDA(cudaSetDevice(p.device.index));
-  if (p.batch == 0 || p.h_q == 0 || p.s_q == 0 || p.total_q == 0) return;  // nothing to write
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
-  // The work-item counter: the call's workspace, zeroed on the stream.
+  float* max_logit = static_cast<float*>(args.max_logit.data);  // -inf for the rows to max into
+  const int64_t max_logit_stride = args.max_logit.defined() ? args.max_logit.stride(0) : 1;
+  if (p.batch == 0 || p.h_q == 0 || p.s_q == 0 || p.total_q == 0) {  // nothing to write but max_logit
+    if (max_logit) detail::launch_fill(max_logit, p.h_q, max_logit_stride, -INFINITY, stream);
+    return;
+  }
+  // The work-item counter: the call's workspace, zeroed on the stream (with
+  // max_logit's fill where there is one: one operation either way).
   int* item_counter = static_cast<int*>(detail::workspace(ctx, p.device.index, forward_workspace_bytes(p)));
-  ATTN_CUDA(cudaMemsetAsync(item_counter, 0, sizeof(int), stream));
+  if (max_logit)
+    detail::launch_fill(max_logit, p.h_q, max_logit_stride, -INFINITY, stream, item_counter);
+  else
+    ATTN_CUDA(cudaMemsetAsync(item_counter, 0, sizeof(int), stream));
   const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, args, item_counter, stream)
                                           : dispatch<__half>(p, args, item_counter, stream);
   if (!ran)  // supports() refuses these; reaching here is a bug in attn

@@ -71,9 +71,9 @@ struct FwdEpilogue {
         row_lse[0][hh] = sink;
       }
     }
-    if (p.max_logit && (lane & 3) == 0) {
+    if (p.max_logit) {
       const bool (&valid)[1][2] = *reinterpret_cast<const bool(*)[1][2]>(&row_valid);
-      flash::max_into(p.max_logit + cur.h * p.max_logit_stride, softmax.largest_score(row_lse, unit, valid));
+      flash::max_into(p.max_logit + cur.h * p.max_logit_stride, softmax.largest_score(row_lse, unit, valid), lane);
     }
     // Stage O in this warpgroup's 64 rows of the output tile with stmatrix
     // (its leader's store of the previous item has read them, and every
