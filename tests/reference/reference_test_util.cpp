@@ -528,6 +528,38 @@ std::vector<double> numeric_grad(const Data& d, const Options& opts,
   return grad;
 }
 
+void expect_gradients_match_differences(const Data& d, const Options& opts, double step, double tol,
+                                        const std::string& what) {
+  Spec spec;
+  spec.dbias = d.bias.defined();
+  spec.dsink = opts.softmax_type == SoftmaxType::learnable;
+  const Result r = run_reference(d, opts, spec);
+  const struct {
+    const char* name;
+    bool wanted;
+    const std::vector<double>& analytic;
+    std::function<std::vector<double>&(Data&)> member;
+  } checks[] = {
+      {"dq", true, r.dq, [](Data& x) -> std::vector<double>& { return x.q; }},
+      {"dk", true, r.dk, [](Data& x) -> std::vector<double>& { return x.k; }},
+      {"dv", true, r.dv, [](Data& x) -> std::vector<double>& { return x.v; }},
+      {"dbias", spec.dbias, r.dbias, [](Data& x) -> std::vector<double>& { return x.bias.values; }},
+      {"dsink", spec.dsink, r.dsink, [](Data& x) -> std::vector<double>& { return x.sink; }},
+  };
+  for (const auto& c : checks) {
+    if (!c.wanted) continue;
+    const std::vector<double> numeric = numeric_grad(d, opts, c.member, step);
+    EXPECT_LE(max_abs_diff(c.analytic, numeric), tol) << what << " " << c.name;
+    EXPECT_GT(max_abs(numeric), 1e-3) << what << " " << c.name << " is zero: the case tests nothing";
+  }
+}
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0.0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
 std::vector<double> round_to(const std::vector<double>& values, DType t) {
   std::vector<double> out(values.size());
   std::vector<unsigned char> cell(8);

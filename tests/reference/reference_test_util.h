@@ -118,6 +118,16 @@ std::vector<double> numeric_grad(const Data& d, const Options& opts,
                                  const std::function<std::vector<double>&(Data&)>& member,
                                  double eps = 1e-5);
 
+// The reference backward's dq, dk, dv (dbias with a bias, dsink with a
+// learnable sink) against central differences of its forward with `step`,
+// each within `tol`, and each with some signal (a zero gradient would pass
+// trivially). `what` names the case in failures.
+void expect_gradients_match_differences(const Data& d, const Options& opts, double step, double tol,
+                                        const std::string& what = "");
+
+// Largest |x|.
+double max_abs(const std::vector<double>& v);
+
 // Each value rounded to dtype t and back (identity for f64).
 std::vector<double> round_to(const std::vector<double>& values, DType t);
 // q, k, v, dout rounded to t; a bias that follows q rounded to t as well.
