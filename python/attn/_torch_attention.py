@@ -374,16 +374,14 @@ def attention(
         # Context parallelism: the Communicator runs it (attn.cp.attention), with
         # every keyword, so the ring refuses what it lacks by name.
         _keywords.check_cp_inputs(cu_seqlens_q, cu_seqlens_kv, bias=bias, alibi_slopes=alibi_slopes,
-                                  attn_mask=attn_mask, sink=sink)
-        if _keywords.softmax_type_name(softmax_type) != "vanilla":
-            raise ValueError(f"attn: context parallelism (cp=) runs softmax_type=\"vanilla\" only, got "
-                             f"{softmax_type!r}; run this call without cp=")
+                                  attn_mask=attn_mask)
         return cp._attention(q, k, v, qkv_format=qkv_format, mask=mask, window=window,
                              softmax_scale=softmax_scale, softcap=softcap, cu_seqlens_q=cu_seqlens_q,
                              cu_seqlens_kv=cu_seqlens_kv, max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
                              bias=bias, alibi_slopes=alibi_slopes, attn_mask=attn_mask, dropout_p=dropout_p,
                              seed=0 if seed is None else seed, offset=offset, backend=backend,
-                             deterministic=deterministic, return_lse=return_lse, cp_fallback=cp_fallback)
+                             deterministic=deterministic, return_lse=return_lse, cp_fallback=cp_fallback,
+                             softmax_type=softmax_type, sink=sink)
     compiling = torch.compiler.is_compiling()
     # Traced by torch.compile, a fresh seed is drawn in the graph (on q's
     # device), so every run of the compiled graph, CUDA graph replays

@@ -593,19 +593,22 @@ def attention(q: Any, k: Any, v: Any, *, cp: Any, **kw: Any) -> Any:
     import attn as _attn
 
     return_lse = kw.pop("return_lse", False)
+    sink = kw.pop("sink", None)  # softmax_type="learnable": its gradient is dsink, summed over the ranks
 
     class _Ring(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v):  # noqa: ANN001
+        def forward(ctx, q, k, v, sink):  # noqa: ANN001
             q, k, v = q.detach(), k.detach(), v.detach()  # DLPack refuses tensors that require grad
-            out, lse = _attn.forward(q, k, v, cp=cp, return_lse=True, **kw)
-            ctx.save_for_backward(q, k, v, out, lse)
+            sink = None if sink is None else sink.detach()
+            out, lse = _attn.forward(q, k, v, cp=cp, return_lse=True, sink=sink, **kw)
+            ctx.save_for_backward(q, k, v, out, lse, sink)
             return out, lse
 
         @staticmethod
         def backward(ctx, dout, _dlse):  # noqa: ANN001
-            q, k, v, out, lse = ctx.saved_tensors
-            return _attn.backward(q, k, v, out, dout.contiguous(), lse, cp=cp, **kw)
+            q, k, v, out, lse, sink = ctx.saved_tensors
+            grads = _attn.backward(q, k, v, out, dout.contiguous(), lse, cp=cp, sink=sink, **kw)
+            return grads[0], grads[1], grads[2], grads[3] if sink is not None else None
 
-    out, lse = _Ring.apply(q, k, v)
+    out, lse = _Ring.apply(q, k, v, sink)
     return (out, lse) if return_lse else out

@@ -41,9 +41,11 @@ def skew(comm, rep, call):
         torch.cuda._sleep(random.Random(rep * 31 + call).randrange(200_000, 2_000_000))  # clock cycles
 
 
-def run_case(comm, fmt, mask, h_q, h_kv, window, seed, fallback=False, repeat=1):
+def run_case(comm, fmt, mask, h_q, h_kv, window, seed, fallback=False, repeat=1, softmax="vanilla"):
     """fallback=True: lengths that break the 2*cp rule (length 1 included),
     run with cp_fallback=True (K/V gathered over NCCL, one call per rank).
+    softmax: "off-by-one" or "learnable" (a sink per query head, its dsink
+    through attn.backward and autograd) adds the max logit to the forward.
     Returns (ok, this rank's line)."""
     rank, size = comm.rank, comm.size
     dev = torch.device("cuda", torch.cuda.current_device())
@@ -63,10 +65,14 @@ def run_case(comm, fmt, mask, h_q, h_kv, window, seed, fallback=False, repeat=1)
     kw = dict(qkv_format=fmt, mask=mask, window=window)
     if cu is not None:
         kw.update(cu_seqlens_q=cu, cu_seqlens_kv=cu)
+    sinks = softmax != "vanilla"
+    sink = (torch.rand(h_q, generator=g) * 3 - 1).to(dev) if softmax == "learnable" else None
+    if sinks:
+        kw.update(softmax_type=softmax, sink=sink)
     fb = dict(cp_fallback=True) if fallback else {}
     # One GPU, whole sequence.
-    out1, lse1 = attn.forward(q, k, v, return_lse=True, **kw)
-    dq1, dk1, dv1 = attn.backward(q, k, v, out1, dout, lse1, **kw)
+    out1, lse1, *mx1 = attn.forward(q, k, v, return_lse=True, return_max_logit=sinks, **kw)
+    dq1, dk1, dv1, *dsink1 = attn.backward(q, k, v, out1, dout, lse1, **kw)
     sh = lambda x: attn.cp.shard(x, comm, qkv_format=fmt, cu_seqlens=cu, **fb)  # noqa: E731
     ql, kl, vl, dl = sh(q), sh(k), sh(v), sh(dout)
     un = lambda x, lse=False: attn.cp.unshard(x, comm, qkv_format=fmt, cu_seqlens=cu, lse=lse, **fb)  # noqa: E731
@@ -75,22 +81,32 @@ def run_case(comm, fmt, mask, h_q, h_kv, window, seed, fallback=False, repeat=1)
         # The ring, each rank its shard: attn.forward/backward(cp=), then the
         # same through attn.torch.attention's autograd.
         skew(comm, rep, 0)
-        outl, lsel = attn.forward(ql, kl, vl, return_lse=True, cp=comm, **kw, **fb)
+        outl, lsel, *mxl = attn.forward(ql, kl, vl, return_lse=True, return_max_logit=sinks, cp=comm, **kw, **fb)
         skew(comm, rep, 1)
-        dql, dkl, dvl = attn.backward(ql, kl, vl, outl, dl, lsel, cp=comm, **kw, **fb)
+        dql, dkl, dvl, *dsinkl = attn.backward(ql, kl, vl, outl, dl, lsel, cp=comm, **kw, **fb)
         qg, kg, vg = (x.clone().requires_grad_() for x in (ql, kl, vl))
+        sg = None if sink is None else sink.clone().requires_grad_()
         skew(comm, rep, 2)
-        og = attn.torch.attention(qg, kg, vg, cp=comm, **kw, **fb)
+        og = attn.torch.attention(qg, kg, vg, cp=comm, **dict(kw, sink=sg) if sinks else kw, **fb)
         skew(comm, rep, 3)
         og.backward(dl)
         got = dict(out=outl, lse=lsel, dq=dql, dk=dkl, dv=dvl,
                    **{"autograd out": og.detach(), "autograd dq": qg.grad, "autograd dk": kg.grad,
                       "autograd dv": vg.grad})
+        if sinks:
+            got["max_logit"] = mxl[0]
+        if sink is not None:
+            got.update(dsink=dsinkl[0], **{"autograd dsink": sg.grad})
         if rep == 0:
             first = got
             checks = [close("out", un(outl), out1, 2e-2, 2e-2), close("lse", un(lsel, True), lse1, 2e-2, 2e-2),
                       close("dq", un(dql), dq1, 5e-2, 5e-2), close("dk", un(dkl), dk1, 5e-2, 5e-2),
                       close("dv", un(dvl), dv1, 5e-2, 5e-2)]
+            if sinks:  # the whole call's max logit and dsink on every rank
+                checks.append(close("max_logit", mxl[0], mx1[0], 2e-2, 2e-2))
+            if sink is not None:
+                checks += [close("dsink", dsinkl[0], dsink1[0], 5e-2, 5e-2),
+                           close("autograd dsink", sg.grad, dsinkl[0], 1e-2, 1e-2)]
             # attn.torch.attention(cp=) gives the same results through autograd. Not
             # bitwise: cuDNN's backward accumulates dq with atomics (run to run ~1 ulp).
             for name, ring in (("autograd out", outl), ("autograd dq", dql), ("autograd dk", dkl),
@@ -108,7 +124,8 @@ def run_case(comm, fmt, mask, h_q, h_kv, window, seed, fallback=False, repeat=1)
         line += f"; {repeat} repetitions" + ("" if any("repetition" in f for f in fails) else ", all equal")
     if fails:
         line = f"rank {rank}: " + "; ".join(fails[:6]) + (f" (and {len(fails) - 6} more)" if len(fails) > 6 else "")
-    label = f"{fmt} {mask} h={h_q}/{h_kv} window={window}" + (" cp_fallback (lengths break the rule)" if fallback else "")
+    label = (f"{fmt} {mask} h={h_q}/{h_kv} window={window}" + (f" softmax={softmax}" if sinks else "") +
+             (" cp_fallback (lengths break the rule)" if fallback else ""))
     return not fails, label + ": " + line
 
 
@@ -190,16 +207,19 @@ def main():
              ("thd", "causal", 16, 4, (-1, -1)), ("thd", "no_mask", 16, 16, (-1, -1)),
              ("bshd", "causal", 16, 4, (300, -1)), ("bshd", "no_mask", 16, 16, (128, 64)),
              ("thd", "causal", 16, 4, (100, -1)), ("thd", "no_mask", 16, 16, (48, 20))]
-    cases = [c + (False,) for c in cases] + [("bshd", "causal", 16, 4, (-1, -1), True),
-                                             ("thd", "causal", 16, 4, (-1, -1), True),
-                                             ("sbhd", "no_mask", 16, 16, (-1, -1), True)]
+    cases = [c + (False, "vanilla") for c in cases] + [("bshd", "causal", 16, 4, (-1, -1), True, "vanilla"),
+                                                       ("thd", "causal", 16, 4, (-1, -1), True, "vanilla"),
+                                                       ("sbhd", "no_mask", 16, 16, (-1, -1), True, "vanilla"),
+                                                       ("bshd", "causal", 16, 4, (-1, -1), False, "learnable"),
+                                                       ("thd", "causal", 16, 4, (100, -1), False, "learnable"),
+                                                       ("sbhd", "no_mask", 16, 16, (-1, -1), False, "off-by-one")]
     repeat = max(1, int(os.environ.get("ATTN_CP_REPEAT", "1")))
     if rank == 0:
         print(f"cp_worker: {comm.size} ranks, {repeat} repetition(s) per case", flush=True)
     all_ok = True
-    for i, (fmt, mask, hq, hkv, window, fallback) in enumerate(cases):
+    for i, (fmt, mask, hq, hkv, window, fallback, softmax) in enumerate(cases):
         try:
-            ok, line = run_case(comm, fmt, mask, hq, hkv, window, 1000 + i, fallback, repeat)
+            ok, line = run_case(comm, fmt, mask, hq, hkv, window, 1000 + i, fallback, repeat, softmax)
         except Exception as e:  # report and go on: one failing case must not hide the others
             ok, line = False, f"{fmt} {mask} window={window}: rank {rank}: {type(e).__name__}: {e}"
         # Every rank's verdict: a failure on any rank fails the case, and its line says which.

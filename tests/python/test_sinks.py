@@ -152,3 +152,33 @@ def test_gpu_backends_match_the_reference(backend, softmax_type):
                          **dict(kw, sink=None if sink is None else sink.cpu()))
     for name, got, w in zip(("dq", "dk", "dv", "dsink"), grads, want):
         torch.testing.assert_close(got.cpu().double(), w.double(), atol=5e-2, rtol=5e-2, msg=f"{backend} {name}")
+
+
+def test_dot_product_attention_owns_a_learnable_sink(gen):
+    """TransformerEngine's softmax_type on the module: the sink logits are the
+    parameter softmax_offset [heads], trained through dsink; the module's call
+    equals the functional one with that sink."""
+    dpa = at.DotProductAttention(4, 8, num_gqa_groups=2, qkv_format="bshd", attn_mask_type="causal",
+                                 softmax_type="learnable")
+    assert isinstance(dpa.softmax_offset, torch.nn.Parameter) and dpa.softmax_offset.shape == (4,)
+    assert [n for n, _ in dpa.named_parameters()] == ["softmax_offset"]
+    with torch.no_grad():
+        dpa.softmax_offset.copy_(torch.tensor([0.5, -1.0, 2.0, 0.0]))
+    q, k, v, _ = inputs(gen)
+    out = dpa(q, k, v)
+    want = at.attention(q, k, v, mask="causal", softmax_type="learnable", sink=dpa.softmax_offset.detach())
+    torch.testing.assert_close(out, want.reshape(out.shape))
+    out.square().sum().backward()
+    assert dpa.softmax_offset.grad is not None and dpa.softmax_offset.grad.abs().max() > 1e-4
+    assert at.DotProductAttention(4, 8, softmax_type="off-by-one").softmax_offset is None
+    with pytest.raises(ValueError, match="softmax_type"):
+        at.DotProductAttention(4, 8, softmax_type="sink")
+
+
+def test_transformer_layer_passes_the_softmax_type_on():
+    layer = at.TransformerLayer(32, 64, 4, num_gqa_groups=2, hidden_dropout=0.0, attention_dropout=0.0,
+                                softmax_type="learnable", params_dtype=torch.float64, device="cpu")
+    assert layer.core_attention.softmax_type == "learnable"
+    x = torch.randn(6, 2, 32, dtype=torch.float64)
+    layer(x).sum().backward()
+    assert layer.core_attention.softmax_offset.grad is not None
