@@ -338,8 +338,8 @@ int check_command(const CheckFlags& f) {
     std::fprintf(out, "note:       %s, so only the reference backend can run. This checks the reference\n"
                 "            on its own terms instead: (a) every output element written and finite,\n"
                 "            (b) its gradients against central finite differences in fp64, (c) rows with\n"
-                "            no visible key giving out = 0, lse = -inf, dq = 0; and its %s outputs\n"
-                "            against its fp64 ones. No GPU backend was checked.\n",
+                "            no visible key giving out = 0, lse = -inf (a sink's logit with one), dq = 0;\n"
+                "            and its %s outputs against its fp64 ones. No GPU backend was checked.\n",
                 device.is_cuda() ? "no GPU backend supports this problem"
                 : cuda_device_count() == 0 ? "this machine has no CUDA device"
                                            : "--device cpu",
