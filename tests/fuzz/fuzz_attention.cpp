@@ -1,6 +1,7 @@
 // libFuzzer target over an attention call's description: formats, masks,
 // windows, dtypes, shapes, strides, cu_seqlens contents, bias / ALiBi /
-// attn_mask shapes, dropout, softcap, scale, on tiny host tensors. Each input
+// attn_mask shapes, dropout, softcap, scale, softmax sinks and the max logit,
+// on tiny host tensors. Each input
 // becomes one forward or backward call that goes through validation
 // (validate_forward / validate_backward, check_problem) and, when validation
 // accepts it, the CPU reference backend, as attn::forward()/backward() would.
@@ -8,7 +9,9 @@
 // The invariant: the call either throws attn::Error (with a message) or runs,
 // and then, where its inputs are finite and moderate, every output element is
 // written and finite, a row with no visible key (and a padded position) has
-// out = 0 and lse = -inf, and padded positions get zero gradients. Anything
+// out = 0 and lse = -inf (a padded position: the sink's logit with a softmax
+// sink), padded positions get zero gradients, and max_logit and dsink are
+// finite or -inf. Anything
 // else (a crash, an ASan or UBSan report, another exception type, a write
 // outside a tensor) is a finding. Buffers are allocated with the exact span
 // of their view, so ASan sees any access outside it.
@@ -22,7 +25,8 @@
 //   1 format  2 mask  3 dtype  4 batch  5 s_q  6 s_kv  7 h_kv  8 group
 //   9 d_qk  10 d_v  11 window left  12 window right  13 scale  14 softcap
 //   15 dropout  16 seed  17 offset  18 rng_state (bit 0: given; the rest
-//   picks its seed and offset)  19 bias kind  20 bias shape/dtype
+//   picks its seed and offset)  19 bias kind (% 5; / 5: softmax sinks,
+//   read_call)  20 bias shape/dtype
 //   21 attn_mask dtype  22 attn_mask shape  23-28 lengths (q, kv) x 3
 //   29 max_seqlen_q  30 max_seqlen_kv  31 cu_seqlens damage  32 its index
 //   33-48 one layout byte per tensor (Tensor order)  49-52 value seed
@@ -112,10 +116,17 @@ constexpr int64_t kStrides[8] = {0, 1, -1, 2, 7, int64_t{1} << 40, -(int64_t{1} 
 constexpr double kSpecials[8] = {kNaN, kInf, -kInf, 1e30, -1e30, 131008.0, 1e-42, -0.0};
 
 // The tensors of a call, in the order of the layout bytes and perturbation ids.
-enum Tensor : int { Q, K, V, OUT, LSE, DOUT, DQ, DK, DV, BIAS, DBIAS, ALIBI, MASK, CU_Q, CU_KV, RNG, kTensors };
-const char* const kNames[kTensors] = {"q",     "k",     "v",         "out",          "lse",           "dout",
-                                      "dq",    "dk",    "dv",        "bias",         "dbias",         "alibi",
-                                      "attn_mask",      "cu_seqlens_q", "cu_seqlens_kv", "rng_state"};
+// The first kTensors have a layout byte and can be perturbed; the sink's
+// tensors (read from byte 19's upper values, so the seeds written before
+// them keep their meaning) are contiguous float32 [h_q] unless said otherwise.
+enum Tensor : int {
+  Q, K, V, OUT, LSE, DOUT, DQ, DK, DV, BIAS, DBIAS, ALIBI, MASK, CU_Q, CU_KV, RNG, kTensors,
+  SINK = kTensors, MAX_LOGIT, DSINK, kAll
+};
+const char* const kNames[kAll] = {"q",         "k",            "v",             "out",       "lse",  "dout",
+                                  "dq",        "dk",           "dv",            "bias",      "dbias", "alibi",
+                                  "attn_mask", "cu_seqlens_q", "cu_seqlens_kv", "rng_state", "sink", "max_logit",
+                                  "dsink"};
 
 // One tensor before it exists: what the call will pass.
 struct Spec {
@@ -238,12 +249,12 @@ struct Call {
   bool seqlens_exact = true;  // cu_seqlens hold exactly len_q / len_kv and match the tensors
   bool use_cu = false;
   Options opts;
-  Spec spec[kTensors];
+  Spec spec[kAll];
   std::vector<int32_t> cu_q, cu_kv;
   bool use_rng_state = false;
   int64_t rng_state[2] = {};  // dropout's (seed, offset) in memory (Inputs::rng_state)
   std::vector<std::unique_ptr<unsigned char[]>> memory;
-  TensorView view[kTensors];
+  TensorView view[kAll];
   uint64_t rng = 0;
   struct Special {
     int tensor;
@@ -308,7 +319,17 @@ void read_call(Bytes& in, Call& c) {
   if (scale_code != 0 && !(std::fabs(kScales[scale_code]) <= 1.0)) c.moderate = false;
   if (!std::isfinite(c.opts.softcap) || !(c.opts.dropout_p <= 0.5)) c.moderate = false;
 
-  const int bias_kind = in.u8() % 5;  // none, bias, alibi [h_q], alibi [b, h_q], bias and alibi
+  const uint8_t bias_byte = in.u8();
+  const int bias_kind = bias_byte % 5;  // none, bias, alibi [h_q], alibi [b, h_q], bias and alibi
+  // Softmax sinks from the byte's upper values (0-4: none, as before them):
+  // the type, a sink tensor where the type wants none or none where it wants
+  // one (a quarter of the cases), max_logit, dsink, a sink of h_kv heads.
+  const int sink_code = bias_byte / 5;
+  c.opts.softmax_type = static_cast<SoftmaxType>(sink_code % 3);
+  const bool sink_mismatch = (sink_code / 3) % 4 == 3;
+  const bool give_sink = (c.opts.softmax_type == SoftmaxType::learnable) != sink_mismatch;
+  const bool give_max_logit = (sink_code / 12) % 2, give_dsink = (sink_code / 24) % 2;
+  const bool sink_of_kv_heads = sink_code >= 48;
   const uint8_t bias_bits = in.u8();
   const uint8_t mask_dtype = in.u8();
   const uint8_t mask_bits = in.u8();
@@ -447,13 +468,16 @@ void read_call(Bytes& in, Call& c) {
     sp[MASK] = broadcast_spec(mt, mask_bits);
   }
   if (c.use_rng_state) sp[RNG] = make_spec(DType::i64, {2});
+  if (give_sink) sp[SINK] = make_spec(DType::f32, {sink_of_kv_heads ? c.h_kv : c.h_q});
+  if (give_max_logit && !c.backward) sp[MAX_LOGIT] = make_spec(DType::f32, {c.h_q});
+  if (give_dsink && c.backward) sp[DSINK] = make_spec(DType::f32, {c.h_q});
   if (c.use_cu) {
     sp[CU_Q] = make_spec(DType::i32, {static_cast<int64_t>(c.cu_q.size())});
     sp[CU_KV] = make_spec(DType::i32, {static_cast<int64_t>(c.cu_kv.size())});
   }
   for (int t = 0; t < kTensors; ++t) apply_layout(sp[t], layout[t]);
   if (c.shape_only)
-    for (int t = 0; t < kTensors; ++t)
+    for (int t = 0; t < kAll; ++t)
       if (t != CU_Q && t != CU_KV && t != RNG) sp[t].null_data = true;
 }
 
@@ -508,7 +532,7 @@ double draw(Call& c) {  // uniform in [-1, 1]
 // values in [-1, 1] (slopes in [0, 1], masks mostly visible), cu_seqlens as
 // built, outputs NaN so that an unwritten element shows.
 void materialize(Call& c) {
-  for (int t = 0; t < kTensors; ++t) {
+  for (int t = 0; t < kAll; ++t) {
     Spec& s = c.spec[t];
     if (!s.present) continue;
     int64_t span = 0, first = 0;
@@ -523,7 +547,8 @@ void materialize(Call& c) {
     c.view[t] = make_view(data, s.dtype, s.rank, s.shape, s.strides, s.device);  // may throw attn::Error
     TensorView& v = c.view[t];
     if (!data) continue;
-    const bool output = t == OUT || t == LSE || t == DQ || t == DK || t == DV || t == DBIAS;
+    const bool output = t == OUT || t == LSE || t == DQ || t == DK || t == DV || t == DBIAS || t == MAX_LOGIT ||
+                        t == DSINK;
     if (t == RNG) {
       int64_t i = 0;
       for_each_offset(v, [&](int64_t off) {
@@ -548,6 +573,7 @@ void materialize(Call& c) {
       double x = draw(c);
       if (output) x = is_floating(v.dtype) ? kNaN : -1.0;  // integer outputs never pass validation
       else if (t == ALIBI) x = std::fabs(x);
+      else if (t == SINK) x = 0.5 + 1.5 * x;  // sink logits in [-1, 2)
       else if (t == MASK && !is_floating(v.dtype)) x = x > -0.5 ? 1.0 : 0.0;
       else if (t == MASK && x < -0.875) x = -kInf;
       if (!is_floating(v.dtype)) x = std::nearbyint(x);
@@ -590,7 +616,25 @@ Inputs inputs_of(const Call& c) {
   in.alibi_slopes = c.view[ALIBI];
   in.attn_mask = c.view[MASK];
   in.rng_state = c.view[RNG];
+  in.sink = c.view[SINK];
   return in;
+}
+
+// The lse of a padded position of head h: the sink's logit (-inf without one).
+double sink_logit(const Call& c, int64_t h) {
+  if (c.opts.softmax_type == SoftmaxType::off_by_one) return 0.0;
+  if (c.opts.softmax_type != SoftmaxType::learnable) return -kInf;
+  const TensorView& s = c.view[SINK];
+  return detail::load_as_double(s.data, s.dtype, h * s.strides_elems[0]);
+}
+
+// max_logit and dsink: finite, or -inf (max_logit of a head without a visible pair).
+void check_per_head(const TensorView& t, const char* name, bool minus_inf_allowed) {
+  for_each_offset(t, [&](int64_t off) {
+    const double x = detail::load_as_double(t.data, t.dtype, off);
+    if (std::isnan(x) || x == kInf || (x == -kInf && !minus_inf_allowed))
+      violated("a per-head output is NaN, +inf or unwritten", name);
+  });
 }
 
 // Element (b, pos, head, col) of a q-like tensor; token `start + pos` in thd.
@@ -630,9 +674,14 @@ void check_rows(const Call& c, const Problem& p, const TensorView& t, const char
         bool zero_row = pos >= len;
         if (lse) {
           const double l = lse_at(*lse, p.qkv_format, start, b, pos, h);
+          const double sink = static_cast<float>(sink_logit(c, h));  // lse is float32
           if (std::isnan(l) || l == kInf) violated("lse is NaN or +inf", where("lse", b, pos, h));
-          if (pos >= len && l != -kInf) violated("a padded position's lse is not -inf", where("lse", b, pos, h));
-          zero_row = zero_row || l == -kInf;
+          if (pos >= len && l != sink)
+            violated("a padded position's lse is not the sink's logit (-inf without one)", where("lse", b, pos, h));
+          // Without a sink, lse = -inf marks a row with no visible key; with
+          // one, such a row's lse is the sink's logit, which a row whose keys
+          // all underflow beside it reaches too: only padding is known empty.
+          zero_row = zero_row || (l == -kInf && !p.has_sink());
         }
         for (int64_t col = 0; col < cols; ++col) {
           const double x = q_like(t, p.qkv_format, start, b, pos, h, col);
@@ -662,6 +711,7 @@ void run_forward(Call& c) {
   a.in = inputs_of(c);
   a.out = c.view[OUT];
   a.lse = c.view[LSE];
+  a.max_logit = c.view[MAX_LOGIT];
   if (c.shape_only) {  // a shape-only question (explain, the CLI's plans): validation alone
     const Problem p = validate_forward(c.opts, a);
     if (describe_problem(p).empty()) violated("describe_problem", "empty");
@@ -674,6 +724,7 @@ void run_forward(Call& c) {
   ref.forward(p, a, RunContext{});
   if (!checkable(c)) return;
   check_rows(c, p, a.out, "out", false, a.lse.defined() ? &a.lse : nullptr);
+  if (a.max_logit.defined()) check_per_head(a.max_logit, "max_logit", true);
 }
 
 void run_backward(Call& c) {
@@ -686,6 +737,7 @@ void run_backward(Call& c) {
   a.dk = c.view[DK];
   a.dv = c.view[DV];
   a.dbias = c.view[DBIAS];
+  a.dsink = c.view[DSINK];
   if (c.shape_only) {
     const Problem p = validate_backward(c.opts, a);
     if (describe_problem(p).empty()) violated("describe_problem", "empty");
@@ -717,6 +769,7 @@ void run_backward(Call& c) {
   check_rows(c, p, a.dk, "dk", true, nullptr);
   check_rows(c, p, a.dv, "dv", true, nullptr);
   if (a.dbias.defined()) check_finite(a.dbias, "dbias");
+  if (a.dsink.defined()) check_per_head(a.dsink, "dsink", false);
 }
 
 // ATTN_FUZZ_PRINT=1: the call an input stands for, on stderr (to turn a
@@ -726,11 +779,11 @@ void print_call(const Call& c) {
                c.backward ? "backward" : "forward", format_name(c.format), mask_name(c.mask), dtype_name(c.dtype),
                (long long)c.batch, (long long)c.s_q, (long long)c.s_kv, (long long)c.h_q, (long long)c.h_kv,
                (long long)c.d_qk, (long long)c.d_v, (long long)c.opts.window.left, (long long)c.opts.window.right);
-  std::fprintf(stderr, " scale=%g softcap=%g dropout=%g offset=%llu check_seqlens=%d max_seqlen=%lld/%lld%s\n",
-               c.opts.softmax_scale.value_or(0.0), c.opts.softcap, c.opts.dropout_p,
+  std::fprintf(stderr, " scale=%g softcap=%g softmax=%s dropout=%g offset=%llu check_seqlens=%d max_seqlen=%lld/%lld%s\n",
+               c.opts.softmax_scale.value_or(0.0), c.opts.softcap, softmax_type_name(c.opts.softmax_type), c.opts.dropout_p,
                (unsigned long long)c.opts.offset, c.opts.check_seqlens, (long long)c.opts.max_seqlen_q,
                (long long)c.opts.max_seqlen_kv, c.shape_only ? " shape-only" : "");
-  for (int t = 0; t < kTensors; ++t) {
+  for (int t = 0; t < kAll; ++t) {
     const Spec& s = c.spec[t];
     if (!s.present) continue;
     std::string shape, strides;

@@ -3,8 +3,8 @@
 per named case, encoded field by field in the order fuzz_attention.cpp reads
 them (its header lists the fields; keep the two in step). Each seed is a call
 a person would write: every format and mask, GQA, d_qk != d_v, windows,
-softcap, dropout, bias / ALiBi / attn_mask shapes, packed sequences with empty
-ones, strided and reversed layouts, and the bad calls validation must refuse,
+softcap, dropout, bias / ALiBi / attn_mask shapes, softmax sinks and the max
+logit, packed sequences with empty ones, strided and reversed layouts, and the bad calls validation must refuse,
 including the inputs of the bugs the fuzzer found (regress_*).
 
 Usage: python3 tests/fuzz/make_corpus.py [out-dir]   (default: tests/fuzz/corpus)
@@ -24,6 +24,7 @@ DROPOUTS = [0.0, 0.1, 0.5, 0.25, 0.9, 0.999999, 1.0, -0.1, "nan", 1e-10, 0.75, 0
 OFFSETS = [0, 1, 7, 2**32 - 1, 2**32, 2**64 - 1, 12345, 3]
 BIG = [0, 1, 2, 3, 7, 64, 2**31 - 1, 2**31, 2**32, 2**40, 2**62, 2**63 - 1, -1, -2**31, 4096, 2**20]
 BIAS = {"none": 0, "bias": 1, "alibi": 2, "alibi_batch": 3, "bias_and_alibi": 4}
+SOFTMAX = {"vanilla": 0, "off-by-one": 1, "learnable": 2}
 MASK_DTYPES = {"bool": 0, "u8": 1, "f32": 2, "q": 3, "f16": 4, "f64": 5, "i32": 6, "i64": 7}
 TENSORS = ["q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv", "bias", "dbias", "alibi", "attn_mask",
            "cu_seqlens_q", "cu_seqlens_kv", "rng_state"]
@@ -36,11 +37,15 @@ PERTURB = {"dtype": 0, "rank": 1, "dim+-1": 2, "dim_big": 3, "drop": 4, "stride"
 def encode(backward=False, check_seqlens=True, shape_only=False, deterministic=False, lse=True, dbias=False,
            cu_padded=False, mask_always=False, fmt="bshd", mask="no_mask", dtype="f32", batch=1, s_q=1, s_kv=1,
            h_kv=1, group=1, d_qk=4, d_v=4, window=(-1, -1), scale=None, softcap=0.0, dropout=0.0, seed=0,
-           offset=0, rng_state=None, bias="none", bias_broadcast="", bias_dtype="q", bias_wrong_dim=None, mask_dtype="bool",
+           offset=0, rng_state=None, bias="none", softmax="vanilla", sink_mismatch=False, max_logit=False, dsink=False,
+           sink_of_kv_heads=False, bias_broadcast="", bias_dtype="q", bias_wrong_dim=None, mask_dtype="bool",
            mask_broadcast="", mask_wrong_dim=None, lens_q=None, lens_kv=None, max_seqlen=(0, 0),
            cu_damage="none", cu_damage_kv=False, cu_index=0, layouts=None, value_seed=1, specials=(),
            perturb=(), big=None):
-    """Bytes of one seed; rng_state=n (0-127) passes dropout's seed and offset
+    """Bytes of one seed; softmax ("off-by-one", "learnable") with sink_mismatch
+    (a sink where the type wants none, or none where it wants one), max_logit,
+    dsink and sink_of_kv_heads ride on the bias byte's upper values, as the
+    target reads them. rng_state=n (0-127) passes dropout's seed and offset
     in an int64 [2] tensor, picked by n. Sizes are the call's own, except in shape-only mode,
     where big={field: size} picks batch, s_q, s_kv, h_kv, h_q, d_qk, d_v from
     the target's table of large sizes (default 1, and 64 for head dims)."""
@@ -55,7 +60,10 @@ def encode(backward=False, check_seqlens=True, shape_only=False, deterministic=F
         out += [(batch - 1) % 4, (s_q - 1) % 6, (s_kv - 1) % 6, h_kv - 1, group - 1, (d_qk - 4) % 8, (d_v - 4) % 8]
     out += [WINDOWS.index(window[0]), WINDOWS.index(window[1]), SCALES.index(scale), SOFTCAPS.index(softcap),
             DROPOUTS.index(dropout), seed, OFFSETS.index(offset),
-            0 if rng_state is None else 1 | (rng_state << 1) & 0xFF, BIAS[bias]]
+            0 if rng_state is None else 1 | (rng_state << 1) & 0xFF,
+            BIAS[bias] + 5 * (SOFTMAX[softmax] + 3 * (3 * sink_mismatch) + 12 * max_logit + 24 * dsink
+                              + 48 * sink_of_kv_heads)]
+    assert out[-1] <= 255, "sink_of_kv_heads goes with the softmax type alone (one byte)"
     bits = sum(1 << "bhqk".index(c) for c in bias_broadcast)
     if bias_wrong_dim is not None:
         bits |= 16  # one dimension one too large: which one is bits % 4, so the broadcast bits must agree
@@ -158,6 +166,16 @@ SEEDS = {
     "bad_rng_state_dtype": dict(dropout=0.1, rng_state=1, perturb=[("rng_state", "dtype", 0)]),
     "bad_rng_state_shape": dict(dropout=0.1, rng_state=1, perturb=[("rng_state", "rank", 1)]),
     "bad_alibi_and_bias": dict(bias="bias_and_alibi"),
+    "fwd_sink_learnable_max_logit": dict(softmax="learnable", max_logit=True, mask="causal", batch=2, s_q=3, s_kv=5,
+                                         group=2),
+    "bwd_sink_learnable_dsink_thd": dict(backward=True, softmax="learnable", dsink=True, fmt="thd", mask="padding_causal",
+                                         batch=3, lens_q=(2, 0, 3), lens_kv=(2, 0, 3), window=(1, 0)),
+    "bwd_sink_off_by_one_padded": dict(backward=True, softmax="off-by-one", mask="padding", cu_padded=True, batch=2,
+                                       s_q=4, s_kv=4, lens_q=(4, 1), lens_kv=(2, 4)),
+    "bad_sink_missing": dict(softmax="learnable", sink_mismatch=True),
+    "bad_sink_for_vanilla": dict(sink_mismatch=True),
+    "bad_sink_of_kv_heads": dict(softmax="learnable", sink_of_kv_heads=True, group=2),
+    "bad_dsink_off_by_one": dict(backward=True, softmax="off-by-one", dsink=True),
     "bad_mask_without_arbitrary": dict(mask_always=True),
     "bad_cu_without_padding": dict(cu_padded=True, mask="causal", batch=2, s_q=3, s_kv=3),
     "bad_cu_last": dict(fmt="thd", mask="padding", batch=2, cu_damage="last+1"),
