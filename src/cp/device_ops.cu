@@ -13,6 +13,7 @@
 
 #include "backends/common/softmax_sink.cuh"
 #include "core/cuda_check.h"
+#include "core/nan_max.h"
 #include "cp/ring_ops.h"
 
 namespace attn::cp::internal {
@@ -58,8 +59,7 @@ __global__ void elementwise_kernel(View4 a, View4 b, const int32_t* index, int d
     else if (mode == 1) static_cast<float*>(b.data)[ob] += load(a.data, a.dtype, oa);
     else if (mode == 3) {
       float& x = static_cast<float*>(b.data)[ob];
-      const float y = load(a.data, a.dtype, oa);
-      x = x != x || y != y ? x + y : fmaxf(x, y);
+      x = detail::max_keeping_nan(x, load(a.data, a.dtype, oa));
     } else store(b.data, b.dtype, ob, value);
   }
 }

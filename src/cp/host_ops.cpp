@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/nan_max.h"
 #include "core/numeric.h"
 #include "cp/ring_ops.h"
 
@@ -133,8 +134,7 @@ class HostOps : public Ops {
     const View4 s = view4(src), d = view4(dst);
     for_each(s, d, nullptr, 0, [&](int64_t os, int64_t od) {
       float& x = static_cast<float*>(d.data)[od];
-      const auto y = static_cast<float>(detail::load_as_double(s.data, s.dtype, os));
-      x = std::isnan(x) || std::isnan(y) ? std::numeric_limits<float>::quiet_NaN() : std::max(x, y);
+      x = detail::max_keeping_nan(x, static_cast<float>(detail::load_as_double(s.data, s.dtype, os)));
     });
   }
   std::vector<float> download(const float* src, int64_t n) override { return std::vector<float>(src, src + n); }

@@ -2,8 +2,6 @@
 // plan leaves visible through attn::forward / attn::backward while the next
 // step's K/V is already in flight; outputs merge by LSE (forward), gradients
 // add in fp32 (backward), dK/dV riding the ring back to their owner.
-#include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -11,6 +9,7 @@
 #include <vector>
 
 #include "attn/cp.h"
+#include "core/nan_max.h"
 #include "cp/ring_setup.h"
 
 namespace attn::cp {
@@ -67,8 +66,7 @@ void reduce_over_ranks(Ops& ops, Transport& transport, const TensorView& mine, c
     for (int64_t h = 0; h < n; ++h) {
       const float x = all[static_cast<size_t>(r * n + h)];
       float& y = result[static_cast<size_t>(h)];
-      if (!max) y += x;
-      else y = std::isnan(x) || std::isnan(y) ? std::numeric_limits<float>::quiet_NaN() : std::max(x, y);
+      y = max ? detail::max_keeping_nan(y, x) : y + x;
     }
   ops.upload_to(result, static_cast<float*>(mine.data));
   ops.copy(mine, dst);

@@ -26,14 +26,4 @@ std::string row_alignment_reason(const Problem& p, const char* backend) {
          " needs 16 (base addresses and strides multiples of 8 elements; unfused runs any layout)";
 }
 
-std::vector<std::string> sink_reasons(const Problem& p, const char* backend) {
-  std::vector<std::string> no;
-  const std::string others = "; flash_sm90, flash_sm80 and unfused run it";
-  if (p.has_sink())
-    no.push_back(std::string("softmax_type=") + softmax_type_name(p.softmax_type) + " (a softmax sink) is not wired to " +
-                 backend + " yet" + others);
-  if (p.return_max_logit) no.push_back(std::string("return_max_logit is not wired to ") + backend + " yet" + others);
-  return no;
-}
-
 }  // namespace attn::detail

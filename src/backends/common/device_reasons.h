@@ -19,8 +19,4 @@ std::vector<std::string> gpu_device_reasons(const Problem& p, const DeviceInfo& 
 // `backend` where the rows are aligned to less, else empty.
 std::string row_alignment_reason(const Problem& p, const char* backend);
 
-// For a backend that has no softmax sink (softmax_type other than vanilla)
-// or max logit yet: a reason for each the call asks for, else empty.
-std::vector<std::string> sink_reasons(const Problem& p, const char* backend);
-
 }  // namespace attn::detail

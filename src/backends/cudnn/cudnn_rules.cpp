@@ -61,7 +61,11 @@ std::vector<std::string> static_reasons(const Problem& p, const DeviceInfo& dev,
   // cuDNN checks each tensor's pointer and strides against 16 bytes when it
   // runs the graph, not when it builds it: refused here.
   if (std::string r = detail::row_alignment_reason(p, "cudnn"); !r.empty()) no.push_back(std::move(r));
-  for (std::string& r : detail::sink_reasons(p, "cudnn")) no.push_back(std::move(r));
+  const std::string sinks_elsewhere = " is not wired to cudnn yet; flash_sm90, flash_sm80 and unfused run it";
+  if (p.has_sink())
+    no.push_back(std::string("softmax_type=") + softmax_type_name(p.softmax_type) + " (a softmax sink)" +
+                 sinks_elsewhere);
+  if (p.return_max_logit) no.push_back("return_max_logit" + sinks_elsewhere);
 
   // Head dims: multiples of 8; at most 128 before Hopper, 256 on Hopper.
   const int64_t max_d = dev.sm == 90 ? 256 : 128;

@@ -25,15 +25,10 @@ std::vector<std::string> kernel_reasons(const Problem& p, const char* backend) {
   return no;
 }
 
-// dsink starts at 0, which the backward's dsink pass overwrites where there
-// are rows. (max_logit's -inf start is each forward's: flash_sm90 sets it in
-// the launch that zeroes its work counter.)
-void FlashBackend::forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) const {
-  e_.forward(p, args, ctx);
-}
-
+// A call with no sequence returns before the backward's dsink pass
+// (launch_bwd_dsink), which writes dsink wherever there is one: dsink = 0.
 void FlashBackend::backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx) const {
-  if (args.dsink.defined())
+  if (args.dsink.defined() && p.batch == 0)
     detail::launch_fill(static_cast<float*>(args.dsink.data), p.h_q, args.dsink.stride(0), 0.f, ctx.stream);
   e_.backward(p, args, ctx);
 }

@@ -35,7 +35,9 @@ class FlashBackend final : public Backend {
   int64_t backward_workspace_bytes(const Problem& p, const BackwardArgs&) const override {
     return e_.backward_workspace(p);
   }
-  void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) const override;
+  void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) const override {
+    e_.forward(p, args, ctx);
+  }
   void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx) const override;
 
  private:

@@ -109,10 +109,10 @@ __global__ void __launch_bounds__(kThreads) bwd_dsink_kernel(const __grid_consta
   const int h = blockIdx.x;
   const float sink_log2 = detail::sink_logit(p.fwd.sink, h) * kLog2e;
   const float2* terms = p.row_terms + h * p.rows_q;
-  float sum = 0.f;
+  float sum = 0.f;  // dsink's share of this thread's rows (no rows: 0)
   for (int64_t t = threadIdx.x; t < p.rows_q; t += kThreads) {
     const float2 r = terms[t];  // {lse in log2 units (+inf: no part), D}
-    if (r.x != INFINITY) sum += exp2f(sink_log2 - r.x) * r.y;
+    if (r.x != INFINITY) sum -= exp2f(sink_log2 - r.x) * r.y;
   }
   __shared__ float part[kThreads];
   part[threadIdx.x] = sum;
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dsink_kernel(const __grid_consta
     if (static_cast<int>(threadIdx.x) < s) part[threadIdx.x] += part[threadIdx.x + s];
     __syncthreads();
   }
-  if (threadIdx.x == 0) p.dsink[h * p.dsink_stride] = -part[0];
+  if (threadIdx.x == 0) p.dsink[h * p.dsink_stride] = part[0];
 }
 
 template <typename T>
@@ -164,7 +164,7 @@ void launch_bwd_prepass(const BwdParams& p, int d_qk, int d_v, cudaStream_t stre
 }
 
 void launch_bwd_dsink(const BwdParams& p, cudaStream_t stream) {
-  if (!p.dsink || p.rows_q == 0) return;  // no rows: dsink stays 0 (backend_adapter.cpp)
+  if (!p.dsink) return;
   bwd_dsink_kernel<<<p.fwd.h_q, kThreads, 0, stream>>>(p);
   ATTN_CUDA(cudaGetLastError());
 }

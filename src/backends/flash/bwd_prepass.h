@@ -14,7 +14,7 @@ void launch_bwd_prepass(const BwdParams& p, int d_qk, int d_v, cudaStream_t stre
 
 // dsink[h] = -sum over the real rows of exp(sink_h - lse) D from the row
 // terms (after launch_bwd_prepass), one block per head, summed in a fixed
-// order (deterministic). Nothing to do without p.dsink.
+// order (deterministic); 0 without rows. Nothing to do without p.dsink.
 void launch_bwd_dsink(const BwdParams& p, cudaStream_t stream);
 
 // dq = softmax_scale * dq_accum in T and the caller's strides.

@@ -21,6 +21,11 @@ void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx)
 int64_t forward_workspace_bytes(const Problem& p);
 int64_t backward_workspace_bytes(const Problem& p);
 
+// Whether a forward runs a row's dropout build: for dropout, or for a max
+// logit, which lives only there (fwd_kernel.cuh). supports() and the dispatch
+// both ask.
+bool fwd_needs_dropout_build(const Problem& p);
+
 const Backend& backend();
 
 }  // namespace attn::flash_sm80

@@ -42,11 +42,9 @@ int64_t smem_bytes_for(Pass pass, int64_t d_qk, int64_t d_v, int64_t optin, bool
 std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
   std::vector<std::string> no = detail::gpu_device_reasons(p, dev);
   if (!p.device.is_cuda()) return no;
-  // The dispatch's test: dropout, or a forward's max logit, takes the dropout build.
-  const int64_t smem = smem_bytes_for(p.pass, p.d_qk, p.d_v, dev.smem_per_block_optin_bytes,
-                                      dropout_threshold(p.dropout_p) != 0 ||
-                                          (p.pass == Pass::forward && p.return_max_logit));
   const bool fwd = p.pass == Pass::forward;
+  const int64_t smem = smem_bytes_for(p.pass, p.d_qk, p.d_v, dev.smem_per_block_optin_bytes,
+                                      fwd ? fwd_needs_dropout_build(p) : dropout_threshold(p.dropout_p) != 0);
   for (std::string& reason :
        fwd ? flash::head_dim_reasons(p, dev, "flash_sm80", smem, {ATTN_FLASH_SM80_FWD_TABLE(ATTN_FLASH_HEAD_DIMS)})
            : flash::head_dim_reasons(p, dev, "flash_sm80", smem, {ATTN_FLASH_SM80_BWD_TABLE(ATTN_FLASH_HEAD_DIMS)}))

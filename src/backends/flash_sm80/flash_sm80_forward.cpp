@@ -22,9 +22,6 @@
 namespace attn::flash_sm80 {
 namespace {
 
-// A call takes a row's dropout build for dropout or a max logit (fwd_kernel.cuh).
-bool fwd_needs_dropout_build(const flash::FwdParams& k) { return k.dropout_threshold != 0 || k.max_logit; }
-
 // `optin`: the device's shared memory per block, which picks a row's narrow
 // build where it has one and it pays or alone fits; dropout picks a row's
 // dropout build where it has one (fwd_config.h).
@@ -32,7 +29,7 @@ template <typename T>
 bool dispatch(const Problem& p, const flash::FwdParams& k, int64_t optin, cudaStream_t stream) {
 #define ATTN_DISPATCH_ROW(dqk, dv)                                              \
   if (p.d_qk == (dqk) && p.d_v == (dv)) {                                       \
-    const FwdBuild build = fwd_build<dqk, dv>(optin, fwd_needs_dropout_build(k));  \
+    const FwdBuild build = fwd_build<dqk, dv>(optin, fwd_needs_dropout_build(p));   \
     if constexpr (ATTN_SM80_FWD_NARROW(dqk))                                    \
       if (build == FwdBuild::narrow) {                                          \
         launch_fwd<T, dqk, dv, FwdBuild::narrow>(k, stream);                    \
@@ -52,6 +49,8 @@ bool dispatch(const Problem& p, const flash::FwdParams& k, int64_t optin, cudaSt
 }
 
 }  // namespace
+
+bool fwd_needs_dropout_build(const Problem& p) { return dropout_threshold(p.dropout_p) != 0 || p.return_max_logit; }
 
 void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) {
   ATTN_CUDA(cudaSetDevice(p.device.index));

@@ -58,7 +58,8 @@ double given_lse(const BackwardArgs& a, const Problem& p, int64_t start_q, int64
 }
 
 // dq for the query heads of KV head hk in sequence b, and that head's dk, dv;
-// with a learnable sink, dsink_part[h] for those heads (this sequence's share).
+// with a learnable sink, dsink_part[h] for those heads (this sequence's share;
+// null without).
 void backward_kv_head(const Problem& p, const BackwardArgs& a, const Sequences& seqs, int64_t b,
                       int64_t hk, double* dsink_part) {
   const KvHead kv = internal::load_kv_head(p, a.in, seqs, b, hk);
@@ -153,10 +154,10 @@ void dbias_rows(const Problem& p, const BackwardArgs& a, const Sequences& seqs, 
 
 void backward(const Problem& p, const BackwardArgs& args) {
   const Sequences seqs = internal::checked_sequences(p, args.in);
-  std::vector<double> dsink_part(static_cast<size_t>(p.batch * p.h_q), 0.0);  // [b, h_q]
+  std::vector<double> dsink_part(static_cast<size_t>(p.sink_grad ? p.batch * p.h_q : 0), 0.0);  // [b, h_q]
   detail::parallel_for(p.batch * p.h_kv, [&](int64_t task) {
     const int64_t b = task / p.h_kv;
-    backward_kv_head(p, args, seqs, b, task % p.h_kv, dsink_part.data() + b * p.h_q);
+    backward_kv_head(p, args, seqs, b, task % p.h_kv, p.sink_grad ? dsink_part.data() + b * p.h_q : nullptr);
   });
   if (p.sink_grad)  // dsink[h] = -sum over (b, i) of exp(sink - lse_i) D_i, summed in order of b
     for (int64_t h = 0; h < p.h_q; ++h) {

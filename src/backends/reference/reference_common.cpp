@@ -9,6 +9,7 @@
 
 #include "attn/error.h"
 #include "attn/philox.h"
+#include "core/nan_max.h"
 #include "core/numeric.h"
 
 namespace attn::reference::internal {
@@ -117,11 +118,6 @@ double sink_logit(const Problem& p, const Inputs& in, int64_t h) {
   return kNegInf;
 }
 
-double max_keeping_nan(double a, double b) {
-  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
-  return std::max(a, b);
-}
-
 double dot(const double* a, const double* b, int64_t n) {
   double sum = 0.0;
   for (int64_t c = 0; c < n; ++c) sum += a[c] * b[c];
@@ -146,7 +142,7 @@ Row attention_row(const Problem& p, const Inputs& in, const Sequences& seqs, con
   }
 
   r.max_score = kNegInf;
-  for (int64_t j = r.keys.begin; j < r.keys.end; ++j) r.max_score = max_keeping_nan(r.max_score, s[j]);
+  for (int64_t j = r.keys.begin; j < r.keys.end; ++j) r.max_score = detail::max_keeping_nan(r.max_score, s[j]);
 
   // Softmax over the allowed keys and the sink (a logit without a value); a
   // row whose scores are all -inf (or whose given lse is -inf) keeps p = 0.

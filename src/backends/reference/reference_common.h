@@ -55,8 +55,6 @@ struct Row {
 // vanilla (no sink), 0 for off-by-one, sink[h] for learnable.
 double sink_logit(const Problem& p, const Inputs& in, int64_t h);
 
-// max(a, b) that keeps a NaN of either (std::max would drop it).
-double max_keeping_nan(double a, double b);
 
 // Requires i < len_q(b). q holds the query row (d_qk doubles). The forward
 // passes no `given_lse` and gets the row's own; the backward passes the

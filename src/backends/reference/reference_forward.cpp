@@ -7,6 +7,7 @@
 
 #include "backends/reference/reference.h"
 #include "backends/reference/reference_common.h"
+#include "core/nan_max.h"
 #include "core/numeric.h"
 #include "core/parallel.h"
 
@@ -32,7 +33,7 @@ double forward_head(const Problem& p, const ForwardArgs& a, const Sequences& seq
       const std::vector<double> q = internal::load_row(a.in.q, p, start_q, b, i, h, p.d_qk);
       const Row r = internal::attention_row(p, a.in, seqs, kv, q.data(), b, h, i);
       lse = r.lse;
-      max_score = internal::max_keeping_nan(max_score, r.max_score);
+      max_score = detail::max_keeping_nan(max_score, r.max_score);
       for (int64_t j = r.keys.begin; j < r.keys.end; ++j) {
         const double w = r.p[j] * r.z[j];
         if (w == 0.0) continue;  // masked or dropped: contributes nothing (even if v_j is not finite)
@@ -52,14 +53,15 @@ double forward_head(const Problem& p, const ForwardArgs& a, const Sequences& seq
 
 void forward(const Problem& p, const ForwardArgs& args) {
   const Sequences seqs = internal::checked_sequences(p, args.in);
-  std::vector<double> max_score(static_cast<size_t>(p.batch * p.h_q));
+  std::vector<double> max_score(static_cast<size_t>(p.return_max_logit ? p.batch * p.h_q : 0));  // [b, h_q]
   detail::parallel_for(p.batch * p.h_q, [&](int64_t task) {
-    max_score[task] = forward_head(p, args, seqs, task / p.h_q, task % p.h_q);
+    const double m = forward_head(p, args, seqs, task / p.h_q, task % p.h_q);
+    if (p.return_max_logit) max_score[task] = m;
   });
   if (!args.max_logit.defined()) return;
   for (int64_t h = 0; h < p.h_q; ++h) {
     double m = -std::numeric_limits<double>::infinity();
-    for (int64_t b = 0; b < p.batch; ++b) m = internal::max_keeping_nan(m, max_score[b * p.h_q + h]);
+    for (int64_t b = 0; b < p.batch; ++b) m = detail::max_keeping_nan(m, max_score[b * p.h_q + h]);
     detail::store_from_double(args.max_logit.data, args.max_logit.dtype, h * args.max_logit.strides_elems[0], m);
   }
 }

@@ -13,6 +13,7 @@
 #include "backends/common/softmax_sink.cuh"
 #include "backends/unfused/row_params.h"
 #include "core/cuda_check.h"
+#include "core/nan_max.h"
 
 namespace attn::unfused {
 namespace {
@@ -74,7 +75,7 @@ __device__ __forceinline__ float dropout_factor(const RowParams& p, int h, int64
 
 // max that keeps a NaN (fmaxf drops it): a NaN score makes the row's lse NaN,
 // not a row that reads as "no visible key".
-__device__ __forceinline__ float max_keeping_nan(float a, float b) { return a != a || b != b ? a + b : fmaxf(a, b); }
+using detail::max_keeping_nan;
 
 template <bool kMax>
 __device__ float block_reduce(float v) {
