@@ -9,7 +9,9 @@
    time goes;
 2. a small Llama-style transformers model's training step (forward, loss,
    backward) with attn_implementation "attn" against "sdpa", without and with
-   a right-padded attention mask.
+   a right-padded attention mask;
+3. with --gptoss, a gpt-oss-shaped model's training step (softmax sinks,
+   sliding windows) against transformers' "eager" and "flex_attention".
 
 CUDA events, warm-up, median of --iters runs, attn and its peer timed in
 alternation (drift falls on both). Prints the attn backend chosen
@@ -311,6 +313,52 @@ def bench_transformers(args, report):
     }
 
 
+# ---- 3. a gpt-oss-shaped transformers model's training step (softmax sinks) -------------
+
+
+def bench_gptoss(args, report):
+    """gpt-oss's attention (a learnable sink per head, every other layer a
+    128-token sliding window, 64 query / 8 KV heads of d 64) in a model with
+    gpt-oss-20b's widths and fewer layers and experts. transformers offers it
+    "eager", "flex_attention" and "flash_attention_*" (the last needs the
+    flash_attn package or a download from the kernels hub, neither on the
+    GPU machine); attn is timed against the two it has."""
+    import transformers
+    import attn.integrations.transformers as attn_hf
+
+    attn_hf.register()
+    cfg = transformers.GptOssConfig(vocab_size=32000, hidden_size=2880, intermediate_size=2880, num_hidden_layers=4,
+                                    num_attention_heads=64, num_key_value_heads=8, head_dim=64, sliding_window=128,
+                                    num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=8192)
+    torch.manual_seed(0)
+    model = transformers.GptOssForCausalLM(cfg).to(device="cuda", dtype=torch.bfloat16).train()
+    b, s = args.gptoss_batch, args.gptoss_seq
+    ids = torch.randint(0, cfg.vocab_size, (b, s), device="cuda")
+
+    def run():
+        model.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+
+    impls = ["attn", "eager", "flex_attention"]
+    fns = {}
+    for impl in impls:
+        try:  # flex_attention compiles on its first step: fail here, not inside the timing
+            model.set_attn_implementation(impl)
+            run()
+            fns[impl] = (lambda impl=impl: model.set_attn_implementation(impl), run)
+        except Exception as e:  # noqa: BLE001 - record why a peer could not run
+            report.setdefault("gptoss_skipped", {})[impl] = f"{type(e).__name__}: {e}"[:300]
+    t = timed_interleaved(fns, args.warmup, args.iters)
+    peers = {k: v for k, v in t.items() if k != "attn"}
+    best = min(peers, key=peers.get) if peers else None
+    report["gptoss"] = {
+        "model": dict(hidden=2880, layers=4, heads=64, kv_heads=8, head_dim=64, sliding_window=128, experts=4,
+                      experts_per_token=2, vocab=32000, batch=b, seq=s, dtype="bfloat16",
+                      step="forward + loss + backward, no optimizer"),
+        "ms": t, "best_peer": best, "speedup_vs_best_peer": t[best] / t["attn"] if best else None,
+    }
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="JSON output path")
@@ -322,6 +370,10 @@ def main():
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--skip-transformers", action="store_true")
     p.add_argument("--skip-layer", action="store_true", help="only the transformers training step")
+    p.add_argument("--gptoss", action="store_true",
+                   help="also a gpt-oss-shaped model's training step against transformers' eager and flex_attention")
+    p.add_argument("--gptoss-batch", type=int, default=2)
+    p.add_argument("--gptoss-seq", type=int, default=4096)
     p.add_argument("--profile", action="store_true",
                    help="also list each transformers step's top CUDA kernels (torch.profiler) per implementation")
     args = p.parse_args()
@@ -347,6 +399,8 @@ def main():
         bench_layer(args, report)
     if not args.skip_transformers:
         bench_transformers(args, report)
+    if args.gptoss and "transformers_version" in report:
+        bench_gptoss(args, report)
 
     if "layer" in report:
         L = report["layer"]
@@ -392,6 +446,14 @@ def main():
                     print(f"\n{r['case']}, {impl}: GPU {r[f'{impl}_gpu_ms']:.2f} ms per step; top kernels (ms, calls):")
                     for kern in r[f"{impl}_top_kernels"]:
                         print(f"  {kern['ms']:7.3f} {kern['calls']:4d}  {kern['name']}")
+    if "gptoss" in report:
+        G = report["gptoss"]
+        print(f"\ngpt-oss-shaped model ({G['model']['layers']} layers, sinks, window {G['model']['sliding_window']}), "
+              f"b {G['model']['batch']} s {G['model']['seq']}, training step (median ms): "
+              + ", ".join(f"{k} {v:.2f}" for k, v in G["ms"].items())
+              + (f"; attn / best peer ({G['best_peer']}) speedup {G['speedup_vs_best_peer']:.3f}" if G["best_peer"] else ""))
+        for impl, why in report.get("gptoss_skipped", {}).items():
+            print(f"  {impl} did not run: {why}")
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)
     print(f"\nwrote {args.out}")

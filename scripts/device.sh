@@ -92,7 +92,7 @@
 #   ATTN_CP_TESTS_ONLY=1 / ATTN_CP_BENCH_ONLY=1   cp: one half only
 #   ATTN_CP_REPEAT       cp: repetitions of every cp_worker.py case, ranks out of step (20)
 #   ATTN_BENCH           python_bench: overhead, layer, all (all) or sinks
-#                        (bench/sinks.py alone, $ATTN_SINKS_ARGS)
+#                        (bench/sinks.py, $ATTN_SINKS_ARGS, then bench/layer.py --gptoss)
 #   ATTN_LAYER_ARGS      python_bench: bench/layer.py's arguments
 #   ATTN_PYTEST          python_bench: pytest these paths first
 #   ATTN_ARCHS           cp, python_bench: CUDA architectures (90a-real)
@@ -443,6 +443,10 @@ suite_python_bench() {
     # shellcheck disable=SC2086  # a list of flags
     python3 bench/sinks.py --out "$log" ${ATTN_SINKS_ARGS:-} | tee "$log/sinks.txt"
     verdict sinks "${PIPESTATUS[0]}" "bench/sinks.py ${ATTN_SINKS_ARGS:-}"
+    python3 bench/layer.py --out "$log/gptoss.json" --skip-layer --skip-transformers --gptoss --iters 10 \
+      >"$log/gptoss.txt" 2>&1
+    verdict gptoss $? "bench/layer.py --gptoss: $(grep -m1 'speedup' "$log/gptoss.txt")"
+    tail -4 "$log/gptoss.txt"
     return 0
   fi
   if [ "$which" != layer ]; then

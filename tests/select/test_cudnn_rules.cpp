@@ -198,6 +198,32 @@ TEST(CudnnRules, EmptyRowsAreFoundWithoutLengths) {
   EXPECT_TRUE(may_have_empty_rows(p));
 }
 
+TEST(CudnnRules, SoftmaxSinksByVersionFormatAndMaxLogit) {
+  const auto sm90 = simulated_device("sm90");
+  for (SoftmaxType t : {SoftmaxType::off_by_one, SoftmaxType::learnable}) {
+    Problem p = problem();
+    p.softmax_type = t;
+    EXPECT_TRUE(static_reasons(p, sm90, kV919).empty()) << joined(static_reasons(p, sm90, kV919));
+    const std::string old = joined(static_reasons(p, sm90, 91200));
+    EXPECT_NE(old.find("needs cuDNN >= 9.13; loaded 9.12.0"), std::string::npos) << old;
+    p.pass = Pass::backward;
+    p.sink_grad = t == SoftmaxType::learnable;
+    EXPECT_TRUE(static_reasons(p, sm90, kV919).empty()) << joined(static_reasons(p, sm90, kV919));
+    p.qkv_format = QkvFormat::thd;
+    const std::string thd = joined(static_reasons(p, sm90, kV919));
+    EXPECT_NE(thd.find("thd backward needs cuDNN >= 9.26"), std::string::npos) << thd;
+    EXPECT_TRUE(static_reasons(p, sm90, 92600).empty()) << joined(static_reasons(p, sm90, 92600));
+    p = problem();
+    p.softmax_type = t;
+    p.return_max_logit = true;
+    const std::string both = joined(static_reasons(p, sm90, kV919));
+    EXPECT_NE(both.find("Max, where attn reads the max logit, includes the sink"), std::string::npos) << both;
+  }
+  Problem p = problem();
+  p.return_max_logit = true;  // without a sink: from cuDNN's per-row Max
+  EXPECT_TRUE(static_reasons(p, sm90, kV919).empty()) << joined(static_reasons(p, sm90, kV919));
+}
+
 TEST(CudnnRules, PlanKeysTellApartWhatChangesTheGraph) {
   GraphSpec a;
   a.batch = 2;
@@ -211,6 +237,11 @@ TEST(CudnnRules, PlanKeysTellApartWhatChangesTheGraph) {
   b = a;
   b.dropout_p = 0.1f;
   EXPECT_NE(a.key(), b.key());
+  for (bool GraphSpec::*flag : {&GraphSpec::sink, &GraphSpec::dsink, &GraphSpec::max_sum_exp}) {
+    b = a;
+    b.*flag = true;
+    EXPECT_NE(a.key(), b.key());
+  }
   b = a;
   EXPECT_EQ(a.key(), b.key());
 }

@@ -104,7 +104,12 @@ GraphSpec spec_for(const Problem& p, const Inputs* in, const TensorView* out, co
   if (s.dbias) s.dbias_desc = bias_desc(p, dbias);
   s.dropout_p = static_cast<float>(p.dropout_p);
   s.seed_in_memory = p.rng_state_in_memory;
-  s.stats = p.pass == Pass::backward || p.return_lse;
+  // The max logit comes from cuDNN's per-row Max, which its softmax gives
+  // with Sum_exp instead of stats: lse is then Max + log(Sum_exp).
+  s.max_sum_exp = p.pass == Pass::forward && p.return_max_logit;
+  s.stats = (p.pass == Pass::backward || p.return_lse) && !s.max_sum_exp;
+  s.sink = p.has_sink();
+  s.dsink = p.pass == Pass::backward && p.sink_grad;
   s.deterministic = p.pass == Pass::backward && p.deterministic;
   s.implementation = forward_implementation();
   const QkvFormat f = p.qkv_format;
@@ -121,8 +126,9 @@ GraphSpec spec_for(const Problem& p, const Inputs* in, const TensorView* out, co
     s.dk = desc(dk, s.s_kv, p.h_kv, p.d_qk);
     s.dv = desc(dv, s.s_kv, p.h_kv, p.d_v);
   }
-  // In place (lse_packed) or in the workspace, cuDNN's stats are packed [b, h, s, 1].
-  if (s.stats) s.stats_desc = packed_stats(p.batch, p.h_q, s.s_q);
+  // In place (lse_packed) or in the workspace, cuDNN's stats (or Max and
+  // Sum_exp) are packed [b, h, s, 1].
+  if (s.stats || s.max_sum_exp) s.stats_desc = packed_stats(p.batch, p.h_q, s.s_q);
   return s;
 }
 
@@ -143,11 +149,15 @@ std::string alternatives(const Problem& p) {
        "use another backend: ATTN_DISABLE=cudnn (or backend=...), which can run it: " + alternatives(p));
 }
 
-// Per-call device arrays: sequence lengths, ragged offsets, packed stats.
+// Per-call device arrays: sequence lengths, ragged offsets, packed stats (or
+// Max and Sum_exp), the sink logits and their gradient as cuDNN reads and
+// writes them (contiguous [h_q]).
 struct Scratch {
   int32_t *len_q = nullptr, *len_kv = nullptr;
   int32_t* ragged[kRoles] = {};
   float* stats = nullptr;
+  float *row_max = nullptr, *row_sum_exp = nullptr;
+  float *sink = nullptr, *dsink = nullptr;
   void* cudnn = nullptr;
 };
 
@@ -160,8 +170,22 @@ Scratch carve(detail::Carver& c, const Problem& p, const MaskPlan& m, int64_t ro
   if (m.ragged)
     for (int r = 0; r < kRoles; ++r) s.ragged[r] = c.take<int32_t>(p.batch + 1);
   if (stats) s.stats = c.take<float>(p.batch * p.h_q * rows);
+  if (p.pass == Pass::forward && p.return_max_logit) {
+    s.row_max = c.take<float>(p.batch * p.h_q * rows);
+    s.row_sum_exp = c.take<float>(p.batch * p.h_q * rows);
+  }
+  if (p.has_sink()) s.sink = c.take<float>(p.h_q);
+  if (p.pass == Pass::backward && p.sink_grad) s.dsink = c.take<float>(p.h_q);
   s.cudnn = c.take_bytes(cudnn_bytes);
   return s;
+}
+
+// The sink logits into the [h_q] tensor cuDNN reads: the caller's (learnable) or zeros (off-by-one).
+void stage_sink(const Problem& p, const Inputs& in, const Scratch& s, void* stream) {
+  if (!s.sink) return;
+  const bool learnable = p.softmax_type == SoftmaxType::learnable;
+  launch_copy_per_head(s.sink, 1, learnable ? static_cast<const float*>(in.sink.data) : nullptr,
+                       learnable ? in.sink.strides_elems[0] : 1, p.h_q, stream);
 }
 
 void prepare_sequences(const Problem& p, const Inputs& in, const Scratch& s, const TensorView* views[kRoles],
@@ -223,13 +247,13 @@ ForwardSetup forward_setup(const Problem& p, const ForwardArgs& a) {
   f.m = mask_plan(p);
   f.rows = view_rows(p, p.s_q);
   f.no_keys = p.total_kv == 0 || p.s_kv == 0;
-  f.direct = p.return_lse && lse_packed(p, a.lse);
+  f.direct = p.return_lse && !p.return_max_logit && lse_packed(p, a.lse);
   if (!f.no_keys) {
     f.plan = get_plan(spec_for(p, &a.in, &a.out, nullptr, nullptr, nullptr, nullptr));
     if (!f.plan.plan) no_plan(p, f.plan.error);
   }
   f.cudnn_bytes = f.plan.plan ? workspace_bytes(*f.plan.plan) : 0;
-  f.ws_stats = p.return_lse && !f.direct;
+  f.ws_stats = p.return_lse && !f.direct && !p.return_max_logit;
   detail::Carver sizing(nullptr);
   carve(sizing, p, f.m, f.rows, f.ws_stats, f.cudnn_bytes);
   f.workspace_bytes = sizing.used();
@@ -240,9 +264,20 @@ int64_t forward_workspace(const Problem& p, const ForwardArgs& a) {
   return p.total_q == 0 || p.h_q == 0 ? 0 : forward_setup(p, a).workspace_bytes;
 }
 
+// The max logit of a call without queries: -inf for every head.
+void no_max_logit(const Problem& p, const ForwardArgs& a, void* stream) {
+  ForwardRows none;
+  none.heads = p.h_q;
+  launch_max_logit_per_head(none, static_cast<float*>(a.max_logit.data), a.max_logit.strides_elems[0], stream);
+}
+
 void forward_pass(const Problem& p, const ForwardArgs& a, const RunContext& ctx) {
-  if (p.total_q == 0 || p.h_q == 0) return;
+  if (p.h_q == 0) return;
   ATTN_CUDA(cudaSetDevice(p.device.index));
+  if (p.total_q == 0) {
+    if (p.return_max_logit) no_max_logit(p, a, ctx.stream);
+    return;
+  }
   const ForwardSetup setup = forward_setup(p, a);
   const MaskPlan& m = setup.m;
   const int64_t rows = setup.rows;
@@ -252,11 +287,14 @@ void forward_pass(const Problem& p, const ForwardArgs& a, const RunContext& ctx)
   const Scratch s = carve(c, p, m, rows, ws_stats, setup.cudnn_bytes);
   const TensorView* views[kRoles] = {&a.in.q, &a.in.k, &a.in.v, &a.out, nullptr, nullptr, nullptr, nullptr};
   prepare_sequences(p, a.in, s, views, ctx.stream);
+  stage_sink(p, a.in, s, ctx.stream);
 
   if (plan.plan) {
     Pointers ptr;
     ptr.q = a.in.q.data, ptr.k = a.in.k.data, ptr.v = a.in.v.data, ptr.out = a.out.data;
     ptr.stats = direct ? a.lse.data : s.stats;
+    ptr.row_max = s.row_max, ptr.row_sum_exp = s.row_sum_exp;
+    ptr.sink = s.sink;
     ptr.bias = a.in.bias.data;
     ptr.len_q = s.len_q, ptr.len_kv = s.len_kv;
     for (int r = 0; r < kRoles; ++r) ptr.ragged[r] = s.ragged[r];
@@ -266,7 +304,8 @@ void forward_pass(const Problem& p, const ForwardArgs& a, const RunContext& ctx)
   }
 
   const bool fix = no_keys || may_have_empty_rows(p);
-  if (!fix && !ws_stats) return;
+  const bool lse_from_max = p.return_lse && p.return_max_logit;
+  if (!fix && !ws_stats && !p.return_max_logit) return;
   ForwardRows f;
   f.cu_q = thd(p) ? static_cast<const int32_t*>(a.in.cu_seqlens_q.data) : nullptr;
   f.cu_q_stride = a.in.cu_seqlens_q.defined() ? a.in.cu_seqlens_q.strides_elems[0] : 1;
@@ -282,10 +321,16 @@ void forward_pass(const Problem& p, const ForwardArgs& a, const RunContext& ctx)
     lse_strides(p, a.lse, f.lse_b, f.lse_h, f.lse_i);
   }
   f.stats = ws_stats && plan.plan ? s.stats : nullptr;
-  // Stats live in [b, h, rows]; thd's rows are the bucketed view rows.
-  if (f.stats && thd(p)) f.rows = rows;
+  f.row_max = p.return_max_logit && plan.plan ? s.row_max : nullptr;
+  f.row_sum_exp = f.row_max ? s.row_sum_exp : nullptr;
+  // Stats, Max and Sum_exp live in [b, h, rows]; thd's rows are the bucketed view rows.
+  if ((f.stats || f.row_max) && thd(p)) f.rows = rows;
   f.fix_empty = fix;
-  launch_finish_forward_rows(f, ctx.stream);
+  f.sink = detail::sink_logits_of(p, a.in.sink);
+  if (p.return_max_logit)
+    launch_max_logit_per_head(f, static_cast<float*>(a.max_logit.data), a.max_logit.strides_elems[0], ctx.stream);
+  if (!lse_from_max) f.row_max = f.row_sum_exp = nullptr;
+  if (fix || ws_stats || lse_from_max) launch_finish_forward_rows(f, ctx.stream);
 }
 
 // Zeroes the rows of dq (dk, dv) at or past len_q[b] (len_kv[b]) of each
@@ -352,7 +397,10 @@ void backward_pass(const Problem& p, const BackwardArgs& a, const RunContext& ct
   detail::Carver c(static_cast<char*>(detail::workspace(ctx, p.device.index, setup.workspace_bytes)));
   const Scratch s = carve(c, p, setup.m, rows, !direct, setup.cudnn_bytes);
 
+  float* const dsink = static_cast<float*>(a.dsink.data);
+  const int64_t dsink_stride = a.dsink.defined() ? a.dsink.strides_elems[0] : 1;
   if (setup.nothing_to_attend) {  // every gradient is zero
+    if (p.sink_grad) launch_copy_per_head(dsink, dsink_stride, nullptr, 1, p.h_q, ctx.stream);
     int32_t* zeros = c.take<int32_t>(p.batch);
     ATTN_CUDA(cudaMemsetAsync(zeros, 0, p.batch * sizeof(int32_t), static_cast<cudaStream_t>(ctx.stream)));
     zero_gradient_rows(p, a, zeros, zeros, ctx.stream);
@@ -364,6 +412,7 @@ void backward_pass(const Problem& p, const BackwardArgs& a, const RunContext& ct
 
   const TensorView* views[kRoles] = {&a.in.q, &a.in.k, &a.in.v, &a.out, &a.dout, &a.dq, &a.dk, &a.dv};
   prepare_sequences(p, a.in, s, views, ctx.stream);
+  stage_sink(p, a.in, s, ctx.stream);
   if (!direct) {
     BackwardStats b;
     b.cu_q = thd(p) ? static_cast<const int32_t*>(a.in.cu_seqlens_q.data) : nullptr;
@@ -380,11 +429,13 @@ void backward_pass(const Problem& p, const BackwardArgs& a, const RunContext& ct
   ptr.dq = a.dq.data, ptr.dk = a.dk.data, ptr.dv = a.dv.data;
   ptr.stats = direct ? a.lse.data : s.stats;
   ptr.bias = a.in.bias.data, ptr.dbias = a.dbias.data;
+  ptr.sink = s.sink, ptr.dsink = s.dsink;
   ptr.len_q = s.len_q, ptr.len_kv = s.len_kv;
   for (int r = 0; r < kRoles; ++r) ptr.ragged[r] = s.ragged[r];
   ptr.seed = static_cast<int64_t>(p.seed), ptr.offset = static_cast<int64_t>(p.offset);
   ptr.rng_state = p.rng_state_in_memory ? static_cast<const int64_t*>(a.in.rng_state.data) : nullptr;
   execute(*plan.plan, ptr, s.cudnn, ctx.stream, p);
+  if (s.dsink) launch_copy_per_head(dsink, dsink_stride, s.dsink, 1, p.h_q, ctx.stream);
 
   if (padded_grads) zero_gradient_rows(p, a, s.len_q, s.len_kv, ctx.stream);  // cuDNN leaves rows past a length unwritten
 }

@@ -24,7 +24,8 @@ namespace attn::cudnn {
 
 // Fixed tensor ids, so a variant pack is built without looking tensors up.
 enum Uid : int64_t {
-  uQ = 1, uK, uV, uO, udO, udQ, udK, udV, uStats, uBias, udBias, uLenQ, uLenKV, uSeed, uOffset,
+  uQ = 1, uK, uV, uO, udO, udQ, udK, udV, uStats, uBias, udBias, uLenQ, uLenKV, uSeed, uOffset, uSink, udSink,
+  uMax, uSumExp,
   uRagged0 = 100,  // + Role
 };
 
@@ -33,6 +34,7 @@ class Plan {
   std::shared_ptr<fe::graph::Graph> graph;
   int64_t workspace = 0;
   bool ragged = false, padding = false, bias = false, dbias = false, dropout = false, stats = false;
+  bool max_sum_exp = false, sink = false, dsink = false;
   Pass pass = Pass::forward;
   int device = 0;
 };
@@ -64,7 +66,7 @@ std::string GraphSpec::key() const {
   num(mask.right_bound, ' ');
   hex(scale);
   hex(dropout_p);
-  for (bool b : {bias, dbias, stats, deterministic, seed_in_memory}) s += b ? '1' : '0';
+  for (bool b : {bias, dbias, stats, deterministic, seed_in_memory, max_sum_exp, sink, dsink}) s += b ? '1' : '0';
   s += ' ';
   num(int64_t(implementation), ' ');
   if (bias) desc(bias_desc);
@@ -149,6 +151,16 @@ std::shared_ptr<fe::graph::Tensor_attributes> int64_scalar(fe::graph::Graph& g, 
                       .set_data_type(fe::DataType_t::INT64));
 }
 
+// An fp32 tensor the graph reads or writes: [1, h_q, 1, 1] per query head
+// (the sink logits, dsink) or packed [b, h, s, 1] per row (cuDNN's Max, Sum_exp).
+std::shared_ptr<fe::graph::Tensor_attributes> fp32_tensor(fe::graph::Graph& g, const char* name, Uid uid,
+                                                          const TensorDesc& d) {
+  return g.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(vec(d.dim)).set_stride(
+      vec(d.stride)).set_data_type(fe::DataType_t::FLOAT));
+}
+
+TensorDesc per_head(int64_t h_q) { return {{1, h_q, 1, 1}, {h_q, 1, 1, 1}}; }
+
 // The mask, scale and dropout settings both passes share.
 template <typename Attributes>
 void apply_common(const GraphSpec& s, fe::graph::Graph& g, Attributes& a) {
@@ -190,6 +202,9 @@ PlanResult build(const GraphSpec& s, cudnnHandle_t handle) {
   plan->dbias = s.dbias;
   plan->dropout = s.dropout_p > 0;
   plan->stats = s.stats;
+  plan->max_sum_exp = s.max_sum_exp;
+  plan->sink = s.sink;
+  plan->dsink = s.dsink;
 
   auto Q = io_tensor(*g, "Q", uQ, s.q), K = io_tensor(*g, "K", uK, s.k), V = io_tensor(*g, "V", uV, s.v);
   set_ragged(*g, s, Q, kQ);
@@ -204,6 +219,10 @@ PlanResult build(const GraphSpec& s, cudnnHandle_t handle) {
     if (s.implementation == 2) a.set_implementation(fe::AttentionImplementation_t::UNIFIED);
     apply_common(s, *g, a);
     if (bias) a.set_bias(bias);
+    if (s.sink) a.set_sink_token(fp32_tensor(*g, "sink", uSink, per_head(s.h_q)));
+    if (s.max_sum_exp)
+      a.set_logit_max(fp32_tensor(*g, "max", uMax, s.stats_desc))
+          .set_score_sum_exp(fp32_tensor(*g, "sum_exp", uSumExp, s.stats_desc));
     auto [O, Stats] = g->sdpa(Q, K, V, a);
     describe_output(O, "O", uO, s.o);
     set_ragged(*g, s, O, kO);
@@ -221,6 +240,12 @@ PlanResult build(const GraphSpec& s, cudnnHandle_t handle) {
     apply_common(s, *g, a);
     if (s.deterministic) a.set_deterministic_algorithm(true);
     if (bias) a.set_bias(bias);
+    if (s.sink) a.set_sink_token(fp32_tensor(*g, "sink", uSink, per_head(s.h_q)));
+    if (s.dsink) {
+      auto dSink = fp32_tensor(*g, "dsink", udSink, per_head(s.h_q));
+      dSink->set_output(true);  // as dbias: declared before the node
+      a.set_dsink_token(dSink);
+    }
     if (s.dbias) {
       auto dB = io_tensor(*g, "dbias", udBias, s.dbias_desc);
       dB->set_output(true);  // the frontend wants dbias declared before the node
@@ -319,6 +344,10 @@ void execute(const Plan& plan, const Pointers& p, void* workspace, void* stream,
   if (plan.pass == Pass::forward) {
     pack[uO] = p.out;
     if (plan.stats) pack[uStats] = p.stats;
+    if (plan.max_sum_exp) {
+      pack[uMax] = p.row_max;
+      pack[uSumExp] = p.row_sum_exp;
+    }
   } else {
     pack[uO] = const_cast<void*>(p.o);
     pack[udO] = const_cast<void*>(p.d_o);
@@ -327,7 +356,9 @@ void execute(const Plan& plan, const Pointers& p, void* workspace, void* stream,
     pack[udK] = p.dk;
     pack[udV] = p.dv;
     if (plan.dbias) pack[udBias] = p.dbias;
+    if (plan.dsink) pack[udSink] = p.dsink;
   }
+  if (plan.sink) pack[uSink] = const_cast<float*>(p.sink);
   if (plan.bias) pack[uBias] = const_cast<void*>(p.bias);
   if (plan.padding) {
     pack[uLenQ] = p.len_q;

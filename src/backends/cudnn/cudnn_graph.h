@@ -33,6 +33,11 @@ struct GraphSpec {
   float dropout_p = 0.0f;
   bool seed_in_memory = false;  // dropout's seed and offset: device tensors, not host values
   bool stats = false;  // forward: produce stats (lse); backward: always reads them
+  // Forward: cuDNN's per-row Max and Sum_exp instead of stats (its softmax
+  // gives those two or stats, not both); attn derives lse and the max logit.
+  bool max_sum_exp = false;
+  bool sink = false;   // a [1, h_q, 1, 1] fp32 sink logit per head joins the softmax
+  bool dsink = false;  // backward: its gradient, [1, h_q, 1, 1] fp32
   bool deterministic = false;
   // cuDNN's forward engine family: 0 = the frontend's choice, 1 = composite,
   // 2 = unified (forward_implementation() reads ATTN_CUDNN_IMPL).
@@ -50,6 +55,9 @@ struct Pointers {
   const void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *d_o = nullptr;
   void *out = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
   void* stats = nullptr;  // forward writes, backward reads
+  float *row_max = nullptr, *row_sum_exp = nullptr;  // GraphSpec::max_sum_exp
+  const float* sink = nullptr;  // [h_q] contiguous
+  float* dsink = nullptr;       // [h_q] contiguous
   const void* bias = nullptr;
   void* dbias = nullptr;
   int32_t *len_q = nullptr, *len_kv = nullptr;

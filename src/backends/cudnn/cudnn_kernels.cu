@@ -7,8 +7,10 @@
 #include <cmath>
 
 #include "attn/mask_rule.h"
+#include "backends/common/softmax_sink.cuh"
 #include "backends/cudnn/cudnn_kernels.h"
 #include "core/cuda_check.h"
+#include "core/nan_max.h"
 #include "core/sequence_bounds.h"
 
 namespace attn::cudnn {
@@ -77,23 +79,56 @@ __device__ int64_t row_offset(const RowLayout& t, bool ragged, int64_t start, in
   return token + h * t.head_stride;
 }
 
+// Whether row i of sequence b sees a key (false for rows past its length).
+__device__ bool sees_a_key(const ForwardRows& a, int64_t b, int64_t i) {
+  const int64_t len_q = a.len_q ? a.len_q[b] : a.s_q, len_kv = a.len_kv ? a.len_kv[b] : a.s_kv;
+  const int64_t shift = alignment_shift<int64_t>(a.bottom_right, len_q, len_kv);
+  return !visible_keys<int64_t>(i, len_q, len_kv, shift, a.left, a.right).empty();
+}
+
 __global__ void finish_forward_rows(ForwardRows a) {
   const int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (idx >= a.batch * a.heads * a.rows) return;
   const int64_t i = idx % a.rows, h = idx / a.rows % a.heads, b = idx / (a.rows * a.heads);
   const bool ragged = a.cu_q != nullptr;
-  const int64_t len_q = a.len_q ? a.len_q[b] : a.s_q, len_kv = a.len_kv ? a.len_kv[b] : a.s_kv;
-  if (ragged && i >= len_q) return;  // no such token in a packed batch
+  if (ragged && i >= (a.len_q ? a.len_q[b] : a.s_q)) return;  // no such token in a packed batch
   const int64_t start = ragged ? sequence_start(a.cu_q, a.cu_q_stride, b, a.tokens_q) : 0;
-  const int64_t shift = alignment_shift<int64_t>(a.bottom_right, len_q, len_kv);
-  const bool empty = visible_keys<int64_t>(i, len_q, len_kv, shift, a.left, a.right).empty();
+  const bool empty = !sees_a_key(a, b, i);
   float* lse = a.lse ? a.lse + b * a.lse_b + h * a.lse_h + (start + i) * a.lse_i : nullptr;
+  const int64_t row = (b * a.heads + h) * a.rows + i;
   if (empty && a.fix_empty) {
     zero_row_of(a.dtype, a.out, row_offset(a.out, ragged, start, b, i, h), a.d_v);
-    if (lse) *lse = -INFINITY;
+    if (lse) *lse = detail::sink_logit(a.sink, h);
   } else if (lse && a.stats) {
-    *lse = a.stats[(b * a.heads + h) * a.rows + i];
+    *lse = a.stats[row];
+  } else if (lse && a.row_max) {
+    *lse = a.row_max[row] + logf(a.row_sum_exp[row]);
   }
+}
+
+// One block per head: its rows that see a key, in a fixed order (the same
+// bits on every run).
+__global__ void max_logit_per_head(ForwardRows a, float* max_logit, int64_t stride) {
+  const int64_t h = blockIdx.x;
+  float m = -INFINITY;
+  if (a.row_max)
+    for (int64_t r = threadIdx.x; r < a.batch * a.rows; r += blockDim.x) {
+      const int64_t b = r / a.rows, i = r % a.rows;
+      if (sees_a_key(a, b, i)) m = detail::max_keeping_nan(m, a.row_max[(b * a.heads + h) * a.rows + i]);
+    }
+  __shared__ float part[kThreads];
+  part[threadIdx.x] = m;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) part[threadIdx.x] = detail::max_keeping_nan(part[threadIdx.x], part[threadIdx.x + half]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) max_logit[h * stride] = part[0];
+}
+
+__global__ void copy_per_head(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t heads) {
+  const int64_t h = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (h < heads) dst[h * dst_stride] = src ? src[h * src_stride] : 0.0f;
 }
 
 __global__ void backward_stats(BackwardStats a) {
@@ -138,6 +173,19 @@ void launch_prepare_sequences(const SequenceArgs& a, void* stream) {
 }
 void launch_finish_forward_rows(const ForwardRows& a, void* stream) {
   launch(finish_forward_rows, a.batch * a.heads * a.rows, a, stream);
+}
+void launch_max_logit_per_head(const ForwardRows& a, float* max_logit, int64_t stride, void* stream) {
+  if (a.heads == 0) return;
+  max_logit_per_head<<<static_cast<unsigned>(a.heads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a, max_logit,
+                                                                                                          stride);
+  ATTN_CUDA(cudaGetLastError());
+}
+void launch_copy_per_head(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t heads,
+                          void* stream) {
+  if (heads == 0) return;
+  copy_per_head<<<blocks_for(heads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(dst, dst_stride, src,
+                                                                                        src_stride, heads);
+  ATTN_CUDA(cudaGetLastError());
 }
 void launch_backward_stats(const BackwardStats& a, void* stream) {
   launch(backward_stats, a.batch * a.heads * a.rows, a, stream);

@@ -1,11 +1,14 @@
 // attn's own small kernels around a cuDNN call: sequence lengths and ragged
 // offsets from cu_seqlens, and the rows whose answer attn defines itself
-// (rows that see no key: out = 0, lse = -inf; padded rows of gradients: 0).
+// (rows that see no key: out = 0, lse = the sink's logit or -inf; padded
+// rows of gradients: 0), the max logit from cuDNN's per-row Max, and the
+// per-head copies of the sink logits and their gradient.
 #pragma once
 
 #include <cstdint>
 
 #include "attn/problem.h"
+#include "backends/common/sink_logits.h"
 
 namespace attn::cudnn {
 
@@ -52,9 +55,23 @@ struct ForwardRows {
   float* lse = nullptr;
   int64_t lse_b = 0, lse_h = 0, lse_i = 0;
   const float* stats = nullptr;  // cuDNN's [b, h, rows] packed stats to copy into lse; nullptr: lse written in place
-  bool fix_empty = true;         // zero out and set lse = -inf on rows that see no key
+  // Or cuDNN's packed per-row Max and Sum_exp (relative to Max): lse = max + log(sum_exp).
+  const float *row_max = nullptr, *row_sum_exp = nullptr;
+  bool fix_empty = true;  // zero out the rows that see no key and set their lse to the sink's logit (-inf: none)
+  detail::SinkLogits sink;
 };
 void launch_finish_forward_rows(const ForwardRows& a, void* stream);
+
+// max_logit[h * stride] = the largest of cuDNN's per-row Max over the rows of
+// head h that see a key (NaN kept; -inf: none). Reuses ForwardRows' geometry
+// (row_max must be set, or nullptr for a call without keys: -inf everywhere).
+void launch_max_logit_per_head(const ForwardRows& a, float* max_logit, int64_t stride, void* stream);
+
+// dst[h * dst_stride] = src[h * src_stride] for h < heads; src nullptr: 0.
+// The sink logits into the contiguous [h_q] tensor cuDNN reads (0 for
+// off-by-one), and cuDNN's dsink out to the caller's.
+void launch_copy_per_head(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t heads,
+                          void* stream);
 
 // attn's lse -> cuDNN's packed [b, h, rows] stats, with -inf (rows that see no
 // key) as 0 so cuDNN's exp(s - stats) of their masked scores stays 0, not NaN.

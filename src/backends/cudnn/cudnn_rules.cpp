@@ -61,11 +61,17 @@ std::vector<std::string> static_reasons(const Problem& p, const DeviceInfo& dev,
   // cuDNN checks each tensor's pointer and strides against 16 bytes when it
   // runs the graph, not when it builds it: refused here.
   if (std::string r = detail::row_alignment_reason(p, "cudnn"); !r.empty()) no.push_back(std::move(r));
-  const std::string sinks_elsewhere = " is not wired to cudnn yet; flash_sm90, flash_sm80 and unfused run it";
-  if (p.has_sink())
-    no.push_back(std::string("softmax_type=") + softmax_type_name(p.softmax_type) + " (a softmax sink)" +
-                 sinks_elsewhere);
-  if (p.return_max_logit) no.push_back("return_max_logit" + sinks_elsewhere);
+  if (p.has_sink()) {
+    const std::string sink = std::string("softmax_type=") + softmax_type_name(p.softmax_type) + " (a softmax sink)";
+    const std::string elsewhere = "; flash_sm90, flash_sm80 and unfused run it";
+    if (version < 91300) no.push_back(sink + " needs cuDNN >= 9.13; loaded " + version_name(version) + elsewhere);
+    if (p.pass == Pass::backward && p.qkv_format == QkvFormat::thd && version < 92600)
+      no.push_back(sink + " in a thd backward needs cuDNN >= 9.26 (its ragged backward with a sink is wrong before); "
+                   "loaded " + version_name(version) + elsewhere);
+    if (p.return_max_logit)
+      no.push_back("return_max_logit with " + sink + ": cuDNN's per-row Max, where attn reads the max logit, "
+                   "includes the sink's logit" + elsewhere);
+  }
 
   // Head dims: multiples of 8; at most 128 before Hopper, 256 on Hopper.
   const int64_t max_d = dev.sm == 90 ? 256 : 128;

@@ -160,19 +160,25 @@ struct OnlineSoftmax {
   }
 };
 
-// The warp's largest m max-ed into *max_logit by lane 0 (every lane calls
-// it, after the output's store, where it costs the main loop no register).
-// Every row of a head aims at one address, whose atomics queue up: one per
-// quad cost a 1k causal forward 26-49%; one per warp, and only where the
-// value there (read from L2) is smaller, a few percent.
-__device__ __forceinline__ void max_into(float* max_logit, float m, int lane) {
+// The max logit in two halves, so the L2 read's latency overlaps the
+// epilogue instead of sitting on the consumer's path (it cost a 1k causal
+// forward 5% there). Every row of a head aims at one address, whose atomics
+// queue up: one per quad cost that forward 26-49%; one per warp, and only
+// where the value there is smaller, little. max_logit_seen: lane 0's read
+// of the value there, issued before the output's staging and store.
+__device__ __forceinline__ float max_logit_seen(const float* max_logit, int lane) {
+  return lane == 0 ? __ldcg(max_logit) : -INFINITY;
+}
+
+// The warp's largest m max-ed into *max_logit by lane 0 where `seen` (from
+// max_logit_seen) is smaller; every lane calls it.
+__device__ __forceinline__ void max_into(float* max_logit, float m, float seen, int lane) {
 #pragma unroll
   for (int o = 4; o < 32; o <<= 1) {  // the quads' values (a quad's four lanes hold the same rows)
     const float other = __shfl_xor_sync(0xffffffffu, m, o);
     m = m != m || other != other ? m + other : fmaxf(m, other);
   }
   if (lane != 0 || m == -INFINITY) return;
-  const float seen = __ldcg(max_logit);
   if (m != m ? seen == seen : m > seen) detail::atomic_max_keeping_nan(max_logit, m);
 }
 

@@ -55,6 +55,8 @@ struct FwdEpilogue {
   __device__ __forceinline__ void store(const FwdItem& cur, int q_buf, const float (&o)[1][NO][4],
                                         flash::OnlineSoftmax<1>& softmax, float unit) const {
     const flash::FwdParams& p = args.p;
+    float* const max_logit = p.max_logit ? p.max_logit + cur.h * p.max_logit_stride : nullptr;
+    const float max_seen = max_logit ? flash::max_logit_seen(max_logit, lane) : 0.f;
     float inv[1][2], row_lse[1][2];
     const float sink = detail::sink_logit(p.sink, cur.h);  // lse of a row that sees no key (-inf without a sink)
     softmax.finish(inv, row_lse, unit, p.dropout_scale, sink * flash::kLog2e);
@@ -71,10 +73,8 @@ struct FwdEpilogue {
         row_lse[0][hh] = sink;
       }
     }
-    if (p.max_logit) {
-      const bool (&valid)[1][2] = *reinterpret_cast<const bool(*)[1][2]>(&row_valid);
-      flash::max_into(p.max_logit + cur.h * p.max_logit_stride, softmax.largest_score(row_lse, unit, valid), lane);
-    }
+    const bool (&valid)[1][2] = *reinterpret_cast<const bool(*)[1][2]>(&row_valid);
+    const float max_score = max_logit ? softmax.largest_score(row_lse, unit, valid) : 0.f;
     // Stage O in this warpgroup's 64 rows of the output tile with stmatrix
     // (its leader's store of the previous item has read them, and every
     // thread is past its Q.K^T reads of this item's Q rows where the output
@@ -135,6 +135,7 @@ struct FwdEpilogue {
       sm90::fence_proxy_async();
       smem.q_empty(q_buf).arrive();
     }
+    if (max_logit) flash::max_into(max_logit, max_score, max_seen, lane);
     // Last: a proxy fence (above) waits for these global stores.
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
