@@ -213,6 +213,10 @@ TEST(CudnnRules, SoftmaxSinksByVersionFormatAndMaxLogit) {
     const std::string thd = joined(static_reasons(p, sm90, kV919));
     EXPECT_NE(thd.find("thd backward needs cuDNN >= 9.26"), std::string::npos) << thd;
     EXPECT_TRUE(static_reasons(p, sm90, 92600).empty()) << joined(static_reasons(p, sm90, 92600));
+    p.qkv_format = QkvFormat::bshd;
+    p.deterministic = true;
+    const std::string det = joined(static_reasons(p, sm90, kV919));
+    EXPECT_EQ(det.find("deterministic backward with dsink") != std::string::npos, p.sink_grad) << det;
     p = problem();
     p.softmax_type = t;
     p.return_max_logit = true;

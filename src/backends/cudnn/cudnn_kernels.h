@@ -86,9 +86,13 @@ struct BackwardStats {
 };
 void launch_backward_stats(const BackwardStats& a, void* stream);
 
-// Zeroes rows pos >= len of a padded (bshd/sbhd) gradient, which cuDNN leaves unwritten.
+// Zeroes rows pos >= len of a padded (bshd/sbhd) gradient, which cuDNN leaves
+// unwritten, and every row of a sequence whose other side is empty
+// (other_len[b] == 0: dk, dv of keys no query sees; cuDNN with a sink left
+// NaN there on an H100).
 struct PaddedRows {
   const int32_t* len = nullptr;
+  const int32_t* other_len = nullptr;
   int64_t batch = 0, heads = 0, rows = 0, dim = 0;
   DType dtype = DType::bf16;
   RowLayout t;

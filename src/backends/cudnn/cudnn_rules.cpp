@@ -68,6 +68,9 @@ std::vector<std::string> static_reasons(const Problem& p, const DeviceInfo& dev,
     if (p.pass == Pass::backward && p.qkv_format == QkvFormat::thd && version < 92600)
       no.push_back(sink + " in a thd backward needs cuDNN >= 9.26 (its ragged backward with a sink is wrong before); "
                    "loaded " + version_name(version) + elsewhere);
+    if (p.pass == Pass::backward && p.deterministic && p.sink_grad)
+      no.push_back("a deterministic backward with dsink: cuDNN's dsink sum is not bitwise repeatable (three runs "
+                   "on an H100 differed in the last bits); flash_sm80 runs it bitwise");
     if (p.return_max_logit)
       no.push_back("return_max_logit with " + sink + ": cuDNN's per-row Max, where attn reads the max logit, "
                    "includes the sink's logit" + elsewhere);

@@ -160,26 +160,36 @@ struct OnlineSoftmax {
   }
 };
 
-// The max logit in two halves, so the L2 read's latency overlaps the
-// epilogue instead of sitting on the consumer's path (it cost a 1k causal
-// forward 5% there). Every row of a head aims at one address, whose atomics
-// queue up: one per quad cost that forward 26-49%; one per warp, and only
-// where the value there is smaller, little. max_logit_seen: lane 0's read
-// of the value there, issued before the output's staging and store.
-__device__ __forceinline__ float max_logit_seen(const float* max_logit, int lane) {
-  return lane == 0 ? __ldcg(max_logit) : -INFINITY;
+// The largest of the warp's scores, NaN kept (every lane calls it; a quad's
+// four lanes hold the same rows).
+__device__ __forceinline__ float warp_max_keeping_nan(float score) {
+#pragma unroll
+  for (int o = 4; o < 32; o <<= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, score, o);
+    score = score != score || other != other ? score + other : fmaxf(score, other);
+  }
+  return score;
 }
 
-// The warp's largest m max-ed into *max_logit by lane 0 where `seen` (from
-// max_logit_seen) is smaller; every lane calls it.
-__device__ __forceinline__ void max_into(float* max_logit, float m, float seen, int lane) {
-#pragma unroll
-  for (int o = 4; o < 32; o <<= 1) {  // the quads' values (a quad's four lanes hold the same rows)
-    const float other = __shfl_xor_sync(0xffffffffu, m, o);
-    m = m != m || other != other ? m + other : fmaxf(m, other);
+// One warp's share of the max logit for a tile (flash_sm80): lane 0 reads the
+// value where it goes before the output's staging and store, and max-es the
+// warp's score in after them where that value is smaller. Every row of a head
+// aims at one address (and every head at one line), whose atomics queue up:
+// one per quad cost a 1k causal forward 26-49%.
+struct PendingMaxLogit {
+  float* addr = nullptr;
+  float m = -INFINITY, seen = 0.f;
+
+  __device__ __forceinline__ void hold(float* max_logit, float score, int lane) {
+    addr = max_logit;
+    m = warp_max_keeping_nan(score);
+    seen = lane == 0 && m != -INFINITY ? __ldcg(max_logit) : INFINITY;
   }
-  if (lane != 0 || m == -INFINITY) return;
-  if (m != m ? seen == seen : m > seen) detail::atomic_max_keeping_nan(max_logit, m);
-}
+  __device__ __forceinline__ void settle(int lane) {
+    if (addr && lane == 0 && m != -INFINITY && (m != m ? seen == seen : m > seen))
+      detail::atomic_max_keeping_nan(addr, m);
+    addr = nullptr;
+  }
+};
 
 }  // namespace attn::flash

@@ -156,8 +156,9 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
   // The max logit lives in the builds with dropout's path (fwd_build): in the
   // wide d 64 / d 128 builds its few instructions moved ptxas to 12-40 B of
   // spills in the tile loop.
-  float* const max_logit = Cfg::kDropout && p.max_logit ? p.max_logit + h * p.max_logit_stride : nullptr;
-  const float max_seen = max_logit ? flash::max_logit_seen(max_logit, lane) : 0.f;
+  flash::PendingMaxLogit max_logit;  // read before the output's staging, settled after its store
+  if (Cfg::kDropout && p.max_logit)
+    max_logit.hold(p.max_logit + h * p.max_logit_stride, softmax.largest_score(row_lse, unit, valid), lane);
   // Q's shared memory is free: every warp passed the last barrier after its
   // last Q.K^T. Each warp stages its own rows; the barrier makes them visible.
   flash::stage_block<T, OTile>(q_smem, o, inv, warp_row, 0, lane);
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
       }
   __syncthreads();
   flash::store_tile<OTile, kM, kThreads>(out, p.o_row_stride, q_smem, rows_out, tid);
-  if (max_logit) flash::max_into(max_logit, softmax.largest_score(row_lse, unit, valid), max_seen, lane);
+  if (Cfg::kDropout && p.max_logit) max_logit.settle(lane);
 }
 
 // Launches the kernel for one instantiation on the caller's stream.

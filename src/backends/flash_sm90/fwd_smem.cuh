@@ -45,6 +45,7 @@ struct FwdSmem : sm90::SharedBase {
   __device__ __forceinline__ sm90::Barrier item_empty(int slot) const { return bar(offsetof(Storage, item_empty), slot); }
   __device__ __forceinline__ uint32_t item_slot(int slot) const { return at(offsetof(Storage, item_slot)) + 4 * slot; }
   __device__ __forceinline__ uint32_t order_word(int warp) const { return at(offsetof(Storage, order_word)) + 4 * warp; }
+  __device__ __forceinline__ uint32_t warp_max(int warp) const { return at(offsetof(Storage, warp_max)) + 4 * warp; }
 
   // Every mbarrier's arrival count, by one thread before the CTA's first sync.
   __device__ __forceinline__ void init_barriers() const {
