@@ -160,15 +160,18 @@ struct OnlineSoftmax {
   }
 };
 
-// The largest of the warp's scores, NaN kept (every lane calls it; a quad's
-// four lanes hold the same rows).
-__device__ __forceinline__ float warp_max_keeping_nan(float score) {
-#pragma unroll
-  for (int o = 4; o < 32; o <<= 1) {
-    const float other = __shfl_xor_sync(0xffffffffu, score, o);
-    score = score != score || other != other ? score + other : fmaxf(score, other);
-  }
-  return score;
+// A float as an int in the same order, NaN (made one positive quiet NaN)
+// above +inf: one integer max then reduces floats and keeps a NaN.
+__device__ __forceinline__ int ordered_key(float x) {
+  const int b = x != x ? 0x7fffffff : __float_as_int(x);
+  return b >= 0 ? b : b ^ 0x7fffffff;
+}
+__device__ __forceinline__ float from_ordered_key(int key) { return __int_as_float(key >= 0 ? key : key ^ 0x7fffffff); }
+
+// The ordered key of the warp's largest score, NaN kept: one redux, where
+// shuffles took three dependent steps on the epilogue's path.
+__device__ __forceinline__ int warp_max_key(float score) {
+  return __reduce_max_sync(0xffffffffu, ordered_key(score));
 }
 
 // One warp's share of the max logit for a tile (flash_sm80): lane 0 reads the
@@ -182,7 +185,7 @@ struct PendingMaxLogit {
 
   __device__ __forceinline__ void hold(float* max_logit, float score, int lane) {
     addr = max_logit;
-    m = warp_max_keeping_nan(score);
+    m = from_ordered_key(warp_max_key(score));
     seen = lane == 0 && m != -INFINITY ? __ldcg(max_logit) : INFINITY;
   }
   __device__ __forceinline__ void settle(int lane) {

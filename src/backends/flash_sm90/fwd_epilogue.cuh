@@ -9,7 +9,6 @@
 
 #include "backends/flash/epilogue.cuh"
 #include "backends/flash/online_softmax.cuh"
-#include "core/nan_max.h"
 #include "backends/flash_sm90/fwd_params.h"
 #include "backends/flash_sm90/fwd_smem.cuh"
 #include "backends/flash_sm90/fwd_storage.cuh"
@@ -112,8 +111,8 @@ struct FwdEpilogue {
     // there 2-5%.
     if (p.max_logit) {
       const bool (&valid)[1][2] = *reinterpret_cast<const bool(*)[1][2]>(&row_valid);
-      sm90::store_after(smem.warp_max(ctid / 32),
-                        flash::warp_max_keeping_nan(softmax.largest_score(row_lse, unit, valid)), lane);
+      const int key = flash::warp_max_key(softmax.largest_score(row_lse, unit, valid));
+      sm90::store_after(smem.warp_max(ctid / 32), __int_as_float(key), lane);
     }
     sm90::fence_proxy_async();  // the stores above, before the TMA store reads them
     own.sync();
@@ -125,13 +124,12 @@ struct FwdEpilogue {
       sm90::bulk_commit();
     }
     if (p.max_logit && leader) {
-      float m = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        float x;
-        asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(x) : "r"(smem.warp_max(wg * 4 + w)) : "memory");
-        m = detail::max_keeping_nan(m, x);
-      }
+      int k[4];
+      asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(k[0]), "=r"(k[1]), "=r"(k[2]), "=r"(k[3])
+                   : "r"(smem.warp_max(wg * 4))
+                   : "memory");
+      const float m = flash::from_ordered_key(max(max(k[0], k[1]), max(k[2], k[3])));
       if (m != -INFINITY) detail::atomic_max_keeping_nan(p.max_logit + cur.h * p.max_logit_stride, m);
     }
     if (!by_tma) {

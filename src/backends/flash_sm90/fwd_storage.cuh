@@ -31,7 +31,7 @@ struct FwdSharedStorage {
   uint64_t item_full[2], item_empty[2];
   int item_slot[2];
   int order_word[Cfg::kThreads / 32];  // per warp, written and never read (sm90::store_after)
-  float warp_max[Cfg::kThreads / 32];  // per warp, its item's largest score (the max logit)
+  alignas(16) int warp_max[Cfg::kThreads / 32];  // per warp, its item's largest score as an ordered key (max logit)
 };
 static_assert(std::is_standard_layout_v<FwdSharedStorage<FwdConfig<128, 128>>>, "members are found by offsetof");
 
