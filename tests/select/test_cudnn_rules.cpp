@@ -198,6 +198,20 @@ TEST(CudnnRules, EmptyRowsAreFoundWithoutLengths) {
   EXPECT_TRUE(may_have_empty_rows(p));
 }
 
+TEST(CudnnRules, ThdBackwardIsRefusedWithTheForwardKept) {
+  const auto sm90 = simulated_device("sm90");
+  Problem p = problem();
+  p.qkv_format = QkvFormat::thd;
+  p.has_seqlens = true;
+  EXPECT_TRUE(static_reasons(p, sm90, kV919).empty()) << joined(static_reasons(p, sm90, kV919));
+  p.pass = Pass::backward;
+  const std::string why = joined(static_reasons(p, sm90, kV919));
+  EXPECT_NE(why.find("qkv_format=thd backward: cuDNN's ragged backward read memory past the sequences"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("flash_sm90, flash_sm80 and unfused run it"), std::string::npos) << why;
+}
+
 TEST(CudnnRules, SoftmaxSinksByVersionFormatAndMaxLogit) {
   const auto sm90 = simulated_device("sm90");
   for (SoftmaxType t : {SoftmaxType::off_by_one, SoftmaxType::learnable}) {
@@ -209,11 +223,6 @@ TEST(CudnnRules, SoftmaxSinksByVersionFormatAndMaxLogit) {
     p.pass = Pass::backward;
     p.sink_grad = t == SoftmaxType::learnable;
     EXPECT_TRUE(static_reasons(p, sm90, kV919).empty()) << joined(static_reasons(p, sm90, kV919));
-    p.qkv_format = QkvFormat::thd;
-    const std::string thd = joined(static_reasons(p, sm90, kV919));
-    EXPECT_NE(thd.find("thd backward needs cuDNN >= 9.26"), std::string::npos) << thd;
-    EXPECT_TRUE(static_reasons(p, sm90, 92600).empty()) << joined(static_reasons(p, sm90, 92600));
-    p.qkv_format = QkvFormat::bshd;
     p.deterministic = true;
     const std::string det = joined(static_reasons(p, sm90, kV919));
     EXPECT_EQ(det.find("deterministic backward with dsink") != std::string::npos, p.sink_grad) << det;

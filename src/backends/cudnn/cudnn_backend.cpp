@@ -334,28 +334,18 @@ void forward_pass(const Problem& p, const ForwardArgs& a, const RunContext& ctx)
 }
 
 // Zeroes the rows of dq (dk, dv) at or past len_q[b] (len_kv[b]) of each
-// padded (bshd/sbhd) sequence, and in every format all of them where the
-// other side is empty. With `all` (lengths of zeros), every row: a thd call
-// is then one sequence.
-void zero_gradient_rows(const Problem& p, const BackwardArgs& a, int32_t* len_q, int32_t* len_kv, void* stream,
-                        bool all = false) {
-  const bool t = thd(p), by_sequence = t && !all;
+// sequence, and all of them where the other side is empty. thd has no padding rows: there, all tokens form one sequence whose
+// length (a zero) clears every row.
+void zero_gradient_rows(const Problem& p, const BackwardArgs& a, int32_t* len_q, int32_t* len_kv, void* stream) {
+  const bool t = thd(p);
   const TensorView* grads[] = {&a.dq, &a.dk, &a.dv};
   int32_t* lens[] = {len_q, len_kv, len_kv};
   int32_t* others[] = {len_kv, len_q, len_q};
-  const TensorView* cu[] = {&a.in.cu_seqlens_q, &a.in.cu_seqlens_kv, &a.in.cu_seqlens_kv};
   const int64_t heads[] = {p.h_q, p.h_kv, p.h_kv}, dims[] = {p.d_qk, p.d_qk, p.d_v};
-  const int64_t lengths[] = {p.s_q, p.s_kv, p.s_kv}, tokens[] = {p.total_q, p.total_kv, p.total_kv};
+  const int64_t rows_of[] = {t ? p.total_q : p.s_q, t ? p.total_kv : p.s_kv, t ? p.total_kv : p.s_kv};
   for (int g = 0; g < 3; ++g) {
     PaddedRows z;
-    z.len = lens[g], z.other_len = others[g], z.heads = heads[g], z.dim = dims[g];
-    z.batch = t && all ? 1 : p.batch;
-    z.rows = t && all ? tokens[g] : lengths[g];
-    if (by_sequence) {
-      z.cu = static_cast<const int32_t*>(cu[g]->data);
-      z.cu_stride = cu[g]->strides_elems[0];
-      z.tokens = tokens[g];
-    }
+    z.len = lens[g], z.other_len = others[g], z.batch = t ? 1 : p.batch, z.heads = heads[g], z.rows = rows_of[g], z.dim = dims[g];
     z.dtype = p.dtype, z.t = layout_of(*grads[g], p.qkv_format);
     launch_zero_padded_rows(z, stream);
   }
@@ -404,6 +394,7 @@ void backward_pass(const Problem& p, const BackwardArgs& a, const RunContext& ct
   const int64_t rows = setup.rows;
   const bool direct = setup.direct;
   const PlanResult& plan = setup.plan;
+  const bool padded_grads = p.has_seqlens && !thd(p);
   detail::Carver c(static_cast<char*>(detail::workspace(ctx, p.device.index, setup.workspace_bytes)));
   const Scratch s = carve(c, p, setup.m, rows, !direct, setup.cudnn_bytes);
 
@@ -413,7 +404,7 @@ void backward_pass(const Problem& p, const BackwardArgs& a, const RunContext& ct
     if (p.sink_grad) launch_copy_per_head(dsink, dsink_stride, nullptr, 1, p.h_q, ctx.stream);
     int32_t* zeros = c.take<int32_t>(p.batch);
     ATTN_CUDA(cudaMemsetAsync(zeros, 0, p.batch * sizeof(int32_t), static_cast<cudaStream_t>(ctx.stream)));
-    zero_gradient_rows(p, a, zeros, zeros, ctx.stream, /*all=*/true);
+    zero_gradient_rows(p, a, zeros, zeros, ctx.stream);
     if (a.dbias.defined())
       ATTN_CUDA(cudaMemsetAsync(a.dbias.data, 0, a.dbias.numel() * dtype_size_bytes(a.dbias.dtype),
                                 static_cast<cudaStream_t>(ctx.stream)));
@@ -447,8 +438,7 @@ void backward_pass(const Problem& p, const BackwardArgs& a, const RunContext& ct
   execute(*plan.plan, ptr, s.cudnn, ctx.stream, p);
   if (s.dsink) launch_copy_per_head(dsink, dsink_stride, s.dsink, 1, p.h_q, ctx.stream);
 
-  // cuDNN leaves rows past a length unwritten, and those of a sequence whose other side is empty undefined.
-  if (p.has_seqlens) zero_gradient_rows(p, a, s.len_q, s.len_kv, ctx.stream);
+  if (padded_grads) zero_gradient_rows(p, a, s.len_q, s.len_kv, ctx.stream);  // cuDNN leaves rows past a length unwritten
 }
 
 class CudnnBackend final : public Backend {

@@ -150,11 +150,6 @@ __global__ void zero_padded_rows(PaddedRows a) {
   const int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (idx >= a.batch * a.heads * a.rows) return;
   const int64_t i = idx % a.rows, h = idx / a.rows % a.heads, b = idx / (a.rows * a.heads);
-  if (a.cu) {  // thd: the tokens of a sequence whose other side is empty
-    if (i >= a.len[b] || a.other_len[b] != 0) return;
-    zero_row_of(a.dtype, a.t, row_offset(a.t, true, sequence_start(a.cu, a.cu_stride, b, a.tokens), b, i, h), a.dim);
-    return;
-  }
   if (i < a.len[b] && a.other_len[b] != 0) return;
   zero_row_of(a.dtype, a.t, row_offset(a.t, false, 0, b, i, h), a.dim);
 }

@@ -89,13 +89,10 @@ void launch_backward_stats(const BackwardStats& a, void* stream);
 // Zeroes rows pos >= len of a padded (bshd/sbhd) gradient, which cuDNN leaves
 // unwritten, and every row of a sequence whose other side is empty
 // (other_len[b] == 0: dk, dv of keys no query sees, dq of a query with no
-// key), where cuDNN left NaN or stale values on an H100. thd (cu set): only
-// the latter, its sequences' tokens starting at cu[b] (bounded by tokens).
+// key), where cuDNN left NaN on an H100.
 struct PaddedRows {
   const int32_t* len = nullptr;
   const int32_t* other_len = nullptr;
-  const int32_t* cu = nullptr;
-  int64_t cu_stride = 1, tokens = 0;
   int64_t batch = 0, heads = 0, rows = 0, dim = 0;
   DType dtype = DType::bf16;
   RowLayout t;
