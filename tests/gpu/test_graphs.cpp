@@ -1,6 +1,7 @@
 // Calls inside CUDA graphs (DESIGN.md, "Calls inside CUDA graphs"): every GPU
-// backend's forward and backward captured on a stream, then replayed on fresh
-// inputs (and, for packed sequences, other lengths) and checked against the
+// backend's forward and backward captured on a stream (also with a learnable
+// softmax sink and the max logit), then replayed on fresh inputs and sink
+// logits (and, for packed sequences, other lengths) and checked against the
 // fp64 reference; the caller's workspace needs no call before capture; what
 // cannot be captured is an attn::Error that says what to change, and the
 // stream works again after it.
@@ -32,6 +33,15 @@ CaseSpec bshd_causal_gqa() {
   return s;
 }
 
+// With a learnable softmax sink and the max logit (their reads and the
+// max logit's -inf fill and atomics inside the graph).
+CaseSpec bshd_causal_gqa_sink() {
+  CaseSpec s = bshd_causal_gqa();
+  s.softmax_type = SoftmaxType::learnable;
+  s.return_max_logit = true;
+  return s;
+}
+
 // The spec's passes that `backend` claims (forward always, else the test skips).
 bool keep_claimed_passes(CaseSpec& s, const std::string& backend) {
   if (!testing::claims(backend, s, Pass::forward)) return false;
@@ -53,6 +63,7 @@ Case capturable_case(const CaseSpec& spec, uint64_t seed) {
 void refill_inputs(Case& c, uint64_t seed) {
   std::mt19937_64 rng(seed);
   for (testing::TensorBuffer* t : {&c.q, &c.k, &c.v, &c.dout}) t->fill_uniform(rng, -1.0, 1.0);
+  if (c.sink.view().defined()) c.sink.fill_uniform(rng, -1.0, 2.0);
   testing::poison_outputs(c);
 }
 
@@ -96,8 +107,8 @@ TEST_P(CudaGraphs, ReplayOnNewInputsAndLengths) {
   ATTN_REQUIRE_GPU();
   const std::string backend = GetParam();
   int ran = 0;
-  for (CaseSpec spec : {bshd_causal_gqa(), testing::thd_edge_lengths(64, -1)}) {
-    SCOPED_TRACE(spec.format == QkvFormat::thd ? "thd" : "bshd");
+  for (CaseSpec spec : {bshd_causal_gqa(), testing::thd_edge_lengths(64, -1), bshd_causal_gqa_sink()}) {
+    SCOPED_TRACE(spec.format == QkvFormat::thd ? "thd" : spec.return_max_logit ? "bshd, sink and max logit" : "bshd");
     if (!keep_claimed_passes(spec, backend)) continue;
     Case c = capturable_case(spec, 21);
     cudaStream_t s = nullptr;

@@ -114,7 +114,11 @@ __global__ void max_logit_per_head(ForwardRows a, float* max_logit, int64_t stri
   if (a.row_max)
     for (int64_t r = threadIdx.x; r < a.batch * a.rows; r += blockDim.x) {
       const int64_t b = r / a.rows, i = r % a.rows;
-      if (sees_a_key(a, b, i)) m = detail::max_keeping_nan(m, a.row_max[(b * a.heads + h) * a.rows + i]);
+      if (!sees_a_key(a, b, i)) continue;
+      // A NaN score makes the row's Sum_exp NaN, whatever cuDNN's Max kept.
+      const int64_t row = (b * a.heads + h) * a.rows + i;
+      const float sum = a.row_sum_exp[row];
+      m = detail::max_keeping_nan(m, sum != sum ? sum : a.row_max[row]);
     }
   __shared__ float part[kThreads];
   part[threadIdx.x] = m;

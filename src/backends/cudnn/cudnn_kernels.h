@@ -63,8 +63,9 @@ struct ForwardRows {
 void launch_finish_forward_rows(const ForwardRows& a, void* stream);
 
 // max_logit[h * stride] = the largest of cuDNN's per-row Max over the rows of
-// head h that see a key (NaN kept; -inf: none). Reuses ForwardRows' geometry
-// (row_max must be set, or nullptr for a call without keys: -inf everywhere).
+// head h that see a key (NaN where a row's Sum_exp is: a NaN score; -inf:
+// none). Reuses ForwardRows' geometry (row_max and row_sum_exp set, or
+// row_max nullptr for a call without keys: -inf everywhere).
 void launch_max_logit_per_head(const ForwardRows& a, float* max_logit, int64_t stride, void* stream);
 
 // dst[h * dst_stride] = src[h * src_stride] for h < heads; src nullptr: 0.
