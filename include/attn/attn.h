@@ -3,6 +3,7 @@
 
 #include "attn/backend.h"
 #include "attn/error.h"
+#include "attn/kvcache.h"
 #include "attn/problem.h"
 #include "attn/rotary.h"
 #include "attn/select.h"
