@@ -71,6 +71,31 @@ def forward(
     """Validates, selects a backend and runs the forward pass into the
     preallocated out (and lse). Returns (backend name, why it was chosen)."""
 
+def forward_with_kvcache(
+    options: Options,
+    q: Array,
+    k_cache: Array,
+    v_cache: Array,
+    out: Array,
+    k: Optional[Array] = None,
+    v: Optional[Array] = None,
+    cache_seqlens: Optional[Array] = None,
+    cache_batch_idx: Optional[Array] = None,
+    block_table: Optional[Array] = None,
+    rotary_cos: Optional[Array] = None,
+    rotary_sin: Optional[Array] = None,
+    rotary_interleaved: bool = True,
+    alibi_slopes: Optional[Array] = None,
+    sink: Optional[Array] = None,
+    lse: Optional[Array] = None,
+    num_splits: int = 0,
+    backend: Optional[str] = None,
+    disable: Sequence[str] = ...,
+    stream: int = 0,
+) -> Tuple[str, str]:
+    """Appends k / v into the cache and runs q against it into the
+    preallocated out (and lse). Returns (backend name, why it was chosen)."""
+
 def backward(
     options: Options,
     q: Array,

@@ -28,6 +28,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "forward",
+    "forward_with_kvcache",
     "backward",
     "explain",
     "backends",
@@ -189,6 +190,75 @@ def forward(
         _arrays.adapt_error(e, _arrays.framework(q))
         raise
     return results()
+
+
+def forward_with_kvcache(
+    q: Any,
+    k_cache: Any,
+    v_cache: Any,
+    k: Any = None,
+    v: Any = None,
+    *,
+    cache_seqlens: Any = None,
+    cache_batch_idx: Any = None,
+    block_table: Any = None,
+    rotary_cos: Any = None,
+    rotary_sin: Any = None,
+    rotary_interleaved: bool = True,
+    mask: str = "causal_bottom_right",
+    window: Tuple[int, int] = (-1, -1),
+    softmax_scale: Optional[float] = None,
+    softcap: float = 0.0,
+    alibi_slopes: Any = None,
+    num_splits: int = 0,
+    return_lse: bool = False,
+    out: Any = None,
+    lse: Any = None,
+    softmax_type: str = "vanilla",
+    sink: Any = None,
+    backend: Optional[str] = None,
+    disable: Sequence[str] = (),
+    stream: Optional[int] = None,
+) -> Any:
+    """Attention against a KV cache, with FlashAttention's flash_attn_with_kvcache
+    arguments: q [b, s_q, h_q, d]; k_cache / v_cache contiguous [b_cache,
+    s_cache, h_kv, d] or paged [num_blocks, block_size, h_kv, d] with
+    block_table (int32 [b, max_blocks]); cache_seqlens (int32 [b]) the lengths
+    before the append; new k / v [b, s_new, h_kv, d] are written into the cache
+    there (rotated with rotary_cos / rotary_sin, [s_ro, r / 2], interleaved or
+    not, as q is) and attended in the same call. mask "causal_bottom_right"
+    (q's rows are each sequence's last s_q positions) or "no_mask"; window,
+    softcap, alibi_slopes, softmax_type / sink as in forward. Returns out, or
+    (out, lse) with return_lse=True. Every length, block index and rotary
+    position is checked before the cache is written. CPU arrays in this
+    build (the GPU decode path is the next step).
+    """
+    for x, name in ((q, "q"), (k_cache, "k_cache"), (v_cache, "v_cache")):
+        _arrays.require_array(x, name)
+    _arrays.require_arrays(k=k, v=v, cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
+                           block_table=block_table, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                           alibi_slopes=alibi_slopes, out=out, lse=lse, sink=sink)
+    _arrays.require_writable(k_cache=k_cache, v_cache=v_cache, out=out, lse=lse)
+    opts = _options("bshd", mask, window, softmax_scale, softcap, None, None, 0.0, 0, 0, False, True, softmax_type)
+    if out is None:
+        out = _arrays.empty(q, _out_shape(q, v_cache))
+    if lse is None and return_lse:
+        shape = _arrays.lse_shape(_arrays.shape_of(q), "bshd")
+        if shape is not None:
+            lse = _arrays.empty(q, shape, "float32")
+    d = _arrays.as_dlpack
+    try:
+        _C.forward_with_kvcache(
+            opts, d(q), d(k_cache), d(v_cache), d(out), k=d(k), v=d(v), cache_seqlens=d(cache_seqlens),
+            cache_batch_idx=d(cache_batch_idx), block_table=d(block_table), rotary_cos=d(rotary_cos),
+            rotary_sin=d(rotary_sin), rotary_interleaved=rotary_interleaved, alibi_slopes=d(alibi_slopes),
+            sink=d(sink), lse=d(lse), num_splits=num_splits, backend=backend, disable=list(disable),
+            stream=_stream(q, stream),
+        )
+    except (TypeError, ValueError) as e:
+        _arrays.adapt_error(e, _arrays.framework(q))
+        raise
+    return (_arrays.finish(q, out), _arrays.finish(q, lse)) if return_lse else _arrays.finish(q, out)
 
 
 def backward(

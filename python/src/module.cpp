@@ -321,6 +321,49 @@ NB_MODULE(_C, m) {
       "Returns (backend name, why it was chosen).");
 
   m.def(
+      "forward_with_kvcache",
+      [](const Options& opts, const InArray& q, const OutArray& k_cache, const OutArray& v_cache, const OutArray& out,
+         const OptIn& k, const OptIn& v, const OptIn& cache_seqlens, const OptIn& cache_batch_idx,
+         const OptIn& block_table, const OptIn& rotary_cos, const OptIn& rotary_sin, bool rotary_interleaved,
+         const OptIn& alibi_slopes, const OptIn& sink, const OptOut& lse, int num_splits,
+         const std::optional<std::string>& backend, const std::vector<std::string>& disable, uintptr_t stream) {
+        KvCacheArgs args;
+        args.q = to_view(q, "q");
+        args.k_cache = to_view(k_cache, "k_cache");
+        args.v_cache = to_view(v_cache, "v_cache");
+        args.out = to_view(out, "out");
+        args.k = to_view(k, "k");
+        args.v = to_view(v, "v");
+        args.cache_seqlens = to_view(cache_seqlens, "cache_seqlens");
+        args.cache_batch_idx = to_view(cache_batch_idx, "cache_batch_idx");
+        args.block_table = to_view(block_table, "block_table");
+        args.rotary_cos = to_view(rotary_cos, "rotary_cos");
+        args.rotary_sin = to_view(rotary_sin, "rotary_sin");
+        args.rotary_interleaved = rotary_interleaved;
+        args.alibi_slopes = to_view(alibi_slopes, "alibi_slopes");
+        args.sink = to_view(sink, "sink");
+        args.lse = to_view(lse, "lse");
+        args.num_splits = num_splits;
+        const Policy policy = make_policy(backend, disable);
+        const RunContext ctx = run_context(stream, nb::none());
+        Selection s;
+        {
+          nb::gil_scoped_release release;
+          s = forward_with_kvcache(opts, args, ctx, policy);
+        }
+        return selection_tuple(s);
+      },
+      "options"_a, "q"_a.noconvert(), "k_cache"_a.noconvert(), "v_cache"_a.noconvert(), "out"_a.noconvert(),
+      "k"_a.noconvert() = nb::none(), "v"_a.noconvert() = nb::none(), "cache_seqlens"_a.noconvert() = nb::none(),
+      "cache_batch_idx"_a.noconvert() = nb::none(), "block_table"_a.noconvert() = nb::none(),
+      "rotary_cos"_a.noconvert() = nb::none(), "rotary_sin"_a.noconvert() = nb::none(),
+      "rotary_interleaved"_a = true, "alibi_slopes"_a.noconvert() = nb::none(), "sink"_a.noconvert() = nb::none(),
+      "lse"_a.noconvert() = nb::none(), "num_splits"_a = 0, "backend"_a = nb::none(),
+      "disable"_a = std::vector<std::string>{}, "stream"_a = 0,
+      "Appends k / v into the cache and runs q against it into the preallocated out (and lse). "
+      "Returns (backend name, why it was chosen).");
+
+  m.def(
       "backward",
       [](const Options& opts, const InArray& q, const InArray& k, const InArray& v, const InArray& out,
          const InArray& dout, const InArray& lse, const OutArray& dq, const OutArray& dk, const OutArray& dv,

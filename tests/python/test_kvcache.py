@@ -1,0 +1,95 @@
+"""attn.forward_with_kvcache (flash_attn_with_kvcache's arguments) on CPU
+tensors: the new tokens land in a paged or contiguous cache, rotated as
+q is, and q attends to each sequence's cache bottom-right aligned; the same
+answer as plain PyTorch on the gathered cache; a length past the cache is a
+ValueError that leaves the cache as it was."""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import attn  # noqa: E402
+
+
+def rotate(x, cos, sin, pos, interleaved):
+    """x [..., d] rotated at integer positions pos (broadcast over x's leading dims)."""
+    half = cos.shape[-1]
+    c, s = cos[pos].double(), sin[pos].double()
+    y = x.double().clone()
+    if interleaved:
+        a, b = x[..., 0:2 * half:2].double(), x[..., 1:2 * half:2].double()
+        y[..., 0:2 * half:2], y[..., 1:2 * half:2] = a * c - b * s, b * c + a * s
+    else:
+        a, b = x[..., :half].double(), x[..., half:2 * half].double()
+        y[..., :half], y[..., half:2 * half] = a * c - b * s, b * c + a * s
+    return y
+
+
+def rotary_table(rows, rotary_dim):
+    inv = 10000.0 ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
+    angles = torch.arange(rows, dtype=torch.float64)[:, None] * inv[None]
+    return angles.cos().float(), angles.sin().float()
+
+
+@pytest.mark.parametrize("paged,interleaved", [(True, False), (False, True)])
+def test_append_rotate_and_attend_like_pytorch(paged, interleaved):
+    g = torch.Generator().manual_seed(0)
+    b, s_q, s_new, h_q, h_kv, d, block = 3, 2, 2, 4, 2, 16, 8
+    lens = torch.tensor([0, 7, 13], dtype=torch.int32)
+    capacity = 24
+    if paged:
+        blocks = b * capacity // block + 1
+        k_cache = torch.randn(blocks, block, h_kv, d, generator=g)
+        table = torch.randperm(blocks, generator=g)[: b * capacity // block].view(b, -1).int()
+    else:
+        k_cache = torch.randn(b, capacity, h_kv, d, generator=g)
+        table = None
+    v_cache = torch.randn(k_cache.shape, generator=g)
+    q = torch.randn(b, s_q, h_q, d, generator=g)
+    k, v = torch.randn(b, s_new, h_kv, d, generator=g), torch.randn(b, s_new, h_kv, d, generator=g)
+    cos, sin = rotary_table(capacity + 1, 8)
+    kc0, vc0 = k_cache.clone(), v_cache.clone()
+
+    out, lse = attn.forward_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens, block_table=table,
+                                         rotary_cos=cos, rotary_sin=sin, rotary_interleaved=interleaved,
+                                         return_lse=True)
+
+    def at(i, p):  # (sequence i, position p) -> the cache's row
+        return (table[i, p // block], p % block) if paged else (i, p)
+
+    written = torch.zeros(k_cache.shape[:2], dtype=torch.bool)
+    for i in range(b):
+        total = int(lens[i]) + s_new
+        keys, vals = [], []
+        for p in range(total):
+            r = at(i, p)
+            if p >= lens[i]:  # appended: the new token, rotated at its position
+                j = p - int(lens[i])
+                torch.testing.assert_close(k_cache[r].double(), rotate(k[i, j], cos, sin, p, interleaved),
+                                           atol=1e-5, rtol=0)
+                assert torch.equal(v_cache[r], v[i, j])
+                written[r] = True
+            keys.append(k_cache[r].double())
+            vals.append(v_cache[r].double())
+        kk, vv = torch.stack(keys), torch.stack(vals)  # [total, h_kv, d]
+        qpos = torch.arange(total - s_q, total)
+        qr = rotate(q[i], cos, sin, qpos[:, None].expand(s_q, h_q), interleaved)  # [s_q, h_q, d]
+        kk, vv = kk.repeat_interleave(h_q // h_kv, dim=1), vv.repeat_interleave(h_q // h_kv, dim=1)
+        scores = torch.einsum("qhd,khd->hqk", qr, kk) / math.sqrt(d)
+        visible = torch.arange(total)[None, :] <= qpos[:, None]
+        scores = scores.masked_fill(~visible, float("-inf"))
+        want = torch.einsum("hqk,khd->qhd", scores.softmax(-1), vv)
+        torch.testing.assert_close(out[i].double(), want, atol=2e-5, rtol=0)
+        torch.testing.assert_close(lse[i].double(), scores.logsumexp(-1), atol=2e-5, rtol=0)
+    assert torch.equal(k_cache[~written], kc0[~written]) and torch.equal(v_cache[~written], vc0[~written])
+
+
+def test_a_length_past_the_cache_is_an_error_before_any_write():
+    k_cache, v_cache = torch.randn(2, 8, 1, 16), torch.randn(2, 8, 1, 16)
+    kc0 = k_cache.clone()
+    q, k, v = torch.randn(2, 1, 2, 16), torch.randn(2, 3, 1, 16), torch.randn(2, 3, 1, 16)
+    with pytest.raises(ValueError, match=r"cache_seqlens\[1\]=6 with 3 new tokens"):
+        attn.forward_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=torch.tensor([0, 6], dtype=torch.int32))
+    assert torch.equal(k_cache, kc0)
