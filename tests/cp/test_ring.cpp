@@ -396,6 +396,18 @@ TEST(ContextParallelRing, ExchangesThatCompleteAsLateAsAllowed) {
   }
 }
 
+// A full 8-GPU node's ring (issue 48) on in-process ranks: every format and
+// mask, a window, sinks with the max logit, exchanges as late as allowed.
+TEST(ContextParallelRing, EightRanksAsOnAFullNode) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int cp = 8;
+  for (QkvFormat f : {QkvFormat::bshd, QkvFormat::sbhd, QkvFormat::thd})
+    for (MaskType m : {MaskType::no_mask, MaskType::causal}) check_ring<LateRing>({f, m, {}}, cp, seed + int(f) * 3 + int(m));
+  check_ring<LateRing>({QkvFormat::thd, MaskType::causal, {5, -1}}, cp, seed + 101);
+  check_ring<LateRing>({QkvFormat::bshd, MaskType::causal, {}, SoftmaxType::learnable, true}, cp, seed + 103);
+}
+
 TEST(ContextParallelRing, SlidingWindowsSkipWhatTheyHide) {
   const uint64_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
