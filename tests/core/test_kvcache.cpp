@@ -3,7 +3,8 @@
 // cache_batch_idx) and nothing else there changes; q attends to each
 // sequence's cache and new tokens, bottom-right aligned, with ragged cache
 // lengths including 0, GQA, d_qk != d_v, rotary both layouts, windows, s_q
-// 1 to 4; bad lengths, block tables and shapes are errors before any write.
+// 1 to 4, softcap, ALiBi and a learnable sink; bad lengths, block tables and
+// shapes are errors before any write.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,11 +34,14 @@ struct Spec {
   bool interleaved = true;
   MaskType mask = MaskType::causal_bottom_right;
   Window window{};
+  double softcap = 0.0;
+  bool alibi = false;  // slopes 2^-(h + 1)
+  bool sink = false;   // a learnable sink logit per query head
 };
 
 struct Call {
   Spec s;
-  TensorBuffer q, k_cache, v_cache, k, v, lens, batch_idx, table, cos, sin, out, lse;
+  TensorBuffer q, k_cache, v_cache, k, v, lens, batch_idx, table, cos, sin, out, lse, slopes, sink;
   int64_t num_blocks = 0, max_blocks = 0;
   KvCacheArgs args;
   Options opts;
@@ -107,8 +111,22 @@ Call make_call(const Spec& s, uint64_t seed) {
   if (s.block_size) a.block_table = c.table.view();
   if (s.rotary_dim) a.rotary_cos = c.cos.view(), a.rotary_sin = c.sin.view();
   a.rotary_interleaved = s.interleaved;
+  if (s.alibi) {
+    std::vector<double> sl;
+    for (int64_t h = 0; h < s.h_q; ++h) sl.push_back(std::ldexp(1.0, -static_cast<int>(h + 1)));
+    c.slopes = TensorBuffer(DType::f32, {s.h_q});
+    c.slopes.copy_from(sl);
+    a.alibi_slopes = c.slopes.view();
+  }
+  if (s.sink) {
+    c.sink = TensorBuffer(DType::f32, {s.h_q});
+    c.sink.fill_uniform(rng, -1, 2);
+    a.sink = c.sink.view();
+    c.opts.softmax_type = SoftmaxType::learnable;
+  }
   c.opts.mask = s.mask;
   c.opts.window = s.window;
+  c.opts.softcap = s.softcap;
   return c;
 }
 
@@ -155,6 +173,7 @@ void expect_matches(const Spec& s, uint64_t seed) {
   const std::vector<double> kn = s.s_new ? c.k.to_doubles() : std::vector<double>{};
   const std::vector<double> vn = s.s_new ? c.v.to_doubles() : std::vector<double>{};
   const std::vector<int32_t> table = table_of(c);
+  const std::vector<double> sinks = s.sink ? c.sink.to_doubles() : std::vector<double>{};
   forward_with_kvcache(c.opts, c.args);
   const std::vector<double> kc = c.k_cache.to_doubles(), vc = c.v_cache.to_doubles(), out = c.out.to_doubles();
   const std::vector<double> lse = c.lse.to_doubles();
@@ -206,11 +225,16 @@ void expect_matches(const Spec& s, uint64_t seed) {
           if (s.window.left >= 0 && p < qpos - s.window.left) continue;
           double dot = 0;
           for (int64_t ch = 0; ch < s.d_qk; ++ch) dot += x[ch] * kc[cache_at(c, table, i, p, hk, ch, s.d_qk)];
-          score.push_back(dot * scale);
+          double sc = dot * scale;
+          if (s.softcap > 0) sc = s.softcap * std::tanh(sc / s.softcap);
+          if (s.alibi) sc -= std::ldexp(1.0, -static_cast<int>(h + 1)) * std::fabs(static_cast<double>(qpos - p));
+          score.push_back(sc);
           keys.push_back(p);
         }
-        const double m = score.empty() ? 0 : *std::max_element(score.begin(), score.end());
-        double sum = 0;
+        const double t = s.sink ? sinks[h] : -std::numeric_limits<double>::infinity();
+        double m = score.empty() ? t : *std::max_element(score.begin(), score.end());
+        m = std::max(m, t);
+        double sum = s.sink ? std::exp(t - m) : 0;
         for (double& e : score) sum += (e = std::exp(e - m));
         for (int64_t ch = 0; ch < s.d_v; ++ch) {
           double o = 0;
@@ -218,9 +242,9 @@ void expect_matches(const Spec& s, uint64_t seed) {
           EXPECT_NEAR(out[((i * s.s_q + j) * s.h_q + h) * s.d_v + ch], o, 2e-5)
               << "out, sequence " << i << " row " << j << " head " << h;
         }
-        const double want_lse = keys.empty() ? -std::numeric_limits<double>::infinity() : m + std::log(sum);
+        const double want_lse = keys.empty() ? t : m + std::log(sum);
         const double got_lse = lse[(i * s.h_q + h) * s.s_q + j];
-        if (keys.empty())
+        if (keys.empty() && !s.sink)
           EXPECT_EQ(got_lse, want_lse);
         else
           EXPECT_NEAR(got_lse, want_lse, 1e-5);
@@ -244,6 +268,17 @@ TEST(KvCache, SpeculativeRowsAndChunksWithoutNewTokens) {
   expect_matches(s, 4);
   s.mask = MaskType::no_mask;
   expect_matches(s, 5);
+}
+
+TEST(KvCache, SoftcapAlibiAndASink) {
+  Spec s;
+  s.s_q = s.s_new = 2;
+  s.softcap = 2.0;
+  s.alibi = true;
+  s.sink = true;
+  s.block_size = 16;
+  s.s_cache = 32;
+  expect_matches(s, 18);
 }
 
 TEST(KvCache, PagedCachesAcrossBlockBoundaries) {
