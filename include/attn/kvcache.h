@@ -23,8 +23,9 @@ struct KvCacheArgs {
   // or neither; written at positions cache_seqlens[i] .. + s_new - 1.
   TensorView k;
   TensorView v;
-  // int32 [b]: each sequence's cache length before the append. Absent: every
-  // sequence fills its cache (s_cache; paged: max_blocks * block_size).
+  // int32 [b]: each sequence's cache length before the append. Absent: the
+  // capacity (s_cache; paged: max_blocks * block_size) minus s_new, so every
+  // cache is full after the append.
   TensorView cache_seqlens;
   // int32 [b]: the cache row of each sequence (contiguous caches); absent: i.
   TensorView cache_batch_idx;

@@ -37,6 +37,7 @@ struct Spec {
   double softcap = 0.0;
   bool alibi = false;  // slopes 2^-(h + 1)
   bool sink = false;   // a learnable sink logit per query head
+  bool no_lens = false;  // no cache_seqlens: each cache is full after the append (lens must say capacity - s_new)
 };
 
 struct Call {
@@ -105,7 +106,8 @@ Call make_call(const Spec& s, uint64_t seed) {
   c.lse.fill_nan();
   KvCacheArgs& a = c.args;
   a.q = c.q.view(), a.k_cache = c.k_cache.view(), a.v_cache = c.v_cache.view(), a.out = c.out.view();
-  a.lse = c.lse.view(), a.cache_seqlens = c.lens.view();
+  a.lse = c.lse.view();
+  if (!s.no_lens) a.cache_seqlens = c.lens.view();
   if (s.s_new) a.k = c.k.view(), a.v = c.v.view();
   if (s.batch_idx) a.cache_batch_idx = c.batch_idx.view();
   if (s.block_size) a.block_table = c.table.view();
@@ -279,6 +281,16 @@ TEST(KvCache, SoftcapAlibiAndASink) {
   s.block_size = 16;
   s.s_cache = 32;
   expect_matches(s, 18);
+}
+
+TEST(KvCache, WithoutLengthsEveryCacheIsFullAfterTheAppend) {
+  Spec s;
+  s.no_lens = true;
+  s.s_q = s.s_new = 2;
+  s.lens = {22, 22, 22};  // s_cache 24 - 2
+  expect_matches(s, 19);
+  s.block_size = 8;
+  expect_matches(s, 20);
 }
 
 TEST(KvCache, PagedCachesAcrossBlockBoundaries) {
