@@ -6,7 +6,6 @@
 #include "attn/kvcache.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -264,9 +263,37 @@ Selection forward_with_kvcache(const Options& opts, const KvCacheArgs& a, const 
                   "< " + str(a.rotary_cos.size(0)) + " (rotary_cos rows)",
                   "pass cos / sin tables as long as the cache");
     }
-  std::vector<double> row;
+
+  // The attention's call over buffers for q (rotated) and each sequence's
+  // keys and values (gathered, padded bshd), validated and its backend chosen
+  // before the cache is written: its errors too come first.
+  int64_t longest = 1;
+  for (int64_t i = 0; i < z.b; ++i) longest = std::max(longest, seq.len[i] + z.s_new);
+  HostTensor q(a.q.dtype, {z.b, z.s_q, z.h_q, z.d_qk});
+  HostTensor k(a.q.dtype, {z.b, longest, z.h_kv, z.d_qk}), v(a.q.dtype, {z.b, longest, z.h_kv, z.d_v});
+  HostTensor cu_q(DType::i32, {z.b + 1}), cu_kv(DType::i32, {z.b + 1});
+  auto* cq = static_cast<int32_t*>(cu_q.view.data);
+  auto* ckv = static_cast<int32_t*>(cu_kv.view.data);
+  for (int64_t i = 0; i < z.b; ++i) {
+    cq[i + 1] = static_cast<int32_t>(cq[i] + z.s_q);
+    ckv[i + 1] = static_cast<int32_t>(ckv[i] + seq.len[i] + z.s_new);
+  }
+  Options o = opts;
+  o.mask = opts.mask == MaskType::causal_bottom_right ? MaskType::padding_causal_bottom_right : MaskType::padding;
+  ForwardArgs f;
+  f.in.q = q.view;
+  f.in.k = k.view;
+  f.in.v = v.view;
+  f.in.cu_seqlens_q = cu_q.view;
+  f.in.cu_seqlens_kv = cu_kv.view;
+  f.in.alibi_slopes = a.alibi_slopes;
+  f.in.sink = a.sink;
+  f.out = a.out;
+  f.lse = a.lse;
+  forward_workspace_size(o, f, policy);  // validation and selection only
 
   // The append: new key j of sequence i at position len + j, rotated there.
+  std::vector<double> row;
   for (int64_t i = 0; i < z.b; ++i)
     for (int64_t j = 0; j < z.s_new; ++j) {
       const Slot at = slot_of(a, z, seq, i, seq.len[i] + j);
@@ -280,28 +307,16 @@ Selection forward_with_kvcache(const Options& opts, const KvCacheArgs& a, const 
       }
     }
 
-  // q, rotated at its rows' positions (the last s_q of the sequence, or all at its cache length).
-  HostTensor q(a.q.dtype, {z.b, z.s_q, z.h_q, z.d_qk});
+  // q, rotated at its rows' positions; the caches' rows gathered.
   for (int64_t i = 0; i < z.b; ++i)
     for (int64_t j = 0; j < z.s_q; ++j)
       for (int64_t h = 0; h < z.h_q; ++h) {
         rotate_row(a, z, a.q.data, a.q.dtype, offset4(a.q, i, j, h, 0), z.d_qk, q_position(i, j), row);
-        for (int64_t c = 0; c < z.d_qk; ++c) store_from_double(q.view.data, q.view.dtype, offset4(q.view, i, j, h, c), row[c]);
+        for (int64_t c = 0; c < z.d_qk; ++c)
+          store_from_double(q.view.data, q.view.dtype, offset4(q.view, i, j, h, c), row[c]);
       }
-
-  // Each sequence's keys and values gathered into one padded bshd buffer.
-  int64_t longest = 1;
-  for (int64_t i = 0; i < z.b; ++i) longest = std::max(longest, seq.len[i] + z.s_new);
-  HostTensor k(a.q.dtype, {z.b, longest, z.h_kv, z.d_qk}), v(a.q.dtype, {z.b, longest, z.h_kv, z.d_v});
-  HostTensor cu_q(DType::i32, {z.b + 1}), cu_kv(DType::i32, {z.b + 1});
-  auto* cq = static_cast<int32_t*>(cu_q.view.data);
-  auto* ckv = static_cast<int32_t*>(cu_kv.view.data);
-  cq[0] = ckv[0] = 0;
-  for (int64_t i = 0; i < z.b; ++i) {
-    const int64_t total = seq.len[i] + z.s_new;
-    cq[i + 1] = static_cast<int32_t>(cq[i] + z.s_q);
-    ckv[i + 1] = static_cast<int32_t>(ckv[i] + total);
-    for (int64_t p = 0; p < total; ++p) {
+  for (int64_t i = 0; i < z.b; ++i)
+    for (int64_t p = 0; p < seq.len[i] + z.s_new; ++p) {
       const Slot at = slot_of(a, z, seq, i, p);
       for (int64_t h = 0; h < z.h_kv; ++h) {
         for (int64_t c = 0; c < z.d_qk; ++c)
@@ -312,20 +327,6 @@ Selection forward_with_kvcache(const Options& opts, const KvCacheArgs& a, const 
                             load_as_double(a.v_cache.data, a.v_cache.dtype, offset4(a.v_cache, at.outer, at.inner, h, c)));
       }
     }
-  }
-
-  Options o = opts;
-  o.mask = opts.mask == MaskType::causal_bottom_right ? MaskType::padding_causal_bottom_right : MaskType::padding;
-  ForwardArgs f;
-  f.in.q = q.view;
-  f.in.k = k.view;
-  f.in.v = v.view;
-  f.in.cu_seqlens_q = cu_q.view;
-  f.in.cu_seqlens_kv = cu_kv.view;
-  f.in.alibi_slopes = a.alibi_slopes;
-  f.in.sink = a.sink;
-  f.out = a.out;
-  f.lse = a.lse;
   return forward(o, f, ctx, policy);
 }
 

@@ -365,6 +365,14 @@ TEST(KvCache, BadLengthsTablesAndShapesAreErrorsBeforeAnyWrite) {
   c.opts.mask = MaskType::causal;
   EXPECT_NE(error_leaving_the_cache(c).find("no_mask or causal_bottom_right"), std::string::npos);
 
+  c = make_call(Spec{}, 21);  // the attention's own rules come first too
+  c.opts.softmax_type = SoftmaxType::learnable;
+  EXPECT_NE(error_leaving_the_cache(c).find("sink"), std::string::npos);
+  c = make_call(Spec{}, 22);
+  TensorBuffer lse_wrong(DType::f32, {3, 4, 2});
+  c.args.lse = lse_wrong.view();
+  EXPECT_NE(error_leaving_the_cache(c).find("lse"), std::string::npos);
+
   s = Spec{};
   s.rotary_dim = 8;
   c = make_call(s, 17);
