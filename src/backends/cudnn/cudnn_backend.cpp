@@ -5,8 +5,11 @@
 #include <cudnn.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
+
 #include "attn/error.h"
 #include "attn/select.h"
+#include "backends/common/fill.h"
 #include "backends/cudnn/cudnn.h"
 #include "backends/cudnn/cudnn_graph.h"
 #include "backends/cudnn/cudnn_kernels.h"
@@ -183,9 +186,10 @@ Scratch carve(detail::Carver& c, const Problem& p, const MaskPlan& m, int64_t ro
 // The sink logits into the [h_q] tensor cuDNN reads: the caller's (learnable) or zeros (off-by-one).
 void stage_sink(const Problem& p, const Inputs& in, const Scratch& s, void* stream) {
   if (!s.sink) return;
-  const bool learnable = p.softmax_type == SoftmaxType::learnable;
-  launch_copy_per_head(s.sink, 1, learnable ? static_cast<const float*>(in.sink.data) : nullptr,
-                       learnable ? in.sink.strides_elems[0] : 1, p.h_q, stream);
+  if (p.softmax_type == SoftmaxType::learnable)
+    launch_copy_per_head(s.sink, 1, static_cast<const float*>(in.sink.data), in.sink.strides_elems[0], p.h_q, stream);
+  else
+    detail::launch_fill(s.sink, p.h_q, 1, 0.f, stream);
 }
 
 void prepare_sequences(const Problem& p, const Inputs& in, const Scratch& s, const TensorView* views[kRoles],
@@ -264,18 +268,13 @@ int64_t forward_workspace(const Problem& p, const ForwardArgs& a) {
   return p.total_q == 0 || p.h_q == 0 ? 0 : forward_setup(p, a).workspace_bytes;
 }
 
-// The max logit of a call without queries: -inf for every head.
-void no_max_logit(const Problem& p, const ForwardArgs& a, void* stream) {
-  ForwardRows none;
-  none.heads = p.h_q;
-  launch_max_logit_per_head(none, static_cast<float*>(a.max_logit.data), a.max_logit.strides_elems[0], stream);
-}
-
 void forward_pass(const Problem& p, const ForwardArgs& a, const RunContext& ctx) {
   if (p.h_q == 0) return;
   ATTN_CUDA(cudaSetDevice(p.device.index));
   if (p.total_q == 0) {
-    if (p.return_max_logit) no_max_logit(p, a, ctx.stream);
+    if (p.return_max_logit)  // no queries: -inf for every head
+      detail::launch_fill(static_cast<float*>(a.max_logit.data), p.h_q, a.max_logit.strides_elems[0], -INFINITY,
+                          ctx.stream);
     return;
   }
   const ForwardSetup setup = forward_setup(p, a);
@@ -401,7 +400,7 @@ void backward_pass(const Problem& p, const BackwardArgs& a, const RunContext& ct
   float* const dsink = static_cast<float*>(a.dsink.data);
   const int64_t dsink_stride = a.dsink.defined() ? a.dsink.strides_elems[0] : 1;
   if (setup.nothing_to_attend) {  // every gradient is zero
-    if (p.sink_grad) launch_copy_per_head(dsink, dsink_stride, nullptr, 1, p.h_q, ctx.stream);
+    if (p.sink_grad) detail::launch_fill(dsink, p.h_q, dsink_stride, 0.f, ctx.stream);
     int32_t* zeros = c.take<int32_t>(p.batch);
     ATTN_CUDA(cudaMemsetAsync(zeros, 0, p.batch * sizeof(int32_t), static_cast<cudaStream_t>(ctx.stream)));
     zero_gradient_rows(p, a, zeros, zeros, ctx.stream);

@@ -132,7 +132,7 @@ __global__ void max_logit_per_head(ForwardRows a, float* max_logit, int64_t stri
 
 __global__ void copy_per_head(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t heads) {
   const int64_t h = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (h < heads) dst[h * dst_stride] = src ? src[h * src_stride] : 0.0f;
+  if (h < heads) dst[h * dst_stride] = src[h * src_stride];
 }
 
 __global__ void backward_stats(BackwardStats a) {

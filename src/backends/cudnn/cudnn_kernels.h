@@ -68,9 +68,9 @@ void launch_finish_forward_rows(const ForwardRows& a, void* stream);
 // row_max nullptr for a call without keys: -inf everywhere).
 void launch_max_logit_per_head(const ForwardRows& a, float* max_logit, int64_t stride, void* stream);
 
-// dst[h * dst_stride] = src[h * src_stride] for h < heads; src nullptr: 0.
-// The sink logits into the contiguous [h_q] tensor cuDNN reads (0 for
-// off-by-one), and cuDNN's dsink out to the caller's.
+// dst[h * dst_stride] = src[h * src_stride] for h < heads: the caller's sink
+// logits into the contiguous [h_q] tensor cuDNN reads, and cuDNN's dsink out
+// to the caller's.
 void launch_copy_per_head(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t heads,
                           void* stream);
 
