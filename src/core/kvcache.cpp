@@ -21,8 +21,7 @@ using detail::bad_type;
 using detail::bad_value;
 using detail::load_as_double;
 using detail::store_from_double;
-
-std::string str(int64_t v) { return std::to_string(v); }
+using detail::str;
 
 // The call's shapes, from the tensors.
 struct KvShape {
@@ -56,12 +55,6 @@ void require_int32(const TensorView& t, const char* name, std::initializer_list<
   if (!ok)
     bad_value(std::string(name) + " has the wrong shape", t.shape_str(), expected + "]",
               std::string("pass ") + name + " with one entry per sequence");
-}
-
-void same_device(const TensorView& t, const char* name, const TensorView& q) {
-  if (t.defined() && !(t.device == q.device))
-    bad_value(std::string(name) + " is on another device than q", device_name(t.device), device_name(q.device),
-              std::string("move ") + name + " to q's device");
 }
 
 KvShape check_shapes(const Options& o, const KvCacheArgs& a) {
@@ -153,8 +146,11 @@ KvShape check_shapes(const Options& o, const KvCacheArgs& a) {
        {std::pair{&a.k_cache, "k_cache"}, {&a.v_cache, "v_cache"}, {&a.k, "k"}, {&a.v, "v"}, {&a.out, "out"},
         {&a.lse, "lse"}, {&a.cache_seqlens, "cache_seqlens"}, {&a.cache_batch_idx, "cache_batch_idx"},
         {&a.block_table, "block_table"}, {&a.rotary_cos, "rotary_cos"}, {&a.rotary_sin, "rotary_sin"},
-        {&a.alibi_slopes, "alibi_slopes"}, {&a.sink, "sink"}})
-    same_device(*t, name, a.q);
+        {&a.alibi_slopes, "alibi_slopes"}, {&a.sink, "sink"}}) {
+    detail::require_data(*t, name);  // read here, on the host, before any backend would
+    if (t->defined()) detail::require_device(*t, name, a.q.device);
+  }
+  detail::require_data(a.q, "q");
   if (a.q.device.is_cuda())
     fail(ErrorKind::unsupported, "forward_with_kvcache runs on CPU tensors in this build", device_name(a.q.device),
          "cpu tensors", "the GPU decode path (split-KV, paged) is not built yet: copy the call's tensors to the CPU, "
