@@ -65,6 +65,28 @@ def interleaved_medians(fns, calls_per_sample=8, budget_ms=600.0, min_rounds=5, 
     return {name: statistics.median(t) for name, t in samples.items()}
 
 
+_FLUSH = None
+
+
+def flushed_median(fn, sets, reps=30):
+    """Median of fn(sets[i]) each timed alone after overwriting a 256 MiB
+    buffer (L2 cold, as triton's do_bench): the second method beside
+    interleaved_medians."""
+    global _FLUSH
+    if _FLUSH is None:
+        _FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    times = []
+    for i in range(reps):
+        _FLUSH.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(sets[i % len(sets)])
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
 def warm(fn, sets, n=3):
     for i in range(n):
         fn(sets[i % len(sets)])

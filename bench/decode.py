@@ -3,8 +3,9 @@ against s_kv cached keys, bottom-right causal, bf16, one process, the peers on
 the same tensors: PyTorch SDPA with its cuDNN and flash backends, and attn.
 TB/s of K+V read and its share of a measured read-only bandwidth ceiling (a
 sum over a buffer several times L2, the same bytes as the point's K+V where
-they fit). Each point is timed back to back between CUDA events (median of
-rounds) and, as a second method, call by call after an L2 flush.
+they fit). Each point is timed back to back between CUDA events, the peers
+alternating round by round (bench/compare.py's interleaved medians), and, as
+a second method, call by call after an L2 flush.
 
 attn runs attn.forward_with_kvcache where this build runs it on the GPU, else
 its forward on the contiguous cache (the route a transformers decode step
@@ -17,7 +18,7 @@ applies) and the transformers generation step.
 import argparse
 import json
 import os
-import statistics
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -25,46 +26,15 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attn
 
-_FLUSH = None
-
-
-def loop_ms(fn, rounds=20, calls=10):
-    fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(rounds):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / calls)
-    return statistics.median(samples)
-
-
-def flushed_ms(fn, reps=15):
-    global _FLUSH
-    if _FLUSH is None:
-        _FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    times = []
-    for _ in range(reps):
-        _FLUSH.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare import flushed_median, interleaved_medians  # noqa: E402
 
 
 def ceiling_tbps(nbytes):
     """Read-only bandwidth: a sum over nbytes of bf16 (at least 4 GiB)."""
     n = max(nbytes, 4 << 30) // 2
     buf = torch.ones(n, dtype=torch.bfloat16, device="cuda")
-    ms = loop_ms(lambda: buf.sum(dtype=torch.float32), rounds=10, calls=3)
-    del buf
+    ms = interleaved_medians({"sum": (lambda _: buf.sum(dtype=torch.float32), [None])}, calls_per_sample=3)["sum"]
     return n * 2 / (ms * 1e-3) / 1e12
 
 
@@ -118,14 +88,18 @@ def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache):
             return run
         fns["sdpa_cudnn"] = sdpa(SDPBackend.CUDNN_ATTENTION)
         fns["sdpa_flash"] = sdpa(SDPBackend.FLASH_ATTENTION)
-    for name, fn in fns.items():
+    ok = {}
+    for name, fn in fns.items():  # a peer that cannot run this point says why
         try:
-            ms = loop_ms(fn)
-            cold = flushed_ms(fn)
-        except Exception as e:  # noqa: BLE001 - a peer that cannot run this point says why
+            fn()
+            torch.cuda.synchronize()
+            ok[name] = (lambda _, fn=fn: fn(), [None])
+        except Exception as e:  # noqa: BLE001
             r[name] = {"error": f"{type(e).__name__}: {e}"[:200]}
-            continue
-        r[name] = {"ms": ms, "tbps": kv_bytes / (ms * 1e-3) / 1e12, "flushed_ms": cold,
+    loop = interleaved_medians(ok) if ok else {}  # the peers alternate within each round
+    for name, (fn, sets) in ok.items():
+        cold = flushed_median(fn, sets, reps=15)
+        r[name] = {"ms": loop[name], "tbps": kv_bytes / (loop[name] * 1e-3) / 1e12, "flushed_ms": cold,
                    "flushed_tbps": kv_bytes / (cold * 1e-3) / 1e12}
     return r
 

@@ -20,27 +20,7 @@ import torch
 import attn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import interleaved_medians, make_sets, warm  # noqa: E402
-
-_FLUSH = None
-
-
-def flushed_median(fn, sets, reps=30):
-    """Each call timed alone after overwriting a 256 MiB buffer (L2 cold)."""
-    global _FLUSH
-    if _FLUSH is None:
-        _FLUSH = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    times = []
-    for i in range(reps):
-        _FLUSH.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(sets[i % len(sets)])
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
+from compare import flushed_median, interleaved_medians, make_sets, warm  # noqa: E402
 
 def variants(backend, causal, h):
     mask = "causal" if causal else "no_mask"
