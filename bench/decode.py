@@ -7,7 +7,9 @@ they fit). Each point is timed back to back between CUDA events, the peers
 alternating round by round (bench/compare.py's interleaved medians), and, as
 a second method, call by call after an L2 flush.
 
-attn runs attn.forward_with_kvcache where this build runs it on the GPU, else
+attn runs attn.forward_with_kvcache (check_seqlens=False, as a serving
+engine's captured step runs it: no read-back of the lengths) where this
+build runs it on the GPU, else
 its forward on the contiguous cache (the route a transformers decode step
 takes today); paged points need the former and are skipped otherwise. Not
 timed yet: FlexAttention's decoding path (issue 43 asks for it where it
@@ -66,12 +68,13 @@ def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache):
         table = torch.randperm(blocks, device="cuda").view(b, -1).int()
         if gpu_kvcache:
             fns["attn"] = lambda: attn.forward_with_kvcache(q, k_pool, v_pool, new_k, new_v, cache_seqlens=lens,
-                                                            block_table=table)
+                                                            block_table=table, check_seqlens=False)
     else:
         k_cache = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dt)
         v_cache = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dt)
         if gpu_kvcache:
-            fns["attn"] = lambda: attn.forward_with_kvcache(q, k_cache, v_cache, new_k, new_v, cache_seqlens=lens)
+            fns["attn"] = lambda: attn.forward_with_kvcache(q, k_cache, v_cache, new_k, new_v, cache_seqlens=lens,
+                                                            check_seqlens=False)
         else:
             fns["attn (forward on the cache)"] = lambda: attn.forward(q, k_cache, v_cache, mask="causal_bottom_right")
         # SDPA's [b, h, s, d] views of the same tensors (no copies).

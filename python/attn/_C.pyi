@@ -92,6 +92,7 @@ def forward_with_kvcache(
     backend: Optional[str] = None,
     disable: Sequence[str] = ...,
     stream: int = 0,
+    workspace_allocator: Optional[Callable[[int], int]] = None,
 ) -> Tuple[str, str]:
     """Appends k / v into the cache and runs q against it into the
     preallocated out (and lse). Returns (backend name, why it was chosen)."""

@@ -219,6 +219,7 @@ def forward_with_kvcache(
     backend: Optional[str] = None,
     disable: Sequence[str] = (),
     stream: Optional[int] = None,
+    check_seqlens: bool = True,
 ) -> Any:
     """Attention against a KV cache, with FlashAttention's flash_attn_with_kvcache
     arguments: q [b, s_q, h_q, d]; k_cache / v_cache contiguous [b_cache,
@@ -230,8 +231,11 @@ def forward_with_kvcache(
     (q's rows are each sequence's last s_q positions) or "no_mask"; window,
     softcap, alibi_slopes, softmax_type / sink as in forward. Returns out, or
     (out, lse) with return_lse=True. Every length, block index and rotary
-    position is checked before the cache is written. CPU arrays in this
-    build (the GPU decode path is the next step).
+    position is checked before the cache is written; on the GPU that reads
+    them back to the host, which check_seqlens=False skips (required inside
+    a CUDA graph capture: the kernels then bound every value to the cache).
+    CUDA tensors run on flash_decode (split-KV, num_splits 0 = choose), CPU
+    arrays on the reference.
     """
     for x, name in ((q, "q"), (k_cache, "k_cache"), (v_cache, "v_cache")):
         _arrays.require_array(x, name)
@@ -239,7 +243,8 @@ def forward_with_kvcache(
                            block_table=block_table, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                            alibi_slopes=alibi_slopes, out=out, lse=lse, sink=sink)
     _arrays.require_writable(k_cache=k_cache, v_cache=v_cache, out=out, lse=lse)
-    opts = _options("bshd", mask, window, softmax_scale, softcap, None, None, 0.0, 0, 0, False, True, softmax_type)
+    opts = _options("bshd", mask, window, softmax_scale, softcap, None, None, 0.0, 0, 0, False, check_seqlens,
+                    softmax_type)
     if out is None:
         out = _arrays.empty(q, _out_shape(q, v_cache))
     if lse is None and return_lse:
@@ -253,7 +258,7 @@ def forward_with_kvcache(
             cache_batch_idx=d(cache_batch_idx), block_table=d(block_table), rotary_cos=d(rotary_cos),
             rotary_sin=d(rotary_sin), rotary_interleaved=rotary_interleaved, alibi_slopes=d(alibi_slopes),
             sink=d(sink), lse=d(lse), num_splits=num_splits, backend=backend, disable=list(disable),
-            stream=_stream(q, stream),
+            stream=_stream(q, stream), workspace_allocator=_capture_workspace(q, stream),
         )
     except (TypeError, ValueError) as e:
         _arrays.adapt_error(e, _arrays.framework(q))

@@ -326,7 +326,8 @@ NB_MODULE(_C, m) {
          const OptIn& k, const OptIn& v, const OptIn& cache_seqlens, const OptIn& cache_batch_idx,
          const OptIn& block_table, const OptIn& rotary_cos, const OptIn& rotary_sin, bool rotary_interleaved,
          const OptIn& alibi_slopes, const OptIn& sink, const OptOut& lse, int num_splits,
-         const std::optional<std::string>& backend, const std::vector<std::string>& disable, uintptr_t stream) {
+         const std::optional<std::string>& backend, const std::vector<std::string>& disable, uintptr_t stream,
+         const nb::object& workspace_allocator) {
         KvCacheArgs args;
         args.q = to_view(q, "q");
         args.k_cache = to_view(k_cache, "k_cache");
@@ -345,7 +346,7 @@ NB_MODULE(_C, m) {
         args.lse = to_view(lse, "lse");
         args.num_splits = num_splits;
         const Policy policy = make_policy(backend, disable);
-        const RunContext ctx = run_context(stream, nb::none());
+        const RunContext ctx = run_context(stream, workspace_allocator);
         Selection s;
         {
           nb::gil_scoped_release release;
@@ -359,7 +360,7 @@ NB_MODULE(_C, m) {
       "rotary_cos"_a.noconvert() = nb::none(), "rotary_sin"_a.noconvert() = nb::none(),
       "rotary_interleaved"_a = true, "alibi_slopes"_a.noconvert() = nb::none(), "sink"_a.noconvert() = nb::none(),
       "lse"_a.noconvert() = nb::none(), "num_splits"_a = 0, "backend"_a = nb::none(),
-      "disable"_a = std::vector<std::string>{}, "stream"_a = 0,
+      "disable"_a = std::vector<std::string>{}, "stream"_a = 0, "workspace_allocator"_a = nb::none(),
       "Appends k / v into the cache and runs q against it into the preallocated out (and lse). "
       "Returns (backend name, why it was chosen).");
 

@@ -1,8 +1,10 @@
-// forward_with_kvcache (attn/kvcache.h) on CPU tensors: every argument and
-// each sequence's length checked first, then the new tokens (rotated) are
-// written into the cache, and the attention runs as a padded bshd call over
-// each sequence's cache gathered into one buffer, with the query rows
-// bottom-right aligned.
+// forward_with_kvcache (attn/kvcache.h): every argument and each sequence's
+// length checked first (on CUDA tensors, lengths, rows and blocks are read
+// back from the device unless check_seqlens is off). CPU tensors: the new
+// tokens (rotated) are written into the cache, and the attention runs as a
+// padded bshd call over each sequence's cache gathered into one buffer, with
+// the query rows bottom-right aligned. CUDA tensors: flash_decode appends and
+// attends in place (backends/flash_decode/kvcache_run.cpp).
 #include "attn/kvcache.h"
 
 #include <algorithm>
@@ -10,9 +12,18 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <climits>
+#include <utility>
+
 #include "attn/attn.h"
+#include "backends/flash_decode/flash_decode.h"
+#include "core/cuda_check.h"
 #include "core/numeric.h"
 #include "core/validate_internal.h"
+#include "core/workspace.h"
 
 namespace attn {
 namespace {
@@ -151,10 +162,6 @@ KvShape check_shapes(const Options& o, const KvCacheArgs& a) {
     if (t->defined()) detail::require_device(*t, name, a.q.device);
   }
   detail::require_data(a.q, "q");
-  if (a.q.device.is_cuda())
-    fail(ErrorKind::unsupported, "forward_with_kvcache runs on CPU tensors in this build", device_name(a.q.device),
-         "cpu tensors", "the GPU decode path (split-KV, paged) is not built yet: copy the call's tensors to the CPU, "
-                        "or gather the cache and call attn::forward with mask=padding_causal_bottom_right");
   return z;
 }
 
@@ -239,26 +246,180 @@ struct HostTensor {
   }
 };
 
+
+// q's row j sits at the sequence's last s_q positions where the mask or a
+// window places it there, else (as in FlashAttention) at the cache length.
+bool q_by_row(const Options& o) { return o.mask == MaskType::causal_bottom_right || o.window.left >= 0 || o.window.right >= 0; }
+
+int64_t q_position(const Options& o, const KvShape& z, const Sequences& seq, int64_t i, int64_t j) {
+  return std::max<int64_t>(q_by_row(o) ? seq.len[i] + z.s_new - z.s_q + j : seq.len[i], 0);
+}
+
+// Every rotary position checked before the first write.
+void check_rotary_positions(const Options& o, const KvCacheArgs& a, const KvShape& z, const Sequences& seq) {
+  if (!z.rotary_half) return;
+  for (int64_t i = 0; i < z.b; ++i) {
+    const int64_t last = std::max(seq.len[i] + z.s_new - 1, z.s_q ? q_position(o, z, seq, i, z.s_q - 1) : int64_t{0});
+    if (last >= a.rotary_cos.size(0))
+      bad_value("a position is past the rotary table", "sequence " + str(i) + " reaches position " + str(last),
+                "< " + str(a.rotary_cos.size(0)) + " (rotary_cos rows)", "pass cos / sin tables as long as the cache");
+  }
+}
+
+// A device tensor of int32 copied to the host with its strides kept (so
+// read_sequences() indexes it as it would the original).
+struct HostInts {
+  std::vector<int32_t> values;
+  TensorView view;
+  HostInts(const TensorView& t, void* stream) {
+    if (!t.defined()) return;
+    int64_t span = 1;
+    for (int d = 0; d < t.rank; ++d) span += (t.shape[d] - 1) * t.strides_elems[d];
+    if (t.numel() == 0) span = 0;
+    values.assign(static_cast<size_t>(std::max<int64_t>(span, 1)), 0);
+    if (span > 0) {
+      ATTN_CUDA(cudaMemcpyAsync(values.data(), t.data, static_cast<size_t>(span) * 4, cudaMemcpyDeviceToHost,
+                                static_cast<cudaStream_t>(stream)));
+      ATTN_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+    }
+    view = t;
+    view.data = values.data();
+    view.device = Device::cpu();
+  }
+};
+
+void require_per_head_f32(const TensorView& t, const char* name, const KvShape& z, bool per_batch_ok) {
+  const bool shape_ok = (t.rank == 1 && t.size(0) == z.h_q) || (per_batch_ok && t.rank == 2 && t.size(0) == z.b && t.size(1) == z.h_q);
+  if (t.dtype != DType::f32)
+    bad_type(std::string(name) + " has the wrong dtype", dtype_name(t.dtype), "float32",
+             std::string("convert ") + name + " to float32");
+  if (!shape_ok)
+    bad_value(std::string(name) + " has the wrong shape", t.shape_str(),
+              per_batch_ok ? "[" + str(z.h_q) + "] or [" + str(z.b) + ", " + str(z.h_q) + "]" : "[" + str(z.h_q) + "]",
+              std::string("pass one value per query head") + (per_batch_ok ? " (per sequence: [b, h_q])" : ""));
+}
+
+void require_unit_stride(const TensorView& t, const char* name) {
+  if (t.defined() && t.numel() > 1 && t.stride(-1) != 1)
+    bad_value(std::string(name) + " is not contiguous", "stride " + str(t.stride(-1)), "stride 1",
+              std::string("pass ") + name + " contiguous (.contiguous())");
+}
+
+// The attention of a GPU call as flash_decode reads it: bshd, len_kv = the
+// cache's length after the append (from the device), s_kv = capacity.
+Problem gpu_problem(const Options& o, const KvCacheArgs& a, const KvShape& z, const RunContext& ctx) {
+  Problem p;
+  p.pass = Pass::forward;
+  p.qkv_format = QkvFormat::bshd;
+  p.dtype = a.q.dtype;
+  p.device = a.q.device;
+  p.batch = z.b;
+  p.s_q = z.s_q;
+  p.s_kv = z.capacity;
+  p.total_q = z.b * z.s_q;
+  p.total_kv = z.capacity;
+  p.h_q = z.h_q;
+  p.h_kv = z.h_kv;
+  p.d_qk = z.d_qk;
+  p.d_v = z.d_v;
+  p.mask = o.mask == MaskType::causal_bottom_right ? MaskType::padding_causal_bottom_right : MaskType::padding;
+  p.window_left = o.window.left;
+  p.window_right = o.mask == MaskType::causal_bottom_right ? 0 : o.window.right;
+  p.bottom_right = true;
+  p.softmax_scale = o.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(z.d_qk)));
+  p.softcap = o.softcap;
+  p.bias = a.alibi_slopes.defined() ? BiasType::alibi : BiasType::none;
+  p.alibi_per_batch = a.alibi_slopes.defined() && a.alibi_slopes.rank == 2;
+  p.softmax_type = o.softmax_type;
+  p.return_lse = a.lse.defined();
+  p.row_alignment_bytes = detail::row_alignment({&a.q, &a.k_cache, &a.v_cache, &a.k, &a.v, &a.out});
+  p.capturing = detail::stream_is_capturing(ctx.stream);
+  return p;
+}
+
+// CUDA tensors: the checks that read lengths, indices and block ids from the
+// device (with check_seqlens), then flash_decode in place on the cache.
+Selection forward_with_kvcache_gpu(const Options& o, const KvCacheArgs& a, const KvShape& z, const RunContext& ctx,
+                                   const Policy& policy) {
+  if (a.alibi_slopes.defined()) require_per_head_f32(a.alibi_slopes, "alibi_slopes", z, true);
+  if (o.softmax_type == SoftmaxType::learnable) {
+    if (!a.sink.defined())
+      bad_value("softmax_type learnable needs the sink logits", "no sink", "fp32 [h_q]", "pass sink");
+    require_per_head_f32(a.sink, "sink", z, false);
+  }
+  if (a.lse.defined()) {
+    const bool ok = a.lse.dtype == DType::f32 && a.lse.rank == 3 && a.lse.size(0) == z.b && a.lse.size(1) == z.h_q &&
+                    a.lse.size(2) == z.s_q;
+    if (!ok)
+      bad_value("lse has the wrong shape or dtype", a.lse.shape_str() + " " + dtype_name(a.lse.dtype),
+                "float32 [" + str(z.b) + ", " + str(z.h_q) + ", " + str(z.s_q) + "]", "allocate lse as [b, h_q, s_q]");
+  }
+  for (const auto& [t, name] : {std::pair{&a.cache_seqlens, "cache_seqlens"}, {&a.cache_batch_idx, "cache_batch_idx"},
+                                {&a.block_table, "block_table"}})
+    require_unit_stride(*t, name);
+  if (z.capacity > INT32_MAX || z.cache_rows > INT32_MAX)
+    bad_value("the cache is too large for the decode kernel's 32-bit positions", "capacity " + str(z.capacity),
+              "< 2^31 positions per sequence and rows / blocks", "use a smaller cache per sequence");
+  const Problem p = gpu_problem(o, a, z, ctx);
+  check_problem(p);
+  if (o.check_seqlens) {
+    if (p.capturing)
+      fail(ErrorKind::value,
+           "forward_with_kvcache's checks read cache_seqlens, cache_batch_idx and block_table back to the host, which "
+           "a call inside a CUDA graph capture cannot do",
+           "check_seqlens=true while the call's stream is capturing", "check_seqlens=false",
+           "turn the checks off for captured calls (Python: check_seqlens=False); the kernels then bound every "
+           "value to the cache (a length past it writes nothing, an index outside it is clamped)");
+    KvCacheArgs host = a;
+    const HostInts lens(a.cache_seqlens, ctx.stream), rows(a.cache_batch_idx, ctx.stream),
+        table(a.block_table, ctx.stream);
+    host.cache_seqlens = lens.view;
+    host.cache_batch_idx = rows.view;
+    host.block_table = table.view;
+    const Sequences seq = read_sequences(host, z);
+    check_rotary_positions(o, a, z, seq);
+  }
+  // flash_decode alone runs a KV cache on the GPU, any s_q (its 16-token
+  // limit is the selection's, for forward() calls).
+  const Backend& decode = flash_decode::backend();
+  const DeviceInfo dev = query_device(p.device);
+  Problem judged = p;
+  judged.s_q = std::min<int64_t>(p.s_q, flash_decode::kMaxQueryTokens);
+  std::vector<std::string> no = decode.supports(judged, dev);
+  if (!policy.forced.empty() && policy.forced != decode.name())
+    no.push_back("forced backend " + policy.forced + ": on CUDA tensors only flash_decode runs a KV cache");
+  for (const std::string& d : policy.disabled)
+    if (d == decode.name()) no.push_back("flash_decode is disabled (ATTN_DISABLE or disable=)");
+  if (!no.empty()) {
+    std::string reasons;
+    for (const std::string& r : no) reasons += (reasons.empty() ? "" : "; ") + r;
+    fail(ErrorKind::unsupported, "forward_with_kvcache cannot run this call on the GPU", reasons,
+         "a call flash_decode supports", "use bf16/fp16 tensors with head dims 64, 128, 192/128 or 256, rows 16-byte "
+                                         "aligned; or run the call on CPU tensors");
+  }
+  flash_decode::KvCacheLayout layout;
+  layout.s_new = z.s_new;
+  layout.capacity = z.capacity;
+  layout.cache_rows = z.cache_rows;
+  layout.block_size = z.paged ? z.block : 0;
+  layout.rotary_half = z.rotary_half;
+  layout.q_by_row = q_by_row(o);
+  flash_decode::run_kvcache(p, a, layout, ctx);
+  Selection sel;
+  sel.backend = &decode;
+  sel.device = dev;
+  sel.why = "forward_with_kvcache on CUDA tensors runs flash_decode (split-KV over the cache in place)";
+  return sel;
+}
+
 }  // namespace
 
 Selection forward_with_kvcache(const Options& opts, const KvCacheArgs& a, const RunContext& ctx,
                                const Policy& policy) {
   const KvShape z = check_shapes(opts, a);
+  if (a.q.device.is_cuda()) return forward_with_kvcache_gpu(opts, a, z, ctx, policy);
   const Sequences seq = read_sequences(a, z);
-  // q's row j sits at the sequence's last s_q positions where the mask or a
-  // window places it there, else (as in FlashAttention) at the cache length.
-  const bool q_by_row = opts.mask == MaskType::causal_bottom_right || opts.window.left >= 0 || opts.window.right >= 0;
-  auto q_position = [&](int64_t i, int64_t j) {
-    return std::max<int64_t>(q_by_row ? seq.len[i] + z.s_new - z.s_q + j : seq.len[i], 0);
-  };
-  if (z.rotary_half)  // every rotary position checked before the first write
-    for (int64_t i = 0; i < z.b; ++i) {
-      const int64_t last = std::max(seq.len[i] + z.s_new - 1, z.s_q ? q_position(i, z.s_q - 1) : int64_t{0});
-      if (last >= a.rotary_cos.size(0))
-        bad_value("a position is past the rotary table", "sequence " + str(i) + " reaches position " + str(last),
-                  "< " + str(a.rotary_cos.size(0)) + " (rotary_cos rows)",
-                  "pass cos / sin tables as long as the cache");
-    }
+  check_rotary_positions(opts, a, z, seq);
 
   // The attention's call over buffers for q (rotated) and each sequence's
   // keys and values (gathered, padded bshd), validated and its backend chosen
@@ -307,7 +468,7 @@ Selection forward_with_kvcache(const Options& opts, const KvCacheArgs& a, const 
   for (int64_t i = 0; i < z.b; ++i)
     for (int64_t j = 0; j < z.s_q; ++j)
       for (int64_t h = 0; h < z.h_q; ++h) {
-        rotate_row(a, z, a.q.data, a.q.dtype, offset4(a.q, i, j, h, 0), z.d_qk, q_position(i, j), row);
+        rotate_row(a, z, a.q.data, a.q.dtype, offset4(a.q, i, j, h, 0), z.d_qk, q_position(opts, z, seq, i, j), row);
         for (int64_t c = 0; c < z.d_qk; ++c)
           store_from_double(q.view.data, q.view.dtype, offset4(q.view, i, j, h, c), row[c]);
       }

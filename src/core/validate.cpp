@@ -26,6 +26,7 @@ using detail::require_device;
 using detail::require_last_dim_contiguous;
 using detail::require_rank;
 using detail::str;
+using detail::row_alignment;
 
 void require_defined(const TensorView& t, const char* name, const char* why) {
   if (!t.defined())
@@ -324,7 +325,7 @@ void check_problem(const Problem& p) {
 // See Problem::row_alignment_bytes. Size-1 dimensions never advance, so their
 // strides do not count. Byte strides in unsigned arithmetic: a stride near
 // 2^63 elements wraps there, and wrapping modulo 2^64 keeps divisibility by 16.
-static int row_alignment(std::initializer_list<const TensorView*> views) {
+int detail::row_alignment(std::initializer_list<const TensorView*> views) {
   uint64_t align = 16;
   auto fit = [&](uint64_t bytes) {
     while (align > 1 && bytes % align != 0) align /= 2;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 
@@ -43,6 +44,9 @@ inline void require_device(const TensorView& t, const char* name, const Device& 
               device_name(expected) + " (q's device)",
               std::string("move ") + name + " to " + device_name(expected));
 }
+
+// Problem::row_alignment_bytes of these views (undefined ones skipped).
+int row_alignment(std::initializer_list<const TensorView*> views);
 
 // The call's sequences into p: batch, s_q, s_kv and has_seqlens. thd takes
 // them from cu_seqlens (both required) and max_seqlen_q/kv; bshd/sbhd from

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "attn/select.h"
+#include "backends/flash_decode/flash_decode.h"
 #include "backends/flash_sm80/flash_sm80.h"
 #include "backends/flash_sm90/flash_sm90.h"
 #include "backends/reference/reference.h"
@@ -16,7 +17,7 @@ namespace {
 
 // Every backend of DESIGN.md, built or not, so verdicts always cover all of them.
 const std::vector<std::string>& known_backends() {
-  static const std::vector<std::string> names = {"flash_sm90", "flash_sm80", "cudnn", "unfused",
+  static const std::vector<std::string> names = {"flash_decode", "flash_sm90", "flash_sm80", "cudnn", "unfused",
                                                  "reference"};
   return names;
 }
@@ -25,7 +26,7 @@ const std::vector<std::string>& known_backends() {
 
 const std::vector<const Backend*>& registered_backends() {
   static const std::vector<const Backend*> built = {
-      &flash_sm90::backend(), &flash_sm80::backend(),
+      &flash_decode::backend(), &flash_sm90::backend(), &flash_sm80::backend(),
 #ifdef ATTN_HAVE_CUDNN
       &cudnn::backend(),
 #endif
@@ -49,9 +50,13 @@ std::vector<std::string> preference_order(const DeviceInfo& dev, Pass pass) {
     // its own (tests/gpu/test_cross_pass.cpp).
     order = {"cudnn", "flash_sm90", "flash_sm80", "unfused"};
   else if (dev.sm >= 90)
-    // flash_sm90 first: its forward is faster than cuDNN's over the anchors'
+    // flash_decode first for the calls it takes (at most 16 query tokens per
+    // sequence: decoding reads K/V at the memory's speed, split over the SMs);
+    // then flash_sm90: its forward is faster than cuDNN's over the anchors'
     // grid and than FlexAttention on windows and packed documents.
-    order = {"flash_sm90", "cudnn", "flash_sm80", "unfused"};
+    order = {"flash_decode", "flash_sm90", "cudnn", "flash_sm80", "unfused"};
+  else if (dev.sm >= 80 && pass == Pass::forward)
+    order = {"flash_decode", "flash_sm80", "cudnn", "unfused"};
   else if (dev.sm >= 80)
     order = {"flash_sm80", "cudnn", "unfused"};
   else

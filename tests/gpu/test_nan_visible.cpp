@@ -1,7 +1,8 @@
 // A NaN in q or k stays visible on every GPU backend: it reaches exactly the
 // rows that read it (as the fp64 reference and PyTorch's SDPA give), never a
 // clean zero row that reads as "no visible key"; with a learnable softmax
-// sink too, and the max logit is NaN for exactly the heads that read one.
+// sink too; lse is NaN in those rows, and the max logit is NaN for exactly
+// the heads that read one.
 // bshd 2 x 130 x 4 x 64, causal, GQA 2, bf16.
 #include <cuda_runtime.h>
 
@@ -55,6 +56,7 @@ TEST_P(NaNStaysVisible, InExactlyTheRowsThatReadIt) {
     spec.mask = MaskType::causal;
     spec.softmax_type = type;
     spec.return_max_logit = max_logit;
+    spec.return_lse = true;
     if (!testing::claims(backend, spec, Pass::forward)) continue;
     SCOPED_TRACE(std::string(softmax_type_name(type)) + (max_logit ? ", max logit" : ""));
     testing::Case c = testing::make_case(spec, Device::cuda(0), 21);
@@ -73,6 +75,17 @@ TEST_P(NaNStaysVisible, InExactlyTheRowsThatReadIt) {
                           << (reaches ? "lost its NaN" : "has a NaN it does not read");
         }
     EXPECT_EQ(wrong, 0);
+    const std::vector<double> lse = c.lse.to(Device::cpu()).to_doubles();  // [b, h_q, s_q]
+    int64_t wrong_lse = 0;
+    for (int64_t b = 0; b < kB; ++b)
+      for (int64_t h = 0; h < kHq; ++h)
+        for (int64_t s = 0; s < kS; ++s) {
+          const bool reaches = (b == 1 && s == 7 && h == 2) || (b == 0 && h / (kHq / kHkv) == 1 && s >= 50);
+          if (std::isnan(lse[(b * kHq + h) * kS + s]) != reaches && wrong_lse++ < 5)
+            ADD_FAILURE() << backend << ": lse of row (" << b << ", " << s << ", " << h << ") = "
+                          << lse[(b * kHq + h) * kS + s];
+        }
+    EXPECT_EQ(wrong_lse, 0);
     if (max_logit) {
       const std::vector<double> m = c.max_logit.to(Device::cpu()).to_doubles();
       for (int64_t h = 0; h < kHq; ++h)

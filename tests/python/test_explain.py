@@ -7,13 +7,13 @@ import pytest
 
 import attn
 
-KNOWN = {"flash_sm90", "flash_sm80", "cudnn", "unfused", "reference"}
+KNOWN = {"flash_decode", "flash_sm90", "flash_sm80", "cudnn", "unfused", "reference"}
 
 
 def test_explain_from_shapes_on_a_simulated_a100():
     ex = attn.explain((2, 128, 16, 192), (2, 128, 16, 192), (2, 128, 16, 128), dtype="bfloat16",
                       mask="causal", device="sm80")
-    assert {v.backend for v in ex} == KNOWN and len(ex) == 5
+    assert {v.backend for v in ex} == KNOWN and len(ex) == 6
     assert ex.simulated and ex.sm == 80 and "sm80" in ex.device
     assert ex.problem.startswith("fwd bshd bfloat16") and "d=192/128" in ex.problem
     assert ex[0].backend == "flash_sm80"  # sm80's preference order comes first

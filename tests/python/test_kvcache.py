@@ -93,3 +93,64 @@ def test_a_length_past_the_cache_is_an_error_before_any_write():
     with pytest.raises(ValueError, match=r"cache_seqlens\[1\]=6 with 3 new tokens"):
         attn.forward_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=torch.tensor([0, 6], dtype=torch.int32))
     assert torch.equal(k_cache, kc0)
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available() or attn.cuda_device_count() == 0, reason="needs a CUDA device")
+
+
+def _decode_inputs(paged, b=3, s_q=1, s_new=1, h_q=8, h_kv=2, d=128, block=16, capacity=256, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    dt = torch.bfloat16
+    if paged:
+        blocks = b * capacity // block + 2
+        k_cache = torch.randn(blocks, block, h_kv, d, generator=g).to(dt)
+        table = torch.randperm(blocks, generator=g)[: b * capacity // block].view(b, -1).int()
+    else:
+        k_cache = torch.randn(b, capacity, h_kv, d, generator=g).to(dt)
+        table = None
+    v_cache = torch.randn(k_cache.shape, generator=g).to(dt)
+    q = torch.randn(b, s_q, h_q, d, generator=g).to(dt)
+    k, v = (torch.randn(b, s_new, h_kv, d, generator=g).to(dt) for _ in range(2))
+    lens = torch.tensor([0, 77, capacity - s_new][:b], dtype=torch.int32)
+    cos, sin = rotary_table(capacity + s_q, 64)
+    return dict(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v, cache_seqlens=lens, block_table=table,
+                rotary_cos=cos, rotary_sin=sin)
+
+
+def _call(t, **kw):
+    return attn.forward_with_kvcache(t["q"], t["k_cache"], t["v_cache"], t["k"], t["v"],
+                                     cache_seqlens=t["cache_seqlens"], block_table=t["block_table"],
+                                     rotary_cos=t["rotary_cos"], rotary_sin=t["rotary_sin"], **kw)
+
+
+@cuda
+@pytest.mark.parametrize("paged", [True, False])
+def test_cuda_matches_the_cpu_path(paged):
+    host = _decode_inputs(paged, s_q=4, s_new=4)
+    dev = {n: (x.cuda() if x is not None else None) for n, x in host.items()}
+    out, lse = _call(dev, return_lse=True)
+    ref, ref_lse = _call(host, return_lse=True)
+    torch.testing.assert_close(out.cpu().float(), ref.float(), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(lse.cpu(), ref_lse, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(dev["v_cache"].cpu(), host["v_cache"], atol=0, rtol=0)
+    torch.testing.assert_close(dev["k_cache"].cpu().float(), host["k_cache"].float(), atol=1e-2, rtol=1e-2)
+
+
+@cuda
+def test_cuda_graph_replays_a_decode_step_on_new_lengths():
+    t = {n: (x.cuda() if x is not None else None) for n, x in _decode_inputs(True).items()}
+    out = _call(t, check_seqlens=False)  # warm-up: sizes the workspace before capture
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = _call(t, check_seqlens=False)
+    for seed, lens in ((1, [5, 200, 31]), (2, [254, 0, 100])):
+        fresh = _decode_inputs(True, seed=seed)
+        fresh["cache_seqlens"] = torch.tensor(lens, dtype=torch.int32)
+        for n in ("q", "k_cache", "v_cache", "k", "v", "cache_seqlens", "block_table"):
+            t[n].copy_(fresh[n])
+        g.replay()
+        eager = {n: (x.cuda() if x is not None else None) for n, x in fresh.items()}
+        want = _call(eager)
+        torch.cuda.synchronize()
+        assert torch.equal(out, want)
+        assert torch.equal(t["k_cache"], eager["k_cache"])

@@ -77,20 +77,24 @@ TEST(Select, PreferenceOrderPerArchitecture) {
   const auto sm80 = preference_order(simulated_device("sm80"));
   const auto sm80_bwd = preference_order(simulated_device("sm80"), Pass::backward);
   const auto cpu = preference_order(DeviceInfo{});
-  // flash_sm90 leads Hopper's forward since it beats cuDNN's (docs/PERF.md, v18); cudnn leads the
-  // backward until flash_sm90's backward does.
-  ASSERT_GE(sm90.size(), 3u);
-  EXPECT_EQ(sm90[0], "flash_sm90");
-  EXPECT_EQ(sm90[1], "cudnn");
-  EXPECT_EQ(sm90[2], "flash_sm80");
+  // flash_decode leads every forward order: it takes only calls with at most
+  // 16 query tokens per sequence (decoding), which it reads at the memory's
+  // speed. Then flash_sm90 leads Hopper's forward since it beats cuDNN's
+  // (docs/PERF.md, v18); cudnn leads the backward until flash_sm90's backward does.
+  ASSERT_GE(sm90.size(), 4u);
+  EXPECT_EQ(sm90[0], "flash_decode");
+  EXPECT_EQ(sm90[1], "flash_sm90");
+  EXPECT_EQ(sm90[2], "cudnn");
+  EXPECT_EQ(sm90[3], "flash_sm80");
   ASSERT_GE(sm90_bwd.size(), 3u);
   EXPECT_EQ(sm90_bwd[0], "cudnn");
   EXPECT_EQ(sm90_bwd[1], "flash_sm90");
   EXPECT_EQ(sm90_bwd[2], "flash_sm80");
-  EXPECT_EQ(sm80.front(), "flash_sm80");
-  EXPECT_EQ(sm80_bwd, sm80);
+  EXPECT_EQ(sm80[0], "flash_decode");
+  EXPECT_EQ(sm80[1], "flash_sm80");
+  EXPECT_EQ(sm80_bwd.front(), "flash_sm80");
   EXPECT_EQ(cpu.front(), "reference");
-  for (const auto* order : {&sm90, &sm90_bwd, &sm80, &cpu}) EXPECT_EQ(order->size(), 5u);
+  for (const auto* order : {&sm90, &sm90_bwd, &sm80, &sm80_bwd, &cpu}) EXPECT_EQ(order->size(), 6u);
 }
 
 // Hopper's backward order moves flash_sm90 first for causal GQA at d 128
@@ -125,7 +129,7 @@ TEST(Select, HopperBackwardPutsFlashSm90FirstForCausalGqa) {
   EXPECT_EQ(first(q), "cudnn");
   q = p;
   q.pass = Pass::forward;
-  EXPECT_EQ(first(q), "flash_sm90");
+  EXPECT_EQ(preference_order_for(dev, q)[1], "flash_sm90");  // after flash_decode, which takes decoding calls only
   EXPECT_EQ(preference_order_for(simulated_device("sm80"), p).front(), "flash_sm80");
 }
 
@@ -172,13 +176,65 @@ TEST(Select, FlashSm90BackwardSaysWhatItRuns) {
   EXPECT_TRUE(b->supports(q, dev).empty());
 }
 
+// flash_decode takes forward calls with at most 16 query tokens per sequence
+// and says why it refuses the rest; selection sends decoding calls there.
+TEST(Select, FlashDecodeTakesFewQueryTokensAndSaysWhyNot) {
+  const Backend* b = find_backend("flash_decode");
+  ASSERT_NE(b, nullptr);
+  for (const char* spec : {"sm80", "sm90"}) {
+    const DeviceInfo dev = simulated_device(spec);
+    Problem p = gpu_problem(128, 128);
+    p.s_q = 1;
+    p.s_kv = 4096;
+    p.h_q = 32;
+    p.h_kv = 8;
+    p.mask = MaskType::causal_bottom_right;
+    p.window_right = 0;
+    p.bottom_right = true;
+    EXPECT_TRUE(b->supports(p, dev).empty()) << spec;
+    EXPECT_STREQ(select_backend(p, dev, Policy{}).backend->name(), "flash_decode") << spec;
+    for (int64_t d : {64, 256}) {
+      Problem q = p;
+      q.d_qk = q.d_v = d;
+      EXPECT_TRUE(b->supports(q, dev).empty()) << spec << " d " << d;
+    }
+    auto refused = [&](Problem q, const std::string& words) {
+      const std::vector<std::string> no = b->supports(q, dev);
+      bool found = false;
+      for (const std::string& r : no) found |= r.find(words) != std::string::npos;
+      EXPECT_TRUE(found) << spec << ": no reason with \"" << words << "\"";
+    };
+    Problem q = p;
+    q.s_q = 17;
+    refused(q, "at most 16 query tokens");
+    EXPECT_STRNE(select_backend(q, dev, Policy{}).backend->name(), "flash_decode");
+    q = p;
+    q.pass = Pass::backward;
+    refused(q, "forward only");
+    q = p;
+    q.d_qk = q.d_v = 96;
+    refused(q, "head_dim 96/96 has no forward kernel");
+    q = p;
+    q.dropout_p = 0.1;
+    refused(q, "dropout");
+    q = p;
+    q.dtype = DType::f32;
+    refused(q, "runs bfloat16 and float16");
+    q = p;
+    q.bias = BiasType::post_scale_bias;
+    refused(q, "post_scale_bias");
+  }
+}
+
 TEST(Select, ExplainOnSimulatedSm80ListsEveryBackendWithReasons) {
   const DeviceInfo dev = simulated_device("sm80");
   EXPECT_TRUE(dev.simulated);
   EXPECT_EQ(dev.sm, 80);
   const auto vs = explain(gpu_problem(192, 192), dev, Policy{});
-  ASSERT_EQ(vs.size(), 5u);
-  EXPECT_EQ(vs.front().backend, "flash_sm80");
+  ASSERT_EQ(vs.size(), 6u);
+  EXPECT_EQ(vs.front().backend, "flash_decode");  // first in the order, refusing (s_q 128, d 192)
+  EXPECT_FALSE(vs.front().reasons.empty());
+  EXPECT_EQ(vs[1].backend, "flash_sm80");
   for (const Verdict& v : vs)
     if (!v.in_build) EXPECT_EQ(v.reasons.at(0), "not part of this build") << v.backend;
   const Verdict& ref = verdict_of(vs, "reference");
@@ -186,13 +242,13 @@ TEST(Select, ExplainOnSimulatedSm80ListsEveryBackendWithReasons) {
   ASSERT_FALSE(ref.reasons.empty());
   EXPECT_NE(ref.reasons[0].find("cuda:0"), std::string::npos) << ref.reasons[0];
   const std::string table = format_verdicts(vs);
-  for (const char* name : {"flash_sm90", "flash_sm80", "cudnn", "unfused", "reference"})
+  for (const char* name : {"flash_decode", "flash_sm90", "flash_sm80", "cudnn", "unfused", "reference"})
     EXPECT_NE(table.find(name), std::string::npos) << table;
 }
 
 TEST(Select, NoBackendErrorListsEveryBackendAndWhatToChange) {
   Policy gpu_backends_off;  // stays true as GPU backends join the build
-  gpu_backends_off.disabled = {"flash_sm90", "flash_sm80", "cudnn", "unfused"};
+  gpu_backends_off.disabled = {"flash_decode", "flash_sm90", "flash_sm80", "cudnn", "unfused"};
   const std::string msg =
       error_of([&] { select_backend(gpu_problem(192, 128), simulated_device("sm80"), gpu_backends_off); });
   ASSERT_FALSE(msg.empty());

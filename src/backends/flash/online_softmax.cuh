@@ -138,8 +138,11 @@ struct OnlineSoftmax {
         // The fast reciprocal and log (2 ulp; 2^-21 absolute near 1): l >= 1
         // once a key or a sink is seen (the larger term is exp2(0)), and these
         // sit on the path from the last product to the store.
-        inv[ma][h] = l > 0.f ? __fdividef(out_scale * c, l) : 0.f;
-        lse[ma][h] = l > 0.f ? base * kLn2 + __logf(l) : -INFINITY;
+        // A NaN score makes l NaN: lse stays NaN (and so does the max logit
+        // read from it); only a row that saw nothing (l = 0) gets -inf.
+        const bool seen = !(l <= 0.f);
+        inv[ma][h] = seen ? __fdividef(out_scale * c, l) : 0.f;
+        lse[ma][h] = seen ? base * kLn2 + __logf(l) : -INFINITY;
       }
   }
 

@@ -1,0 +1,27 @@
+// The decode kernel's shape (decode_kernel.cuh): 4 warps, 16 packed query
+// rows, KV tiles of 64 keys (16 per warp) in two cp.async stages, and the
+// merge of the warps' partial softmaxes in the stages' memory afterwards.
+#pragma once
+
+#include "kernels/sm80/swizzle.h"
+
+namespace attn::flash_decode {
+
+template <int kDQK, int kDV>
+struct DecodeConfig {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kRows = 16;               // packed query rows per CTA (one mma row block)
+  static constexpr int kBlockN = 16 * kWarps;    // keys per tile: each warp takes 16
+  static constexpr int kStages = 2;
+  using TileQ = sm80::SwizzledTile<kRows, kDQK>;
+  using TileK = sm80::SwizzledTile<kBlockN, kDQK>;
+  using TileV = sm80::SwizzledTile<kBlockN, kDV>;
+  static constexpr int kStageBytes = TileK::kBytes + TileV::kBytes;
+  // The merge: each warp's unnormalized O rows, then its row maxima and sums.
+  static constexpr int kMergeBytes = kWarps * kRows * kDV * 4 + 2 * kWarps * kRows * 4;
+  static constexpr int kLoopBytes = kStages * kStageBytes;
+  static constexpr int kSmemBytes = TileQ::kBytes + (kLoopBytes > kMergeBytes ? kLoopBytes : kMergeBytes);
+};
+
+}  // namespace attn::flash_decode

@@ -1,0 +1,52 @@
+// One row of decode_table.h: the decode and combine kernels for bf16 and
+// fp16, and their launches (CMake sets ATTN_DECODE_DQK / ATTN_DECODE_DV).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backends/flash_decode/decode_kernel.cuh"
+#include "backends/flash_decode/decode_launch.h"
+#include "backends/flash_decode/decode_table.h"
+#include "core/cuda_check.h"
+
+#if !defined(ATTN_DECODE_DQK) || !defined(ATTN_DECODE_DV)
+#error "build through CMake: ATTN_DECODE_DQK and ATTN_DECODE_DV name one row of decode_table.h"
+#endif
+
+namespace attn::flash_decode {
+
+#define ATTN_IS_ROW(dqk, dv) || (dqk == ATTN_DECODE_DQK && dv == ATTN_DECODE_DV)
+static_assert(false ATTN_FLASH_DECODE_TABLE(ATTN_IS_ROW), "ATTN_DECODE_DQK/DV is not a row of decode_table.h");
+#undef ATTN_IS_ROW
+
+template <typename T, int kDQK, int kDV>
+void launch_decode(const DecodeParams& dp, int h_kv, cudaStream_t stream) {
+  using Cfg = DecodeConfig<kDQK, kDV>;
+  auto* kernel = flash_decode_kernel<T, kDQK, kDV>;
+  ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  const dim3 grid(static_cast<unsigned>(dp.m_blocks * dp.splits), static_cast<unsigned>(h_kv),
+                  static_cast<unsigned>(dp.f.batch));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(dp);
+  ATTN_CUDA(cudaGetLastError());
+  if (dp.splits > 1) {
+    const int64_t slots = static_cast<int64_t>(dp.f.s_q) * dp.f.h_q;
+    const dim3 cgrid(static_cast<unsigned>((slots + 3) / 4), static_cast<unsigned>(dp.f.batch));
+    flash_decode_combine_kernel<T, kDV><<<cgrid, 128, 0, stream>>>(dp);
+    ATTN_CUDA(cudaGetLastError());
+  }
+}
+
+template <int kDQK, int kDV>
+int decode_ctas_per_sm() {
+  using Cfg = DecodeConfig<kDQK, kDV>;
+  auto* kernel = flash_decode_kernel<__nv_bfloat16, kDQK, kDV>;
+  ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  int n = 0;
+  ATTN_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, Cfg::kThreads, Cfg::kSmemBytes));
+  return n;
+}
+
+template void launch_decode<__nv_bfloat16, ATTN_DECODE_DQK, ATTN_DECODE_DV>(const DecodeParams&, int, cudaStream_t);
+template void launch_decode<__half, ATTN_DECODE_DQK, ATTN_DECODE_DV>(const DecodeParams&, int, cudaStream_t);
+template int decode_ctas_per_sm<ATTN_DECODE_DQK, ATTN_DECODE_DV>();
+
+}  // namespace attn::flash_decode

@@ -1,0 +1,354 @@
+// flash_decode's kernels: attention for a few query tokens per sequence
+// against many keys (decoding, speculative tokens), memory-bound, so built
+// to keep the KV reads streaming:
+// - GQA packing: the query heads of one KV head and the call's query tokens
+//   form the rows of one tile (row r: token r / g, head kv_head * g + r % g),
+//   so each K/V tile is read once for all of them;
+// - split-KV: the keys of a sequence are cut into `splits` ranges, one CTA
+//   each, so a single long sequence still fills the GPU; the combine kernel
+//   merges the ranges' partial results by their lse (and adds the sink);
+// - inside a CTA, each warp takes 16 of a tile's 64 keys with its own
+//   running softmax (S = Q.K^T and O += P.V on mma.sync), and the 4 warps'
+//   partial results are merged once, at the end, through shared memory;
+// - K/V tiles stream through two cp.async stages, each row addressed on its
+//   own: contiguous caches, a block table (paged, any block size) or thd.
+// Scores follow DESIGN.md's order (scale, softcap, ALiBi, mask) through the
+// flash library's score_mods.cuh and mask_rule.h's visibility rule.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "attn/mask_rule.h"
+#include "backends/common/softmax_sink.cuh"
+#include "backends/flash/score_mods.cuh"
+#include "backends/flash/sequence.cuh"
+#include "backends/flash_decode/decode_config.h"
+#include "backends/flash_decode/decode_params.h"
+#include "kernels/sm80/cp_async.cuh"
+#include "kernels/sm80/mma.cuh"
+#include "kernels/sm80/warp_gemm.cuh"
+
+namespace attn::flash_decode {
+
+// Sequence b's extent: the flash library's (cu_seqlens, thd) for a forward
+// call, or the cache's length plus the new tokens for a KV-cache call.
+__device__ __forceinline__ flash::SeqExtent decode_sequence(const DecodeParams& dp, int b) {
+  if (!dp.cache_seqlens) return flash::sequence_extent(dp.f, b);
+  flash::SeqExtent s;
+  s.len_q = dp.f.s_q;
+  const int len = dp.cache_seqlens[b] + dp.s_new;
+  s.len_kv = len < 0 ? 0 : len > dp.capacity ? dp.capacity : len;
+  s.shift = alignment_shift<int>(dp.f.bottom_right, s.len_q, s.len_kv);
+  return s;
+}
+
+__device__ __forceinline__ int clamp_index(int i, int n) { return i < 0 ? 0 : i >= n ? n - 1 : i; }
+
+// Where key j of sequence b (KV head h) starts in a K or V tensor.
+template <typename T>
+__device__ __forceinline__ const T* key_row(const DecodeParams& dp, const void* base, int64_t batch_stride,
+                                            int64_t row_stride, int64_t head_stride, int b, int row_of_b,
+                                            const flash::SeqExtent& seq, int h, int j) {
+  int64_t off;
+  if (dp.block_table) {
+    const int blk = clamp_index(dp.block_table[b * dp.block_table_stride + j / dp.block_size], dp.cache_rows);
+    off = blk * batch_stride + static_cast<int64_t>(j % dp.block_size) * row_stride;
+  } else {
+    off = row_of_b * batch_stride + (static_cast<int64_t>(seq.start_kv) + j) * row_stride;
+  }
+  return static_cast<const T*>(base) + off + h * head_stride;
+}
+
+template <typename T, int kDQK, int kDV>
+__global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
+    flash_decode_kernel(const __grid_constant__ DecodeParams dp) {
+  using Cfg = DecodeConfig<kDQK, kDV>;
+  using TileQ = typename Cfg::TileQ;
+  using TileK = typename Cfg::TileK;
+  using TileV = typename Cfg::TileV;
+  constexpr int kN = Cfg::kBlockN, kRows = Cfg::kRows, NO = kDV / 8;
+  const flash::FwdParams& p = dp.f;
+  extern __shared__ __align__(128) char smem[];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int m_block = blockIdx.x % dp.m_blocks, split = blockIdx.x / dp.m_blocks;
+  const int kvh = blockIdx.y, b = blockIdx.z;
+  const int g = p.h_per_kv;
+  const flash::SeqExtent seq = decode_sequence(dp, b);
+  // Rows a sequence may write: its tokens in thd (the next sequence's
+  // follow), every padded row of bshd / sbhd (out = 0 past its length).
+  const int token_rows = p.packed ? seq.len_q : p.s_q;
+  const int rows = token_rows * g, r0 = m_block * kRows;
+  if (r0 >= rows) return;
+  const int row_of_b = dp.cache_batch_idx ? clamp_index(dp.cache_batch_idx[b], dp.cache_rows) : b;
+
+  // The CTA's keys: from the first row's first key to the last row's last
+  // (mask_rule.h: both ends move right with the token), cut into splits.
+  const int i_lo = r0 / g, i_hi = min((r0 + kRows - 1) / g, seq.len_q - 1);
+  int t_begin = 0, t_end = 0;
+  if (i_lo <= i_hi) {
+    const KeyRange<int> lo = flash::row_keys(p, seq, i_lo), hi = flash::row_keys(p, seq, i_hi);
+    if (hi.end > lo.begin) {
+      const int first = lo.begin / kN, last = (hi.end + kN - 1) / kN;
+      const int per_split = (last - first + dp.splits - 1) / dp.splits;
+      t_begin = min(first + split * per_split, last);
+      t_end = min(t_begin + per_split, last);
+    }
+  }
+
+  // This thread's two rows (mma layout: lane / 4 and lane / 4 + 8).
+  KeyRange<int> keys[2];
+  float slope[2];
+  int token[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + lane / 4 + 8 * h;
+    token[h] = r / g;
+    const bool valid = r < rows && token[h] < seq.len_q;
+    keys[h] = valid ? flash::row_keys(p, seq, token[h]) : KeyRange<int>{0, 0};
+    const int hq = kvh * g + r % g;
+    slope[h] = p.alibi && valid ? p.alibi[b * p.alibi_batch_stride + hq * p.alibi_head_stride] : 0.f;
+  }
+
+  const uint32_t q_smem = sm80::smem_addr(smem);
+  auto k_stage = [&](int s) { return q_smem + TileQ::kBytes + s * Cfg::kStageBytes; };
+  auto v_stage = [&](int s) { return k_stage(s) + TileK::kBytes; };
+  auto load_tile = [&](int t, int s) {
+    constexpr int kCK = kDQK / 8, kCV = kDV / 8;
+    for (int idx = tid; idx < kN * kCK; idx += Cfg::kThreads) {
+      const int row = idx / kCK, c = idx % kCK, j = t * kN + row;
+      const bool ok = j < seq.len_kv;
+      const T* src = ok ? key_row<T>(dp, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, b, row_of_b, seq,
+                                     kvh, j) + 8 * c
+                        : static_cast<const T*>(p.k);
+      sm80::cp_async_16(k_stage(s) + TileK::byte_offset(row, c), src, ok);
+    }
+    for (int idx = tid; idx < kN * kCV; idx += Cfg::kThreads) {
+      const int row = idx / kCV, c = idx % kCV, j = t * kN + row;
+      const bool ok = j < seq.len_kv;
+      const T* src = ok ? key_row<T>(dp, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, b, row_of_b, seq,
+                                     kvh, j) + 8 * c
+                        : static_cast<const T*>(p.v);
+      sm80::cp_async_16(v_stage(s) + TileV::byte_offset(row, c), src, ok);
+    }
+  };
+
+  float o[1][NO][4];
+  sm80::zero(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  if (t_begin < t_end) {
+    constexpr int kCQ = kDQK / 8;
+    for (int idx = tid; idx < kRows * kCQ; idx += Cfg::kThreads) {
+      const int row = idx / kCQ, c = idx % kCQ, r = r0 + row, i = r / g;
+      const bool ok = r < rows && i < seq.len_q;
+      const T* src = static_cast<const T*>(p.q) + b * p.q_batch_stride + (static_cast<int64_t>(seq.start_q) + i) * p.q_row_stride +
+                     (kvh * g + r % g) * p.q_head_stride + 8 * c;
+      sm80::cp_async_16(q_smem + TileQ::byte_offset(row, c), ok ? src : p.q, ok);
+    }
+    load_tile(t_begin, 0);
+    sm80::cp_async_commit();
+  }
+  for (int t = t_begin; t < t_end; ++t) {
+    const int s = (t - t_begin) & 1;
+    if (t + 1 < t_end) {
+      load_tile(t + 1, s ^ 1);
+      sm80::cp_async_commit();
+      sm80::cp_async_wait<1>();
+    } else {
+      sm80::cp_async_wait<0>();
+    }
+    __syncthreads();
+
+    float sc[1][2][4];
+    sm80::zero(sc);
+    sm80::gemm_abt<T, 1, 2, kDQK, TileQ, TileK>(sc, q_smem, k_stage(s) + 16 * warp * TileK::kRowBytes, 0, lane);
+    const int n0 = t * kN + 16 * warp;
+#pragma unroll
+    for (int na = 0; na < 2; ++na)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1, j = n0 + 8 * na + 2 * (lane & 3) + (e & 1);
+        float x = sc[0][na][e];
+        if (p.score_mods) {
+          float unused;
+          x = flash::modified_score(x, p, slope[h], token[h], j, seq.shift, unused);
+        } else {
+          x *= p.scale_log2;
+        }
+        sc[0][na][e] = keys[h].contains(j) ? x : -INFINITY;
+      }
+    // The running softmax of the warp's keys, per row (log2 units). A NaN
+    // score is left out of the max, so exp2 turns it into a NaN sum and
+    // output: it stays visible.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = fmaxf(fmaxf(sc[0][0][2 * h], sc[0][0][2 * h + 1]), fmaxf(sc[0][1][2 * h], sc[0][1][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[h], mx);
+      const float base = m_new == -INFINITY ? 0.f : m_new;
+      const float alpha = sm80::fast_exp2(m[h] - base);
+      m[h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int na = 0; na < 2; ++na)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pr = sm80::fast_exp2(sc[0][na][2 * h + e] - base);
+          sc[0][na][2 * h + e] = pr;
+          sum += pr;
+        }
+      l[h] = l[h] * alpha + sum;
+#pragma unroll
+      for (int no = 0; no < NO; ++no) {
+        o[0][no][2 * h] *= alpha;
+        o[0][no][2 * h + 1] *= alpha;
+      }
+    }
+    sm80::gemm_rb<T, 1, 2, NO, TileV>(o, sc, v_stage(s) + 16 * warp * TileV::kRowBytes, lane);
+    __syncthreads();  // the stage is free for the load two tiles on
+  }
+
+  // The warps' partial results into shared memory (over the stages).
+  float* const o_merge = reinterpret_cast<float*>(smem + TileQ::kBytes);  // [warp][row][kDV]
+  float* const m_merge = o_merge + Cfg::kWarps * kRows * kDV;              // [warp][row]
+  float* const l_merge = m_merge + Cfg::kWarps * kRows;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    const int row = lane / 4 + 8 * h;
+    float* const orow = o_merge + (warp * kRows + row) * kDV + 2 * (lane & 3);
+#pragma unroll
+    for (int no = 0; no < NO; ++no)
+      *reinterpret_cast<float2*>(orow + 8 * no) = make_float2(o[0][no][2 * h], o[0][no][2 * h + 1]);
+    if ((lane & 3) == 0) {
+      m_merge[warp * kRows + row] = m[h];
+      l_merge[warp * kRows + row] = l[h];
+    }
+  }
+  __syncthreads();
+
+  // Each row by 8 threads, 2 columns at a time.
+  const int row = tid / 8, sub = tid % 8, r = r0 + row;
+  if (r >= rows) return;
+  const int i = r / g, hq = kvh * g + r % g;
+  float mw[Cfg::kWarps], big = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < Cfg::kWarps; ++w) {
+    mw[w] = i < seq.len_q ? m_merge[w * kRows + row] : -INFINITY;
+    big = fmaxf(big, mw[w]);
+  }
+  const float base = big == -INFINITY ? 0.f : big;
+  float sum = 0.f;
+#pragma unroll
+  for (int w = 0; w < Cfg::kWarps; ++w) {
+    mw[w] = mw[w] == -INFINITY ? 0.f : exp2f(mw[w] - base);  // the warp's weight
+    sum += mw[w] * l_merge[w * kRows + row];
+  }
+  // lse of the CTA's keys, natural units, without the sink.
+  const float lse_keys = big == -INFINITY ? -INFINITY : (big + __log2f(sum)) * flash::kLn2;
+  if (p.max_logit && big != -INFINITY && sub == 0)
+    detail::atomic_max_keeping_nan(p.max_logit + hq * p.max_logit_stride, sum != sum ? sum : big * flash::kLn2);
+
+  const int64_t token_index = p.packed ? static_cast<int64_t>(seq.start_q) + i : static_cast<int64_t>(b) * p.s_q + i;
+  if (dp.splits > 1) {  // the combine kernel adds the sink and normalizes across splits
+    const int64_t row_id = token_index * p.h_q + hq;
+    const float inv = big == -INFINITY ? 0.f : 1.f / sum;
+    float* const dst = dp.o_partial + (static_cast<int64_t>(split) * dp.rows + row_id) * kDV;
+#pragma unroll
+    for (int c = 2 * sub; c < kDV; c += 16) {
+      float2 acc = make_float2(0.f, 0.f);
+#pragma unroll
+      for (int w = 0; w < Cfg::kWarps; ++w) {
+        const float2 x = *reinterpret_cast<const float2*>(o_merge + (w * kRows + row) * kDV + c);
+        acc.x += mw[w] * x.x;
+        acc.y += mw[w] * x.y;
+      }
+      *reinterpret_cast<float2*>(dst + c) = make_float2(acc.x * inv, acc.y * inv);
+    }
+    if (sub == 0) dp.lse_partial[static_cast<int64_t>(split) * dp.rows + row_id] = lse_keys;
+    return;
+  }
+  // One split: the sink joins here, and the rows are final.
+  const float sink = detail::sink_logit(p.sink, hq);
+  const float hi = fmaxf(lse_keys, sink);
+  const float lse = hi == -INFINITY ? -INFINITY : hi + __logf(__expf(lse_keys - hi) + __expf(sink - hi));
+  // A row that sees no key writes exact zeros (its P is 0, but 0 times a
+  // non-finite value of a key it does not see would not be).
+  const bool none = lse == -INFINITY || big == -INFINITY;
+  const float scale = none ? 0.f : __expf(big * flash::kLn2 - lse);
+  T* const out = static_cast<T*>(p.out) + b * p.o_batch_stride + (static_cast<int64_t>(seq.start_q) + i) * p.o_row_stride +
+                 hq * p.o_head_stride;
+#pragma unroll
+  for (int c = 2 * sub; c < kDV; c += 16) {
+    float2 acc = make_float2(0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < Cfg::kWarps; ++w) {
+      const float2 x = *reinterpret_cast<const float2*>(o_merge + (w * kRows + row) * kDV + c);
+      acc.x += mw[w] * x.x;
+      acc.y += mw[w] * x.y;
+    }
+    *reinterpret_cast<uint32_t*>(out + c) = sm80::pack2<T>(none ? 0.f : acc.x * scale, none ? 0.f : acc.y * scale);
+  }
+  if (p.lse && sub == 0)
+    p.lse[b * p.lse_batch_stride + (static_cast<int64_t>(seq.start_q) + i) * p.lse_row_stride + hq * p.lse_head_stride] =
+        lse;
+}
+
+// Merges the splits of one row (a warp per row): lse = log(sum over splits
+// of exp(lse_s) + exp(sink)), out = sum of exp(lse_s - lse) * o_s. Splits
+// with no keys (lse_s = -inf) are skipped, their partial output unwritten.
+template <typename T, int kDV>
+__global__ void __launch_bounds__(128) flash_decode_combine_kernel(const __grid_constant__ DecodeParams dp) {
+  const flash::FwdParams& p = dp.f;
+  const int lane = threadIdx.x % 32;
+  const int64_t slot = static_cast<int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;  // (token, head) of sequence b
+  const int b = blockIdx.y;
+  if (slot >= static_cast<int64_t>(p.s_q) * p.h_q) return;
+  const int i = static_cast<int>(slot / p.h_q), hq = static_cast<int>(slot % p.h_q);
+  const flash::SeqExtent seq = decode_sequence(dp, b);
+  if (i >= (p.packed ? seq.len_q : p.s_q)) return;
+  const int64_t token_index = p.packed ? static_cast<int64_t>(seq.start_q) + i : static_cast<int64_t>(b) * p.s_q + i;
+  const int64_t row_id = token_index * p.h_q + hq;
+  const float sink = detail::sink_logit(p.sink, hq);
+  float big = sink;
+  bool nan = false;
+  for (int s = lane; s < dp.splits; s += 32) {
+    const float x = dp.lse_partial[s * dp.rows + row_id];
+    nan |= x != x;
+    big = fmaxf(big, x);
+  }
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, d));
+  nan = __any_sync(0xffffffffu, nan);
+  float sum = 0.f;
+  if (big != -INFINITY) {
+    for (int s = lane; s < dp.splits; s += 32) sum += __expf(dp.lse_partial[s * dp.rows + row_id] - big);
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+    sum += __expf(sink - big);
+  }
+  const float lse = nan ? NAN : big == -INFINITY ? -INFINITY : big + __logf(sum);
+  constexpr int kPer = kDV / 32;  // columns per lane
+  float acc[kPer] = {};
+  if (lse != -INFINITY)
+    for (int s = 0; s < dp.splits; ++s) {
+      const float x = dp.lse_partial[s * dp.rows + row_id];
+      if (x == -INFINITY) continue;
+      const float w = __expf(x - lse);
+      const float* src = dp.o_partial + (s * dp.rows + row_id) * kDV + lane * kPer;
+#pragma unroll
+      for (int c = 0; c < kPer; ++c) acc[c] += w * src[c];
+    }
+  T* const out = static_cast<T*>(p.out) + b * p.o_batch_stride + (static_cast<int64_t>(seq.start_q) + i) * p.o_row_stride +
+                 hq * p.o_head_stride + lane * kPer;
+#pragma unroll
+  for (int c = 0; c < kPer; c += 2) *reinterpret_cast<uint32_t*>(out + c) = sm80::pack2<T>(acc[c], acc[c + 1]);
+  if (p.lse && lane == 0)
+    p.lse[b * p.lse_batch_stride + (static_cast<int64_t>(seq.start_q) + i) * p.lse_row_stride + hq * p.lse_head_stride] =
+        lse;
+}
+
+}  // namespace attn::flash_decode

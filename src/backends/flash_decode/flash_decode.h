@@ -1,0 +1,60 @@
+// The `flash_decode` backend: attn's split-KV decode kernels (mma.sync,
+// sm_80 and later) for calls with a few query tokens per sequence against
+// many keys, GQA heads packed into one tile (decode_kernel.cuh). Forward
+// only; forward_with_kvcache runs its contiguous and paged caches here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attn/backend.h"
+#include "attn/kvcache.h"
+#include "backends/flash_decode/decode_params.h"
+
+namespace attn::flash_decode {
+
+// The most query tokens per sequence it takes (speculative tokens, small
+// chunks); longer queries go to the prefill kernels.
+inline constexpr int64_t kMaxQueryTokens = 16;
+inline constexpr int kMaxSplits = 128;
+
+std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev);
+void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx);
+int64_t forward_workspace_bytes(const Problem& p);
+const Backend& backend();
+
+// How a call is cut: query-row blocks per KV head and KV splits. `requested`
+// > 0 fixes the split count (clamped to [1, kMaxSplits] and the key tiles);
+// 0 chooses from the work units (row blocks x KV heads x sequences), the
+// longest sequence's key tiles and the device's SMs, so that the CTAs fill
+// the GPU in nearly whole waves (sizes only: a graph replays the same plan).
+struct Plan {
+  int m_blocks = 1;
+  int splits = 1;
+};
+Plan plan(const Problem& p, int requested_splits = 0);
+// Device scratch of a plan: the splits' partial outputs and lse (0 for one split).
+int64_t workspace_bytes(const Problem& p, const Plan& plan);
+
+// Runs a call whose parameters the caller filled (dp.f from the Problem and
+// views, plus the KV-cache fields): the max logit's -inf fill, the decode
+// kernel and, with splits, the combine, on ctx's stream.
+void run(const Problem& p, DecodeParams dp, const Plan& plan, const RunContext& ctx);
+
+// A KV-cache call as core/kvcache.cpp checked it: p describes the attention
+// (bshd, len_kv = the cache's length after the append, s_kv = capacity,
+// bottom-right aligned; has_seqlens false: lengths come from cache_seqlens).
+struct KvCacheLayout {
+  int64_t s_new = 0;
+  int64_t capacity = 0;    // positions a sequence may fill
+  int64_t cache_rows = 0;  // rows (contiguous) or blocks (paged)
+  int64_t block_size = 0;  // paged: positions per block; 0: contiguous
+  int64_t rotary_half = 0;
+  bool q_by_row = false;   // q's row j at position len + s_new - s_q + j (else len)
+};
+// The append (rotated), q's rotation into scratch, and the decode, on ctx's
+// stream; any s_q (longer queries cost a re-read of the keys per 16 rows).
+void run_kvcache(const Problem& p, const KvCacheArgs& a, const KvCacheLayout& layout, const RunContext& ctx);
+
+}  // namespace attn::flash_decode

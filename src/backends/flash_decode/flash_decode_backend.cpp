@@ -1,0 +1,157 @@
+// The `flash_decode` backend object: what its kernels run (supports(), with
+// the value and the limit in each reason), the split plan and the launch.
+#include "backends/flash_decode/flash_decode.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attn/error.h"
+#include "backends/common/device_reasons.h"
+#include "backends/common/fill.h"
+#include "backends/flash/backend_adapter.h"
+#include "backends/flash/params_build.h"
+#include "backends/flash_decode/decode_config.h"
+#include "backends/flash_decode/decode_launch.h"
+#include "backends/flash_decode/decode_table.h"
+#include "core/cuda_check.h"
+#include "core/workspace.h"
+
+namespace attn::flash_decode {
+namespace {
+
+int64_t smem_bytes_for(int64_t d_qk, int64_t d_v) {
+#define ATTN_DECODE_SMEM(dqk, dv) \
+  if (d_qk == (dqk) && d_v == (dv)) return DecodeConfig<dqk, dv>::kSmemBytes;
+  ATTN_FLASH_DECODE_TABLE(ATTN_DECODE_SMEM)
+#undef ATTN_DECODE_SMEM
+  return 0;
+}
+
+int ctas_per_sm(const Problem& p) {
+#define ATTN_DECODE_OCC(dqk, dv) \
+  if (p.d_qk == (dqk) && p.d_v == (dv)) return decode_ctas_per_sm<dqk, dv>();
+  ATTN_FLASH_DECODE_TABLE(ATTN_DECODE_OCC)
+#undef ATTN_DECODE_OCC
+  return 1;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// FlashAttention-2's rule: the fewest splits whose CTAs fill the device's
+// slots in waves at least 85% as whole as the best count's.
+int choose_splits(int64_t units, int64_t tiles, int64_t slots) {
+  if (units >= slots) return 1;
+  const int64_t most = std::min<int64_t>({kMaxSplits, std::max<int64_t>(tiles, 1), slots});
+  std::vector<double> eff(static_cast<size_t>(most) + 1, 0.0);
+  double best = 0.0;
+  for (int64_t s = 1; s <= most; ++s) {
+    const double waves = static_cast<double>(units * s) / static_cast<double>(slots);
+    eff[s] = waves / std::ceil(waves);
+    best = std::max(best, eff[s]);
+  }
+  for (int64_t s = 1; s <= most; ++s)
+    if (eff[s] >= 0.85 * best) return static_cast<int>(s);
+  return 1;
+}
+
+template <typename T>
+bool dispatch(const Problem& p, const DecodeParams& dp, cudaStream_t stream) {
+#define ATTN_DECODE_RUN(dqk, dv)                                            \
+  if (p.d_qk == (dqk) && p.d_v == (dv)) {                                   \
+    launch_decode<T, dqk, dv>(dp, static_cast<int>(p.h_kv), stream);        \
+    return true;                                                            \
+  }
+  ATTN_FLASH_DECODE_TABLE(ATTN_DECODE_RUN)
+#undef ATTN_DECODE_RUN
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
+  std::vector<std::string> no = detail::gpu_device_reasons(p, dev);
+  if (!p.device.is_cuda()) return no;
+  if (p.pass == Pass::backward)
+    no.push_back("flash_decode runs the forward only (decoding); the backward goes to the training kernels");
+  if (p.s_q > kMaxQueryTokens)
+    no.push_back("s_q=" + std::to_string(p.s_q) + " > " + std::to_string(kMaxQueryTokens) +
+                 ": flash_decode takes at most 16 query tokens per sequence; longer queries go to the prefill kernels");
+  if (p.dropout_p > 0) no.push_back("dropout (flash_decode serves inference)");
+  for (std::string& reason : flash::head_dim_reasons(p, dev, "flash_decode", smem_bytes_for(p.d_qk, p.d_v),
+                                                     {ATTN_FLASH_DECODE_TABLE(ATTN_FLASH_HEAD_DIMS)}))
+    no.push_back(std::move(reason));
+  for (std::string& reason : flash::kernel_reasons(p, "flash_decode")) no.push_back(std::move(reason));
+  if (p.h_kv > 65535 || p.batch > 65535)
+    no.push_back("more than 65535 KV heads or sequences (the kernel's grid dimensions)");
+  return no;
+}
+
+Plan plan(const Problem& p, int requested) {
+  Plan pl;
+  const int64_t rows = p.s_q * (p.h_q / std::max<int64_t>(p.h_kv, 1));
+  pl.m_blocks = static_cast<int>(std::max<int64_t>(ceil_div(rows, 16), 1));
+  const int64_t tiles = ceil_div(p.s_kv, DecodeConfig<64, 64>::kBlockN);
+  if (requested > 0) {
+    pl.splits = static_cast<int>(std::clamp<int64_t>(requested, 1, std::min<int64_t>(kMaxSplits, std::max<int64_t>(tiles, 1))));
+    return pl;
+  }
+  const DeviceInfo dev = query_device(p.device);
+  const int64_t slots = static_cast<int64_t>(std::max(dev.sm_count, 1)) * (dev.simulated ? 1 : std::max(ctas_per_sm(p), 1));
+  pl.splits = choose_splits(pl.m_blocks * p.h_kv * p.batch, tiles, slots);
+  return pl;
+}
+
+int64_t workspace_bytes(const Problem& p, const Plan& pl) {
+  if (pl.splits <= 1) return 0;
+  detail::Carver c(nullptr);
+  c.take<float>(pl.splits * p.total_q * p.h_q * p.d_v);
+  c.take<float>(pl.splits * p.total_q * p.h_q);
+  return c.used();
+}
+
+int64_t forward_workspace_bytes(const Problem& p) { return workspace_bytes(p, plan(p)); }
+
+void run(const Problem& p, DecodeParams dp, const Plan& pl, const RunContext& ctx) {
+  ATTN_CUDA(cudaSetDevice(p.device.index));
+  const auto stream = static_cast<cudaStream_t>(ctx.stream);
+  if (dp.f.max_logit) detail::launch_fill(dp.f.max_logit, p.h_q, dp.f.max_logit_stride, -INFINITY, stream);
+  if (p.batch == 0 || p.h_q == 0 || p.s_q == 0 || p.total_q == 0) return;
+  dp.m_blocks = pl.m_blocks;
+  dp.splits = pl.splits;
+  dp.rows = p.total_q * p.h_q;
+  if (pl.splits > 1 && !dp.o_partial) {  // run_kvcache carves them beside its own scratch
+    detail::Carver c(static_cast<char*>(detail::workspace(ctx, p.device.index, workspace_bytes(p, pl))));
+    dp.o_partial = c.take<float>(pl.splits * p.total_q * p.h_q * p.d_v);
+    dp.lse_partial = c.take<float>(pl.splits * p.total_q * p.h_q);
+  }
+  const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, dp, stream) : dispatch<__half>(p, dp, stream);
+  if (!ran) flash::fail_missing_table_row(p, "flash_decode has no kernel", "decode_table.h");
+}
+
+void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) {
+  DecodeParams dp;
+  dp.f = flash::forward_params(p, args);
+  run(p, dp, plan(p), ctx);
+}
+
+namespace {
+void no_backward(const Problem& p, const BackwardArgs&, const RunContext&) {
+  fail(ErrorKind::runtime, "flash_decode was asked for a backward", describe_problem(p), "a forward call",
+       "report this: supports() refuses the backward");
+}
+int64_t no_backward_workspace(const Problem&) { return 0; }
+}  // namespace
+
+const Backend& backend() {
+  static const flash::FlashBackend instance(
+      {"flash_decode", obstacles, forward, no_backward, forward_workspace_bytes, no_backward_workspace});
+  return instance;
+}
+
+}  // namespace attn::flash_decode

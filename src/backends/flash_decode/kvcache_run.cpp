@@ -1,0 +1,114 @@
+// forward_with_kvcache on CUDA tensors (flash_decode.h, run_kvcache): the
+// cache's append and q's rotation (kvcache_append.cu), then the decode
+// kernel over the cache in place, contiguous or paged.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/flash/params_build.h"
+#include "backends/flash_decode/flash_decode.h"
+#include "backends/flash_decode/kvcache_append.h"
+#include "core/cuda_check.h"
+#include "core/workspace.h"
+
+namespace attn::flash_decode {
+namespace {
+
+// The scratch of one call: q rotated (with rotary), then the splits' partial results.
+struct Scratch {
+  void* q_rot = nullptr;
+  float* o_partial = nullptr;
+  float* lse_partial = nullptr;
+};
+
+int64_t carve(const Problem& p, const KvCacheLayout& L, const Plan& pl, char* base, Scratch* s) {
+  detail::Carver c(base);
+  void* q_rot = L.rotary_half ? c.take_bytes(p.batch * p.s_q * p.h_q * p.d_qk * 2) : nullptr;
+  float* o = pl.splits > 1 ? c.take<float>(pl.splits * p.total_q * p.h_q * p.d_v) : nullptr;
+  float* lse = pl.splits > 1 ? c.take<float>(pl.splits * p.total_q * p.h_q) : nullptr;
+  if (s) *s = {q_rot, o, lse};
+  return c.used();
+}
+
+const int32_t* i32(const TensorView& t) { return static_cast<const int32_t*>(t.data); }
+
+}  // namespace
+
+void run_kvcache(const Problem& p, const KvCacheArgs& a, const KvCacheLayout& L, const RunContext& ctx) {
+  ATTN_CUDA(cudaSetDevice(p.device.index));
+  const auto stream = static_cast<cudaStream_t>(ctx.stream);
+  const Plan pl = plan(p, a.num_splits);
+  Scratch s;
+  const int64_t bytes = carve(p, L, pl, nullptr, nullptr);
+  carve(p, L, pl, bytes > 0 ? static_cast<char*>(detail::workspace(ctx, p.device.index, bytes)) : nullptr, &s);
+
+  AppendParams ap;
+  ap.batch = static_cast<int>(p.batch);
+  ap.s_new = static_cast<int>(L.s_new);
+  ap.h_kv = static_cast<int>(p.h_kv);
+  ap.d_qk = static_cast<int>(p.d_qk);
+  ap.d_v = static_cast<int>(p.d_v);
+  ap.cache_seqlens = i32(a.cache_seqlens);
+  ap.capacity = static_cast<int>(L.capacity);
+  ap.cache_batch_idx = i32(a.cache_batch_idx);
+  ap.block_table = i32(a.block_table);
+  ap.block_table_stride = a.block_table.defined() ? a.block_table.stride(0) : 0;
+  ap.block_size = static_cast<int>(L.block_size);
+  ap.cache_rows = static_cast<int>(L.cache_rows);
+  ap.k_cache = a.k_cache.data;
+  ap.v_cache = a.v_cache.data;
+  for (int d = 0; d < 3; ++d) {
+    ap.kc_stride[d] = a.k_cache.stride(d);
+    ap.vc_stride[d] = a.v_cache.stride(d);
+    ap.q_stride[d] = a.q.stride(d);
+    if (L.s_new > 0) {
+      ap.k_stride[d] = a.k.stride(d);
+      ap.v_stride[d] = a.v.stride(d);
+    }
+  }
+  ap.k = a.k.data;
+  ap.v = a.v.data;
+  if (L.rotary_half) {
+    ap.cos = a.rotary_cos.data;
+    ap.sin = a.rotary_sin.data;
+    ap.cos_stride = a.rotary_cos.stride(0);
+    ap.sin_stride = a.rotary_sin.stride(0);
+    ap.trig_f32 = a.rotary_cos.dtype == DType::f32;
+    ap.half = static_cast<int>(L.rotary_half);
+    ap.s_ro = static_cast<int>(a.rotary_cos.size(0));
+    ap.interleaved = a.rotary_interleaved;
+    ap.q = a.q.data;
+    ap.q_out = s.q_rot;
+    ap.s_q = static_cast<int>(p.s_q);
+    ap.h_q = static_cast<int>(p.h_q);
+    ap.q_by_row = L.q_by_row;
+  }
+  launch_kvcache_prologue(ap, p.dtype, stream);
+
+  // The attention over the cache in place: its K/V "sequences" are the
+  // cache's rows (contiguous) or blocks (paged).
+  ForwardArgs fa;
+  fa.in.q = a.q;
+  if (s.q_rot) fa.in.q = make_view(s.q_rot, a.q.dtype, {p.batch, p.s_q, p.h_q, p.d_qk}, a.q.device);
+  fa.in.k = a.k_cache;
+  fa.in.v = a.v_cache;
+  fa.in.alibi_slopes = a.alibi_slopes;
+  fa.in.sink = a.sink;
+  fa.out = a.out;
+  fa.lse = a.lse;
+  DecodeParams dp;
+  dp.f = flash::forward_params(p, fa);
+  dp.cache_seqlens = i32(a.cache_seqlens);
+  dp.s_new = static_cast<int>(L.s_new);
+  dp.capacity = static_cast<int>(L.capacity);
+  dp.cache_batch_idx = i32(a.cache_batch_idx);
+  dp.cache_rows = static_cast<int>(L.cache_rows);
+  dp.block_table = i32(a.block_table);
+  dp.block_table_stride = ap.block_table_stride;
+  dp.block_size = static_cast<int>(L.block_size);
+  dp.o_partial = s.o_partial;
+  dp.lse_partial = s.lse_partial;
+  run(p, dp, pl, ctx);
+}
+
+}  // namespace attn::flash_decode

@@ -1,0 +1,472 @@
+// flash_decode against the fp64 reference: forward calls with 1 to 16 query
+// tokens (every format, mask and window, GQA 1 to 16 and MQA, head dims 64,
+// 128, 192/128 and 256, lengths off the 64-key tile, empty sequences,
+// softcap, ALiBi, sinks, the max logit, one split and many); and
+// forward_with_kvcache on CUDA tensors against the same call on CPU copies
+// (contiguous and paged caches of block sizes 1, 16, 64 and 256, ragged
+// lengths with 0, appends across blocks, rotary both layouts, num_splits),
+// its errors before any write, CUDA-graph replay on new lengths and cache
+// contents, and NaN inputs staying visible.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attn/attn.h"
+#include "gpu/gpu_test_util.h"
+#include "testing/case.h"
+#include "testing/compare.h"
+#include "testing/tensor_buffer.h"
+
+namespace attn {
+namespace {
+
+using testing::CaseSpec;
+using testing::TensorBuffer;
+
+std::vector<CaseSpec> decode_grid() {
+  std::vector<CaseSpec> v;
+  auto add = [&](CaseSpec s) {
+    s.return_lse = true;
+    v.push_back(s);
+  };
+  // GQA group x head dims x query tokens, bottom-right causal, lengths off the tile.
+  for (const auto& [hq, hkv] : {std::pair<int64_t, int64_t>{8, 8}, {8, 2}, {16, 1}, {32, 2}})
+    for (const auto& [dqk, dv] : {std::pair<int64_t, int64_t>{64, 64}, {128, 128}, {192, 128}, {256, 256}})
+      for (int64_t sq : {1, 5, 16}) {
+        CaseSpec s;
+        s.batch = 2;
+        s.s_q = sq;
+        s.s_kv = 333;
+        s.h_q = hq;
+        s.h_kv = hkv;
+        s.d_qk = dqk;
+        s.d_v = dv;
+        s.mask = MaskType::causal_bottom_right;
+        add(s);
+      }
+  CaseSpec base;
+  base.batch = 3;
+  base.s_q = 4;
+  base.s_kv = 200;
+  base.h_q = 8;
+  base.h_kv = 2;
+  base.d_qk = base.d_v = 128;
+  for (MaskType m : {MaskType::no_mask, MaskType::causal, MaskType::causal_bottom_right}) {
+    CaseSpec s = base;
+    s.mask = m;
+    add(s);
+    s.window = {37, 0};  // a left window
+    add(s);
+    s.window = {64, 2};
+    if (m == MaskType::no_mask) add(s);
+  }
+  {
+    CaseSpec s = base;  // padded bshd: ragged q and kv, an empty sequence, a row with no key
+    s.mask = MaskType::padding_causal_bottom_right;
+    s.seqlens_q = {4, 0, 1};
+    s.seqlens_kv = {200, 7, 0};
+    add(s);
+    s.mask = MaskType::padding;
+    add(s);
+  }
+  {
+    CaseSpec s = base;  // packed decode batch with an empty and a one-key sequence
+    s.batch = 4;
+    s.format = QkvFormat::thd;
+    s.mask = MaskType::padding_causal_bottom_right;
+    s.seqlens_q = {3, 1, 0, 16};
+    s.seqlens_kv = {500, 1, 9, 64};
+    s.window = {100, 0};
+    add(s);
+    s.format = QkvFormat::sbhd;
+    s.s_q = 16;
+    s.s_kv = 500;
+    s.window = {};
+    add(s);
+  }
+  {
+    CaseSpec s = base;  // score changes, sinks, the max logit, fp16
+    s.mask = MaskType::causal_bottom_right;
+    s.softcap = 15.0;
+    s.bias = BiasType::alibi;
+    add(s);
+    s.softcap = 0.0;
+    s.bias = BiasType::none;
+    s.softmax_type = SoftmaxType::learnable;
+    s.return_max_logit = true;
+    add(s);
+    s.softmax_type = SoftmaxType::off_by_one;
+    s.dtype = DType::f16;
+    s.d_qk = s.d_v = 64;
+    add(s);
+    s.softmax_type = SoftmaxType::vanilla;
+    s.s_kv = 0;  // no keys at all
+    add(s);
+  }
+  {
+    CaseSpec s;  // one long sequence: many splits
+    s.batch = 1;
+    s.s_q = 1;
+    s.s_kv = 20000;
+    s.h_q = 8;
+    s.h_kv = 1;
+    s.d_qk = s.d_v = 128;
+    s.mask = MaskType::causal_bottom_right;
+    s.return_max_logit = true;
+    add(s);
+    s.batch = 300;  // more work units than the GPU's CTA slots: one split
+    s.s_kv = 70;
+    s.h_q = s.h_kv = 8;
+    add(s);
+  }
+  return v;
+}
+
+TEST(FlashDecode, MatchesTheReferenceOverTheDecodeGrid) {
+  ATTN_REQUIRE_GPU();
+  int index = 0;
+  for (const CaseSpec& s : decode_grid()) {
+    SCOPED_TRACE("decode case " + std::to_string(index) + ": " +
+                 describe_problem(testing::problem_of(s, Pass::forward, Device::cuda(0))));
+    ASSERT_TRUE(testing::claims("flash_decode", s, Pass::forward)) << "flash_decode refused the case";
+    testing::Case gpu = testing::make_case(s, Device::cuda(0), 4300 + index++);
+    testing::run_forced(gpu, "flash_decode");
+    ATTN_CUDA_OK(cudaDeviceSynchronize());
+    testing::expect_matches_reference(gpu);
+  }
+  std::printf("flash_decode: %d decode cases compared with the reference\n", index);
+}
+
+TEST(FlashDecode, SelectionSendsFewQueryTokensThere) {
+  ATTN_REQUIRE_GPU();
+  CaseSpec s;
+  s.s_q = 1;
+  s.s_kv = 4096;
+  s.h_q = 32;
+  s.h_kv = 8;
+  s.d_qk = s.d_v = 128;
+  s.mask = MaskType::causal_bottom_right;
+  testing::Case c = testing::make_case(s, Device::cuda(0), 17);
+  EXPECT_STREQ(forward(c.opts, c.fwd).backend->name(), "flash_decode");
+  s.s_q = 17;
+  c = testing::make_case(s, Device::cuda(0), 18);
+  EXPECT_STRNE(forward(c.opts, c.fwd).backend->name(), "flash_decode");
+  ATTN_CUDA_OK(cudaDeviceSynchronize());
+}
+
+// ---- forward_with_kvcache on CUDA tensors -----------------------------------------
+
+struct KvSpec {
+  int64_t b = 3, s_q = 1, s_new = 1, h_q = 8, h_kv = 2, d = 128;
+  std::vector<int32_t> lens{0, 77, 300};
+  int64_t block_size = 0;  // 0: contiguous
+  int64_t capacity = 320;  // s_cache, or max_blocks * block_size
+  bool batch_idx = false;
+  int64_t rotary_dim = 0;
+  bool interleaved = true;
+  MaskType mask = MaskType::causal_bottom_right;
+  Window window{};
+  double softcap = 0.0;
+  bool alibi = false, sink = false;
+  int num_splits = 0;
+};
+
+// One call's tensors on one device; cpu() copies them.
+struct KvCall {
+  KvSpec s;
+  Device dev{};
+  TensorBuffer q, k_cache, v_cache, k, v, lens, batch_idx, table, cos, sin, slopes, sink, out, lse;
+  Options opts;
+  KvCacheArgs args() const {
+    KvCacheArgs a;
+    a.q = q.view(), a.k_cache = k_cache.view(), a.v_cache = v_cache.view(), a.out = out.view(), a.lse = lse.view();
+    a.cache_seqlens = lens.view();
+    if (s.s_new) a.k = k.view(), a.v = v.view();
+    if (s.batch_idx) a.cache_batch_idx = batch_idx.view();
+    if (s.block_size) a.block_table = table.view();
+    if (s.rotary_dim) a.rotary_cos = cos.view(), a.rotary_sin = sin.view();
+    a.rotary_interleaved = s.interleaved;
+    if (s.alibi) a.alibi_slopes = slopes.view();
+    if (s.sink) a.sink = sink.view();
+    a.num_splits = s.num_splits;
+    return a;
+  }
+  KvCall to(Device d) const {
+    KvCall c = *this;
+    c.dev = d;
+    for (TensorBuffer* t : {&c.q, &c.k_cache, &c.v_cache, &c.k, &c.v, &c.lens, &c.batch_idx, &c.table, &c.cos, &c.sin,
+                            &c.slopes, &c.sink, &c.out, &c.lse})
+      if (t->numel() > 0) *t = t->to(d);
+    return c;
+  }
+};
+
+KvCall make_kv_call(const KvSpec& s, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  KvCall c;
+  c.s = s;
+  const DType t = DType::bf16;
+  c.q = TensorBuffer(t, {s.b, s.s_q, s.h_q, s.d});
+  c.q.fill_uniform(rng, -1, 1);
+  int64_t rows = s.b;
+  if (s.block_size) {
+    const int64_t max_blocks = s.capacity / s.block_size;
+    rows = s.b * max_blocks + 3;  // spare blocks the table never names
+    std::vector<int32_t> ids(static_cast<size_t>(rows));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    ids.resize(static_cast<size_t>(s.b * max_blocks));
+    c.table = TensorBuffer(DType::i32, {s.b, max_blocks});
+    c.table.copy_from_bytes(ids.data(), ids.size() * 4);
+  }
+  const int64_t inner = s.block_size ? s.block_size : s.capacity;
+  c.k_cache = TensorBuffer(t, {rows, inner, s.h_kv, s.d});
+  c.v_cache = TensorBuffer(t, {rows, inner, s.h_kv, s.d});
+  c.k_cache.fill_uniform(rng, -1, 1);
+  c.v_cache.fill_uniform(rng, -1, 1);
+  if (s.s_new) {
+    c.k = TensorBuffer(t, {s.b, s.s_new, s.h_kv, s.d});
+    c.v = TensorBuffer(t, {s.b, s.s_new, s.h_kv, s.d});
+    c.k.fill_uniform(rng, -1, 1);
+    c.v.fill_uniform(rng, -1, 1);
+  }
+  c.lens = TensorBuffer(DType::i32, {s.b});
+  c.lens.copy_from_bytes(s.lens.data(), s.lens.size() * 4);
+  if (s.batch_idx) {
+    std::vector<int32_t> idx(static_cast<size_t>(s.b));
+    for (int64_t i = 0; i < s.b; ++i) idx[i] = static_cast<int32_t>(s.b - 1 - i);
+    c.batch_idx = TensorBuffer(DType::i32, {s.b});
+    c.batch_idx.copy_from_bytes(idx.data(), idx.size() * 4);
+  }
+  if (s.rotary_dim) {
+    const int64_t n = s.capacity + s.s_q, half = s.rotary_dim / 2;
+    std::vector<double> cs, sn;
+    for (int64_t p = 0; p < n; ++p)
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = p * std::pow(10000.0, -2.0 * i / s.rotary_dim);
+        cs.push_back(std::cos(angle));
+        sn.push_back(std::sin(angle));
+      }
+    c.cos = TensorBuffer(DType::f32, {n, half});
+    c.sin = TensorBuffer(DType::f32, {n, half});
+    c.cos.copy_from(cs);
+    c.sin.copy_from(sn);
+  }
+  if (s.alibi) {
+    std::vector<double> sl;
+    for (int64_t h = 0; h < s.h_q; ++h) sl.push_back(std::ldexp(1.0, -static_cast<int>(h % 8 + 1)));
+    c.slopes = TensorBuffer(DType::f32, {s.h_q});
+    c.slopes.copy_from(sl);
+  }
+  if (s.sink) {
+    c.sink = TensorBuffer(DType::f32, {s.h_q});
+    c.sink.fill_uniform(rng, -1, 2);
+    c.opts.softmax_type = SoftmaxType::learnable;
+  }
+  c.out = TensorBuffer(t, {s.b, s.s_q, s.h_q, s.d});
+  c.out.fill_nan();
+  c.lse = TensorBuffer(DType::f32, {s.b, s.h_q, s.s_q});
+  c.lse.fill_nan();
+  c.opts.mask = s.mask;
+  c.opts.window = s.window;
+  c.opts.softcap = s.softcap;
+  return c;
+}
+
+// The GPU call against the same call on CPU copies (the CPU path is checked
+// against float64 in tests/core/test_kvcache.cpp): out, lse and both caches.
+void expect_gpu_matches_cpu(const KvSpec& s, uint64_t seed) {
+  const KvCall host = make_kv_call(s, seed);
+  KvCall gpu = host.to(Device::cuda(0));
+  KvCall cpu = host.to(Device::cpu());
+  const Selection sel = forward_with_kvcache(gpu.opts, gpu.args());
+  EXPECT_STREQ(sel.backend->name(), "flash_decode");
+  forward_with_kvcache(cpu.opts, cpu.args());
+  ATTN_CUDA_OK(cudaDeviceSynchronize());
+  const testing::Tolerance tol = testing::tolerance_for(DType::bf16, false);
+  const auto check = [&](const TensorBuffer& g, const TensorBuffer& c, const char* what, testing::Tolerance t) {
+    const testing::Comparison r = testing::compare(g.to(Device::cpu()).to_doubles(), c.to_doubles(), t);
+    EXPECT_TRUE(r.pass) << what << ": max |d| " << r.max_abs << ", rel fro " << r.rel_frobenius << ", bad " << r.bad
+                        << ", NaN " << r.nan << " of " << r.count;
+  };
+  check(gpu.out, cpu.out, "out", tol);
+  check(gpu.lse, cpu.lse, "lse", tol);
+  // The caches: the same bytes but where rotation rounds (float here, double there).
+  check(gpu.k_cache, cpu.k_cache, "k_cache", {1e-2, 1e-2, 1e-3});
+  check(gpu.v_cache, cpu.v_cache, "v_cache", {0, 0, 0});
+}
+
+TEST(FlashDecode, KvCacheMatchesTheCpuPath) {
+  ATTN_REQUIRE_GPU();
+  std::vector<KvSpec> specs;
+  KvSpec s;
+  specs.push_back(s);  // contiguous, decode step, GQA 4
+  s.batch_idx = true;
+  s.s_new = 3;
+  s.s_q = 3;
+  specs.push_back(s);
+  for (int64_t bs : {16, 64, 256, 1}) {  // paged, appends across block boundaries
+    KvSpec p;
+    p.block_size = bs;
+    p.capacity = bs == 256 ? 512 : 320;
+    p.lens = {0, 62, static_cast<int32_t>(p.capacity - 5)};
+    p.s_new = 4;
+    p.s_q = 4;
+    specs.push_back(p);
+  }
+  for (bool inter : {true, false}) {  // rotary, both layouts, on a partial rotary dim
+    KvSpec r;
+    r.block_size = 16;
+    r.rotary_dim = 64;
+    r.interleaved = inter;
+    r.s_new = 2;
+    r.s_q = 2;
+    specs.push_back(r);
+  }
+  for (const auto& [hq, hkv] : {std::pair<int64_t, int64_t>{16, 16}, {16, 1}, {32, 2}, {64, 8}}) {  // GQA 1/16/16/8
+    KvSpec g;
+    g.h_q = hq;
+    g.h_kv = hkv;
+    g.s_q = g.s_new = 1;
+    specs.push_back(g);
+  }
+  {
+    KvSpec w;  // a window, softcap, ALiBi, a sink, s_q 16, fixed splits
+    w.s_q = w.s_new = 16;
+    w.window = {50, 0};
+    w.softcap = 20.0;
+    w.alibi = true;
+    w.sink = true;
+    w.num_splits = 3;
+    specs.push_back(w);
+    w.num_splits = 1;
+    w.mask = MaskType::no_mask;
+    w.window = {};
+    specs.push_back(w);
+    w.d = 64;
+    w.s_q = 40;  // chunked prefill on the decode kernel: several row blocks
+    w.s_new = 40;
+    w.lens = {0, 100, 200};
+    w.num_splits = 0;
+    specs.push_back(w);
+  }
+  int i = 0;
+  for (const KvSpec& k : specs) {
+    SCOPED_TRACE("kv case " + std::to_string(i));
+    expect_gpu_matches_cpu(k, 7100 + i++);
+  }
+}
+
+TEST(FlashDecode, KvCacheErrorsComeBeforeAnyWrite) {
+  ATTN_REQUIRE_GPU();
+  KvSpec s;
+  s.block_size = 16;
+  s.s_new = 2;
+  for (int what = 0; what < 3; ++what) {
+    KvCall c = make_kv_call(s, 99 + what).to(Device::cuda(0));
+    std::vector<int32_t> lens = s.lens;
+    if (what == 0) lens[1] = static_cast<int32_t>(s.capacity - 1);  // the append runs past the capacity
+    if (what == 1) lens[2] = -3;
+    c.lens = TensorBuffer(DType::i32, {s.b}).to(Device::cuda(0));
+    ATTN_CUDA_OK(cudaMemcpy(c.lens.data(), lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+    if (what == 2) {  // a block id outside the cache
+      const int32_t bad = 100000;
+      ATTN_CUDA_OK(cudaMemcpy(c.table.data(), &bad, 4, cudaMemcpyHostToDevice));
+    }
+    const std::vector<double> kc0 = c.k_cache.to(Device::cpu()).to_doubles();
+    EXPECT_THROW(forward_with_kvcache(c.opts, c.args()), Error) << "case " << what;
+    ATTN_CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(c.k_cache.to(Device::cpu()).to_doubles(), kc0) << "case " << what << " wrote the cache";
+  }
+}
+
+// Captured once with check_seqlens off, replayed on new cache contents and
+// lengths: equal to the same calls run eagerly.
+TEST(FlashDecode, KvCacheGraphReplaysOnNewLengthsAndContents) {
+  ATTN_REQUIRE_GPU();
+  KvSpec s;
+  s.block_size = 16;
+  s.s_new = 1;
+  s.rotary_dim = 128;
+  s.sink = true;
+  s.capacity = 4096;
+  s.lens = {5, 1000, 4000};
+  KvCall c = make_kv_call(s, 5).to(Device::cuda(0));
+  c.opts.check_seqlens = false;
+  cudaStream_t stream;
+  ATTN_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  RunContext ctx;
+  ctx.stream = stream;
+  forward_with_kvcache(c.opts, c.args(), ctx);  // sizes the workspace pool's block before capture
+  ATTN_CUDA_OK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  ATTN_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  forward_with_kvcache(c.opts, c.args(), ctx);
+  ATTN_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  ATTN_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int round = 0; round < 2; ++round) {
+    KvSpec next = s;
+    next.lens = round == 0 ? std::vector<int32_t>{0, 2047, 63} : std::vector<int32_t>{4000, 16, 1};
+    const KvCall fresh = make_kv_call(next, 50 + round);
+    KvCall eager = fresh.to(Device::cuda(0));
+    // New inputs into the captured call's buffers.
+    for (auto [dst, src] : {std::pair{&c.q, &fresh.q}, {&c.k_cache, &fresh.k_cache}, {&c.v_cache, &fresh.v_cache},
+                            {&c.k, &fresh.k}, {&c.v, &fresh.v}, {&c.lens, &fresh.lens}, {&c.table, &fresh.table},
+                            {&c.sink, &fresh.sink}})
+      ATTN_CUDA_OK(cudaMemcpy(dst->data(), src->data(), src->bytes(), cudaMemcpyHostToDevice));
+    ATTN_CUDA_OK(cudaGraphLaunch(exec, stream));
+    ATTN_CUDA_OK(cudaStreamSynchronize(stream));
+    forward_with_kvcache(eager.opts, eager.args());
+    ATTN_CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_EQ(c.out.to(Device::cpu()).to_doubles(), eager.out.to(Device::cpu()).to_doubles()) << "round " << round;
+    EXPECT_EQ(c.k_cache.to(Device::cpu()).to_doubles(), eager.k_cache.to(Device::cpu()).to_doubles())
+        << "round " << round;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// A NaN in a cached key reaches exactly the query heads of its KV head in
+// that sequence (and their lse and max logit); the other rows stay finite.
+TEST(FlashDecode, NaNStaysVisible) {
+  ATTN_REQUIRE_GPU();
+  CaseSpec s;
+  s.batch = 2;
+  s.s_q = 2;
+  s.s_kv = 3000;
+  s.h_q = 8;
+  s.h_kv = 2;
+  s.d_qk = s.d_v = 128;
+  s.mask = MaskType::causal_bottom_right;
+  s.return_lse = true;
+  s.return_max_logit = true;
+  testing::Case c = testing::make_case(s, Device::cuda(0), 31);
+  const uint16_t bf16_nan = 0x7FC0;
+  const int64_t at = ((1 * s.s_kv + 1234) * s.h_kv + 1) * s.d_qk + 5;  // sequence 1, key 1234, KV head 1
+  ATTN_CUDA_OK(cudaMemcpy(static_cast<uint16_t*>(c.k.data()) + at, &bf16_nan, 2, cudaMemcpyHostToDevice));
+  testing::run_forced(c, "flash_decode");
+  ATTN_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<double> out = c.out.to(Device::cpu()).to_doubles(), lse = c.lse.to(Device::cpu()).to_doubles();
+  const std::vector<double> m = c.max_logit.to(Device::cpu()).to_doubles();
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t i = 0; i < s.s_q; ++i)
+      for (int64_t h = 0; h < s.h_q; ++h) {
+        const bool reaches = b == 1 && h / 4 == 1;
+        bool nan = false;
+        for (int64_t c2 = 0; c2 < s.d_v; ++c2) nan |= std::isnan(out[((b * s.s_q + i) * s.h_q + h) * s.d_v + c2]);
+        EXPECT_EQ(nan, reaches) << "out row (" << b << ", " << i << ", " << h << ")";
+        EXPECT_EQ(std::isnan(lse[(b * s.h_q + h) * s.s_q + i]), reaches) << "lse (" << b << ", " << i << ", " << h << ")";
+      }
+  for (int64_t h = 0; h < s.h_q; ++h) EXPECT_EQ(std::isnan(m[h]), h / 4 == 1) << "max_logit[" << h << "]";
+}
+
+}  // namespace
+}  // namespace attn
