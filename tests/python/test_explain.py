@@ -16,7 +16,9 @@ def test_explain_from_shapes_on_a_simulated_a100():
     assert {v.backend for v in ex} == KNOWN and len(ex) == 6
     assert ex.simulated and ex.sm == 80 and "sm80" in ex.device
     assert ex.problem.startswith("fwd bshd bfloat16") and "d=192/128" in ex.problem
-    assert ex[0].backend == "flash_sm80"  # sm80's preference order comes first
+    # sm80's forward order: flash_decode (refusing 128 query tokens, with a reason), then flash_sm80
+    assert ex[0].backend == "flash_decode" and not ex[0].ok and any("16 query tokens" in r for r in ex[0].reasons)
+    assert ex[1].backend == "flash_sm80"
     assert not ex["reference"].ok and ex["reference"].reasons
     text = str(ex)
     assert "simulated sm80" in text and "reference" in text and "chosen:" in text
