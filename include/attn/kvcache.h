@@ -51,8 +51,9 @@ struct KvCacheArgs {
 // (an attn::Error before anything is written), appends k and v, and runs
 // the attention. Options: mask no_mask or causal_bottom_right (the query
 // rows are the last s_q positions), window, softmax_scale, softcap,
-// softmax_type; qkv_format must be bshd. Runs on CPU tensors in this build
-// (the GPU decode path is the next step of issue 43).
+// softmax_type; qkv_format must be bshd. CUDA tensors run on flash_decode in
+// place (Options::check_seqlens off: no read-back of lengths, block ids and
+// rows; the kernels bound them to the cache, docs/SEMANTICS.md "KV cache").
 Selection forward_with_kvcache(const Options& opts, const KvCacheArgs& args, const RunContext& ctx = {});
 Selection forward_with_kvcache(const Options& opts, const KvCacheArgs& args, const RunContext& ctx,
                                const Policy& policy);
