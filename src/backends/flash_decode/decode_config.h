@@ -21,7 +21,9 @@ struct DecodeConfig {
   // The merge: each warp's unnormalized O rows, then its row maxima and sums.
   static constexpr int kMergeBytes = kWarps * kRows * kDV * 4 + 2 * kWarps * kRows * 4;
   static constexpr int kLoopBytes = kStages * kStageBytes;
-  static constexpr int kSmemBytes = TileQ::kBytes + (kLoopBytes > kMergeBytes ? kLoopBytes : kMergeBytes);
+  // Q, the stages (the merge reuses them), then two tiles' row offsets (K and V, 8 bytes each).
+  static constexpr int kOffsetsAt = TileQ::kBytes + (kLoopBytes > kMergeBytes ? kLoopBytes : kMergeBytes);
+  static constexpr int kSmemBytes = kOffsetsAt + 2 * kBlockN * 16;
 };
 
 }  // namespace attn::flash_decode

@@ -11,7 +11,8 @@
 //   running softmax (S = Q.K^T and O += P.V on mma.sync), and the 4 warps'
 //   partial results are merged once, at the end, through shared memory;
 // - K/V tiles stream through two cp.async stages, each row addressed on its
-//   own: contiguous caches, a block table (paged, any block size) or thd.
+//   own (contiguous caches, a block table of any block size, or thd) by one
+//   thread a tile ahead, its offsets left in shared memory for the copies.
 // Scores follow DESIGN.md's order (scale, softcap, ALiBi, mask) through the
 // flash library's score_mods.cuh and mask_rule.h's visibility rule.
 #pragma once
@@ -46,19 +47,27 @@ __device__ __forceinline__ flash::SeqExtent decode_sequence(const DecodeParams& 
 
 __device__ __forceinline__ int clamp_index(int i, int n) { return i < 0 ? 0 : i >= n ? n - 1 : i; }
 
-// Where key j of sequence b (KV head h) starts in a K or V tensor.
-template <typename T>
-__device__ __forceinline__ const T* key_row(const DecodeParams& dp, const void* base, int64_t batch_stride,
-                                            int64_t row_stride, int64_t head_stride, int b, int row_of_b,
-                                            const flash::SeqExtent& seq, int h, int j) {
-  int64_t off;
+// Where key j of sequence b (KV head h) starts in K and in V, in elements;
+// -1 past the sequence (its rows are zero-filled). One thread per row
+// computes these a tile ahead (the block table's read is a dependent load),
+// and every thread copying the row reads them from shared memory.
+struct RowOffsets {
+  int64_t k, v;
+};
+__device__ __forceinline__ RowOffsets key_offsets(const DecodeParams& dp, int b, int row_of_b,
+                                                  const flash::SeqExtent& seq, int h, int j) {
+  const flash::FwdParams& p = dp.f;
+  if (j >= seq.len_kv) return {-1, -1};
+  int64_t outer, inner;
   if (dp.block_table) {
-    const int blk = clamp_index(dp.block_table[b * dp.block_table_stride + j / dp.block_size], dp.cache_rows);
-    off = blk * batch_stride + static_cast<int64_t>(j % dp.block_size) * row_stride;
+    outer = clamp_index(dp.block_table[b * dp.block_table_stride + j / dp.block_size], dp.cache_rows);
+    inner = j % dp.block_size;
   } else {
-    off = row_of_b * batch_stride + (static_cast<int64_t>(seq.start_kv) + j) * row_stride;
+    outer = row_of_b;
+    inner = static_cast<int64_t>(seq.start_kv) + j;
   }
-  return static_cast<const T*>(base) + off + h * head_stride;
+  return {outer * p.k_batch_stride + inner * p.k_row_stride + h * p.k_head_stride,
+          outer * p.v_batch_stride + inner * p.v_row_stride + h * p.v_head_stride};
 }
 
 template <typename T, int kDQK, int kDV>
@@ -114,23 +123,26 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
   const uint32_t q_smem = sm80::smem_addr(smem);
   auto k_stage = [&](int s) { return q_smem + TileQ::kBytes + s * Cfg::kStageBytes; };
   auto v_stage = [&](int s) { return k_stage(s) + TileK::kBytes; };
+  // Row offsets of two tiles (slot = tile index & 1), after the merge area's
+  // end so the merge never overlaps them.
+  RowOffsets* const row_off = reinterpret_cast<RowOffsets*>(smem + Cfg::kOffsetsAt);
+  auto offsets_of = [&](int t) {  // this thread's row of tile t (threads < kN)
+    return key_offsets(dp, b, row_of_b, seq, kvh, t * kN + tid);
+  };
   auto load_tile = [&](int t, int s) {
     constexpr int kCK = kDQK / 8, kCV = kDV / 8;
+    const RowOffsets* const off = row_off + (t & 1) * kN;
     for (int idx = tid; idx < kN * kCK; idx += Cfg::kThreads) {
-      const int row = idx / kCK, c = idx % kCK, j = t * kN + row;
-      const bool ok = j < seq.len_kv;
-      const T* src = ok ? key_row<T>(dp, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, b, row_of_b, seq,
-                                     kvh, j) + 8 * c
-                        : static_cast<const T*>(p.k);
-      sm80::cp_async_16(k_stage(s) + TileK::byte_offset(row, c), src, ok);
+      const int row = idx / kCK, c = idx % kCK;
+      const int64_t o = off[row].k;
+      sm80::cp_async_16(k_stage(s) + TileK::byte_offset(row, c), static_cast<const T*>(p.k) + (o < 0 ? 0 : o + 8 * c),
+                        o >= 0);
     }
     for (int idx = tid; idx < kN * kCV; idx += Cfg::kThreads) {
-      const int row = idx / kCV, c = idx % kCV, j = t * kN + row;
-      const bool ok = j < seq.len_kv;
-      const T* src = ok ? key_row<T>(dp, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, b, row_of_b, seq,
-                                     kvh, j) + 8 * c
-                        : static_cast<const T*>(p.v);
-      sm80::cp_async_16(v_stage(s) + TileV::byte_offset(row, c), src, ok);
+      const int row = idx / kCV, c = idx % kCV;
+      const int64_t o = off[row].v;
+      sm80::cp_async_16(v_stage(s) + TileV::byte_offset(row, c), static_cast<const T*>(p.v) + (o < 0 ? 0 : o + 8 * c),
+                        o >= 0);
     }
   };
 
@@ -146,6 +158,11 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
                      (kvh * g + r % g) * p.q_head_stride + 8 * c;
       sm80::cp_async_16(q_smem + TileQ::byte_offset(row, c), ok ? src : p.q, ok);
     }
+    if (tid < kN) {
+      row_off[(t_begin & 1) * kN + tid] = offsets_of(t_begin);
+      if (t_begin + 1 < t_end) row_off[((t_begin + 1) & 1) * kN + tid] = offsets_of(t_begin + 1);
+    }
+    __syncthreads();
     load_tile(t_begin, 0);
     sm80::cp_async_commit();
   }
@@ -158,6 +175,12 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
     } else {
       sm80::cp_async_wait<0>();
     }
+    // Tile t + 2's rows, into the slot tile t's copies were issued from: the
+    // block table's reads go out now and are consumed after this tile's
+    // products, so their latency hides under them.
+    RowOffsets ahead{-1, -1};
+    const bool prefetch = tid < kN && t + 2 < t_end;
+    if (prefetch) ahead = offsets_of(t + 2);
     __syncthreads();
 
     float sc[1][2][4];
@@ -207,7 +230,8 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
       }
     }
     sm80::gemm_rb<T, 1, 2, NO, TileV>(o, sc, v_stage(s) + 16 * warp * TileV::kRowBytes, lane);
-    __syncthreads();  // the stage is free for the load two tiles on
+    if (prefetch) row_off[(t & 1) * kN + tid] = ahead;
+    __syncthreads();  // the stage is free for the load two tiles on, tile t + 2's offsets visible
   }
 
   // The warps' partial results into shared memory (over the stages).
