@@ -1,5 +1,5 @@
 // The decode kernel's shape (decode_kernel.cuh): 4 warps, 16 packed query
-// rows, KV tiles of 64 keys (16 per warp) in two cp.async stages, and the
+// rows, KV tiles of 64 keys (16 per warp) in kStages cp.async stages, and the
 // merge of the warps' partial softmaxes in the stages' memory afterwards.
 #pragma once
 
@@ -23,7 +23,7 @@ struct DecodeConfig {
   static constexpr int kLoopBytes = kStages * kStageBytes;
   // Q, the stages (the merge reuses them), then two tiles' row offsets (K and V, 8 bytes each).
   static constexpr int kOffsetsAt = TileQ::kBytes + (kLoopBytes > kMergeBytes ? kLoopBytes : kMergeBytes);
-  static constexpr int kSmemBytes = kOffsetsAt + 2 * kBlockN * 16;
+  static constexpr int kSmemBytes = kOffsetsAt + kStages * kBlockN * 16;
 };
 
 }  // namespace attn::flash_decode

@@ -10,7 +10,7 @@
 // - inside a CTA, each warp takes 16 of a tile's 64 keys with its own
 //   running softmax (S = Q.K^T and O += P.V on mma.sync), and the 4 warps'
 //   partial results are merged once, at the end, through shared memory;
-// - K/V tiles stream through two cp.async stages, each row addressed on its
+// - K/V tiles stream through kStages cp.async stages, each row addressed on its
 //   own (contiguous caches, a block table of any block size, or thd) by one
 //   thread a tile ahead, its offsets left in shared memory for the copies.
 // Scores follow DESIGN.md's order (scale, softcap, ALiBi, mask) through the
@@ -123,15 +123,16 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
   const uint32_t q_smem = sm80::smem_addr(smem);
   auto k_stage = [&](int s) { return q_smem + TileQ::kBytes + s * Cfg::kStageBytes; };
   auto v_stage = [&](int s) { return k_stage(s) + TileK::kBytes; };
-  // Row offsets of two tiles (slot = tile index & 1), after the merge area's
-  // end so the merge never overlaps them.
+  // Row offsets of kStages tiles (slot = tile index % kStages), after the
+  // merge area's end so the merge never overlaps them.
+  constexpr int kStages = Cfg::kStages;
   RowOffsets* const row_off = reinterpret_cast<RowOffsets*>(smem + Cfg::kOffsetsAt);
   auto offsets_of = [&](int t) {  // this thread's row of tile t (threads < kN)
     return key_offsets(dp, b, row_of_b, seq, kvh, t * kN + tid);
   };
   auto load_tile = [&](int t, int s) {
     constexpr int kCK = kDQK / 8, kCV = kDV / 8;
-    const RowOffsets* const off = row_off + (t & 1) * kN;
+    const RowOffsets* const off = row_off + (t % kStages) * kN;
     for (int idx = tid; idx < kN * kCK; idx += Cfg::kThreads) {
       const int row = idx / kCK, c = idx % kCK;
       const int64_t o = off[row].k;
@@ -158,29 +159,30 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
                      (kvh * g + r % g) * p.q_head_stride + 8 * c;
       sm80::cp_async_16(q_smem + TileQ::byte_offset(row, c), ok ? src : p.q, ok);
     }
-    if (tid < kN) {
-      row_off[(t_begin & 1) * kN + tid] = offsets_of(t_begin);
-      if (t_begin + 1 < t_end) row_off[((t_begin + 1) & 1) * kN + tid] = offsets_of(t_begin + 1);
-    }
+    if (tid < kN)
+      for (int t = t_begin; t < t_begin + kStages && t < t_end; ++t) row_off[(t % kStages) * kN + tid] = offsets_of(t);
     __syncthreads();
-    load_tile(t_begin, 0);
-    sm80::cp_async_commit();
+    // The first kStages - 1 tiles in flight, one commit group each (empty
+    // groups past the end keep the count the loop waits on uniform).
+#pragma unroll
+    for (int i = 0; i + 1 < kStages; ++i) {
+      if (t_begin + i < t_end) load_tile(t_begin + i, i);
+      sm80::cp_async_commit();
+    }
   }
   for (int t = t_begin; t < t_end; ++t) {
-    const int s = (t - t_begin) & 1;
-    if (t + 1 < t_end) {
-      load_tile(t + 1, s ^ 1);
-      sm80::cp_async_commit();
-      sm80::cp_async_wait<1>();
-    } else {
-      sm80::cp_async_wait<0>();
-    }
-    // Tile t + 2's rows, into the slot tile t's copies were issued from: the
-    // block table's reads go out now and are consumed after this tile's
-    // products, so their latency hides under them.
+    const int s = (t - t_begin) % kStages;
+    // Tile t + kStages - 1 into the stage tile t - 1 used (free since the
+    // last iteration's closing barrier); then tile t is in.
+    if (t + kStages - 1 < t_end) load_tile(t + kStages - 1, (t + kStages - 1 - t_begin) % kStages);
+    sm80::cp_async_commit();
+    sm80::cp_async_wait<kStages - 1>();
+    // Tile t + kStages's rows, into the slot tile t's copies were issued
+    // from: the block table's reads go out now and are consumed after this
+    // tile's products, so their latency hides under them.
     RowOffsets ahead{-1, -1};
-    const bool prefetch = tid < kN && t + 2 < t_end;
-    if (prefetch) ahead = offsets_of(t + 2);
+    const bool prefetch = tid < kN && t + kStages < t_end;
+    if (prefetch) ahead = offsets_of(t + kStages);
     __syncthreads();
 
     float sc[1][2][4];
@@ -230,8 +232,8 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
       }
     }
     sm80::gemm_rb<T, 1, 2, NO, TileV>(o, sc, v_stage(s) + 16 * warp * TileV::kRowBytes, lane);
-    if (prefetch) row_off[(t & 1) * kN + tid] = ahead;
-    __syncthreads();  // the stage is free for the load two tiles on, tile t + 2's offsets visible
+    if (prefetch) row_off[(t % kStages) * kN + tid] = ahead;
+    __syncthreads();  // tile t's stage is free, tile t + kStages's offsets visible
   }
 
   // The warps' partial results into shared memory (over the stages).
