@@ -324,8 +324,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
 }
 
 // Merges the splits of one row (a warp per row): lse = log(sum over splits
-// of exp(lse_s) + exp(sink)), out = sum of exp(lse_s - lse) * o_s. Splits
-// with no keys (lse_s = -inf) are skipped, their partial output unwritten.
+// of exp(lse_s) + exp(sink)), out = sum of exp(lse_s - lse) * o_s.
 template <typename T, int kDV>
 __global__ void __launch_bounds__(128) flash_decode_combine_kernel(const __grid_constant__ DecodeParams dp) {
   const flash::FwdParams& p = dp.f;
@@ -357,16 +356,36 @@ __global__ void __launch_bounds__(128) flash_decode_combine_kernel(const __grid_
     sum += __expf(sink - big);
   }
   const float lse = nan ? NAN : big == -INFINITY ? -INFINITY : big + __logf(sum);
-  constexpr int kPer = kDV / 32;  // columns per lane
+  // The splits' outputs, 8 at a time with their loads in flight together (a
+  // loop of dependent loads, one split after the other, cost a long
+  // sequence's call more than its last wave). Every split wrote its rows;
+  // one without keys (lse_s = -inf) adds nothing, even where its partial
+  // output is not finite.
+  constexpr int kPer = kDV / 32, kAhead = 8;  // columns per lane, splits per batch of loads
   float acc[kPer] = {};
   if (lse != -INFINITY)
-    for (int s = 0; s < dp.splits; ++s) {
-      const float x = dp.lse_partial[s * dp.rows + row_id];
-      if (x == -INFINITY) continue;
-      const float w = __expf(x - lse);
-      const float* src = dp.o_partial + (s * dp.rows + row_id) * kDV + lane * kPer;
+    for (int s0 = 0; s0 < dp.splits; s0 += kAhead) {
+      float x[kAhead];
+      float2 v[kAhead][kPer / 2];
 #pragma unroll
-      for (int c = 0; c < kPer; ++c) acc[c] += w * src[c];
+      for (int u = 0; u < kAhead; ++u) {
+        const int s = s0 + u;
+        x[u] = s < dp.splits ? dp.lse_partial[s * dp.rows + row_id] : -INFINITY;
+        const float2* src =
+            reinterpret_cast<const float2*>(dp.o_partial + (min(s, dp.splits - 1) * dp.rows + row_id) * kDV + lane * kPer);
+#pragma unroll
+        for (int c = 0; c < kPer / 2; ++c) v[u][c] = s < dp.splits ? src[c] : make_float2(0.f, 0.f);
+      }
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {
+        const bool none = x[u] == -INFINITY;
+        const float w = none ? 0.f : __expf(x[u] - lse);
+#pragma unroll
+        for (int c = 0; c < kPer / 2; ++c) {
+          acc[2 * c] += none ? 0.f : w * v[u][c].x;
+          acc[2 * c + 1] += none ? 0.f : w * v[u][c].y;
+        }
+      }
     }
   T* const out = static_cast<T*>(p.out) + b * p.o_batch_stride + (static_cast<int64_t>(seq.start_q) + i) * p.o_row_stride +
                  hq * p.o_head_stride + lane * kPer;
