@@ -15,7 +15,10 @@ takes today); paged points need the former and are skipped otherwise. Not
 timed yet: FlexAttention's decoding path (issue 43 asks for it where it
 applies) and the transformers generation step.
 
-    python bench/decode.py [--quick] [--out DIR] [--max-gib 24]
+    python bench/decode.py [--quick] [--out DIR] [--max-gib 24] [--batches 1,8] [--seqlens ..]
+                           [--heads 32/8,..] [--dims 64,128,256] [--blocks 0,16,128]
+
+Writes decode.json and decode.png (TB/s over s_kv per panel) to --out.
 """
 import argparse
 import json
@@ -99,12 +102,49 @@ def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache):
             ok[name] = (lambda _, fn=fn: fn(), [None])
         except Exception as e:  # noqa: BLE001
             r[name] = {"error": f"{type(e).__name__}: {e}"[:200]}
-    loop = interleaved_medians(ok) if ok else {}  # the peers alternate within each round
+    loop = interleaved_medians(ok, budget_ms=300.0) if ok else {}  # the peers alternate within each round
     for name, (fn, sets) in ok.items():
-        cold = flushed_median(fn, sets, reps=15)
+        cold = flushed_median(fn, sets, reps=10)
         r[name] = {"ms": loop[name], "tbps": kv_bytes / (loop[name] * 1e-3) / 1e12, "flushed_ms": cold,
                    "flushed_tbps": kv_bytes / (cold * 1e-3) / 1e12}
     return r
+
+
+def plot(rows, ceiling, path, device):
+    """TB/s over s_kv, one panel per (b, h_q/h_kv, d, s_q); attn contiguous
+    and paged beside SDPA's backends, the read-only ceiling dashed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no plot", file=sys.stderr)
+        return
+    panels = sorted({(r["b"], r["h_q"], r["h_kv"], r["d"], r["s_q"]) for r in rows})
+    cols = 4
+    fig, axes = plt.subplots((len(panels) + cols - 1) // cols, cols, figsize=(4 * cols, 3 * ((len(panels) + cols - 1) // cols)),
+                             squeeze=False)
+    for ax, key in zip(axes.flat, panels):
+        sel = [r for r in rows if (r["b"], r["h_q"], r["h_kv"], r["d"], r["s_q"]) == key]
+        series = {}
+        for r in sel:
+            for name, v in r.items():
+                if isinstance(v, dict) and "tbps" in v:
+                    label = f"{name} paged {r['block']}" if r["block"] else name
+                    series.setdefault(label, []).append((r["s_kv"], v["tbps"]))
+        for label, pts in sorted(series.items()):
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        ax.axhline(ceiling, ls="--", c="gray", lw=1)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"b {key[0]} h {key[1]}/{key[2]} d {key[3]} s_q {key[4]}", fontsize=9)
+        ax.set_ylabel("TB/s")
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle(f"decode, {device}: TB/s of K+V read (dashed: read-only ceiling)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
 
 
 def main():
@@ -112,30 +152,41 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default="bench_out")
     ap.add_argument("--max-gib", type=float, default=24.0, help="skip points whose K+V exceed this")
+    ap.add_argument("--batches", default=None, help="comma list (default 1,8,64,128; --quick 1,64)")
+    ap.add_argument("--seqlens", default=None, help="comma list of s_kv (default 2048,8192,32768,131072)")
+    ap.add_argument("--heads", default=None, help="comma list of h_q/h_kv (default 32/8,16/16,64/8; --quick 32/8)")
+    ap.add_argument("--dims", default="128", help="comma list of head dims (64, 128, 256)")
+    ap.add_argument("--blocks", default="0,16,128", help="comma list of paged block sizes (0: contiguous)")
     a = ap.parse_args()
+    ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
+    batches = ints(a.batches) if a.batches else ([1, 64] if a.quick else [1, 8, 64, 128])
+    seqlens = ints(a.seqlens) if a.seqlens else ([8192, 131072] if a.quick else [2048, 8192, 32768, 131072])
+    heads = ([tuple(int(x) for x in h.split("/")) for h in a.heads.split(",")] if a.heads
+             else [(32, 8)] if a.quick else [(32, 8), (16, 16), (64, 8)])
     gpu_kvcache = attn_gpu_kvcache()
     ceiling = ceiling_tbps(4 << 30)
     print(f"{torch.cuda.get_device_name()}: read-only ceiling {ceiling:.2f} TB/s; attn forward_with_kvcache on the "
           f"GPU: {gpu_kvcache}")
-    heads = [(32, 8)] if a.quick else [(32, 8), (16, 16), (64, 8)]
     rows = []
-    for b in ((1, 64) if a.quick else (1, 8, 64, 128)):
-        for s_kv in ((8192, 131072) if a.quick else (2048, 8192, 32768, 131072)):
-            for h_q, h_kv in heads:
-                for s_q in (1, 4):
-                    for block in (0, 16, 128):
-                        if 2 * b * s_kv * h_kv * 128 * 2 > a.max_gib * 2**30:
-                            continue
-                        r = point(b, s_kv, h_q, h_kv, 128, s_q, block, gpu_kvcache)
-                        rows.append(r)
-                        cells = [f"{n} {v['tbps']:.2f}" for n, v in r.items() if isinstance(v, dict) and "tbps" in v]
-                        print(f"b {b:3} s_kv {s_kv:6} h {h_q}/{h_kv} s_q {s_q} block {block:3}: TB/s " +
-                              ", ".join(cells), flush=True)
-                        torch.cuda.empty_cache()
+    for d in ints(a.dims):
+        for b in batches:
+            for s_kv in seqlens:
+                for h_q, h_kv in heads:
+                    for s_q in (1, 4):
+                        for block in ints(a.blocks):
+                            if 2 * b * s_kv * h_kv * d * 2 > a.max_gib * 2**30:
+                                continue
+                            r = point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache)
+                            rows.append(r)
+                            cells = [f"{n} {v['tbps']:.2f}" for n, v in r.items() if isinstance(v, dict) and "tbps" in v]
+                            print(f"d {d} b {b:3} s_kv {s_kv:6} h {h_q}/{h_kv} s_q {s_q} block {block:3}: TB/s " +
+                                  ", ".join(cells), flush=True)
+                            torch.cuda.empty_cache()
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "decode.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "ceiling_tbps": ceiling, "attn_gpu_kvcache": gpu_kvcache,
                    "rows": rows}, f, indent=1)
+    plot(rows, ceiling, os.path.join(a.out, "decode.png"), torch.cuda.get_device_name())
 
 
 if __name__ == "__main__":
