@@ -11,6 +11,7 @@
 
 #include "attn/error.h"
 #include "core/cuda_check.h"
+#include "kernels/float_convert.cuh"
 #include "rotary/rotary_params.h"
 
 namespace attn::rotary_detail {
@@ -18,17 +19,8 @@ namespace {
 
 constexpr int kThreads = 128;
 
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+using kernels::from_float;
+using kernels::to_float;
 
 template <typename T, int V>
 struct alignas(sizeof(T) * V) Pack {

@@ -278,6 +278,17 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
   if (p.max_logit && big != -INFINITY && sub == 0)
     detail::atomic_max_keeping_nan(p.max_logit + hq * p.max_logit_stride, sum != sum ? sum : big * flash::kLn2);
 
+  // Columns c, c + 1 of the row over the four warps' keys (relative to exp2(big)).
+  auto merged = [&](int c) {
+    float2 acc = make_float2(0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < Cfg::kWarps; ++w) {
+      const float2 x = *reinterpret_cast<const float2*>(o_merge + (w * kRows + row) * kDV + c);
+      acc.x += mw[w] * x.x;
+      acc.y += mw[w] * x.y;
+    }
+    return acc;
+  };
   const int64_t token_index = p.packed ? static_cast<int64_t>(seq.start_q) + i : static_cast<int64_t>(b) * p.s_q + i;
   if (dp.splits > 1) {  // the combine kernel adds the sink and normalizes across splits
     const int64_t row_id = token_index * p.h_q + hq;
@@ -285,13 +296,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
     float* const dst = dp.o_partial + (static_cast<int64_t>(split) * dp.rows + row_id) * kDV;
 #pragma unroll
     for (int c = 2 * sub; c < kDV; c += 16) {
-      float2 acc = make_float2(0.f, 0.f);
-#pragma unroll
-      for (int w = 0; w < Cfg::kWarps; ++w) {
-        const float2 x = *reinterpret_cast<const float2*>(o_merge + (w * kRows + row) * kDV + c);
-        acc.x += mw[w] * x.x;
-        acc.y += mw[w] * x.y;
-      }
+      const float2 acc = merged(c);
       *reinterpret_cast<float2*>(dst + c) = make_float2(acc.x * inv, acc.y * inv);
     }
     if (sub == 0) dp.lse_partial[static_cast<int64_t>(split) * dp.rows + row_id] = lse_keys;
@@ -309,13 +314,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
                  hq * p.o_head_stride;
 #pragma unroll
   for (int c = 2 * sub; c < kDV; c += 16) {
-    float2 acc = make_float2(0.f, 0.f);
-#pragma unroll
-    for (int w = 0; w < Cfg::kWarps; ++w) {
-      const float2 x = *reinterpret_cast<const float2*>(o_merge + (w * kRows + row) * kDV + c);
-      acc.x += mw[w] * x.x;
-      acc.y += mw[w] * x.y;
-    }
+    const float2 acc = merged(c);
     *reinterpret_cast<uint32_t*>(out + c) = sm80::pack2<T>(none ? 0.f : acc.x * scale, none ? 0.f : acc.y * scale);
   }
   if (p.lse && sub == 0)
