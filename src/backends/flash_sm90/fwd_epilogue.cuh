@@ -20,6 +20,22 @@
 
 namespace attn::flash_sm90 {
 
+// The max logit, one item behind (the epilogue's path holds no reduction):
+// an item's epilogue keeps each thread's largest score as an ordered key;
+// during the next item's first Q.K^T each warp reduces its keys (one redux)
+// into shared memory beside the head (flush); the next epilogue's leader
+// reads them past its first barrier and max-es them in with one atomic
+// nobody waits for. Every row of a head aims at one address (and every head
+// at one line), whose atomics queue up: one per quad cost a 1k causal
+// forward 26-49%, one per warp behind a read of the value there 2-5%, one
+// per warp without it 3.3%, the reduction inside the epilogue 2.7%, this
+// 1.6% (d 64 1k causal, H100). The dropout build reduces in the epilogue:
+// the carry's registers spill there.
+struct MaxLogitCarry {
+  int key = 0;  // this thread's share of the item held (an ordered key)
+  int h = -1;   // its head (kept where the next epilogue overlaps: two consumers' registers)
+};
+
 template <typename T, class Cfg>
 struct FwdEpilogue {
   static constexpr int kM = Cfg::kBlockM, kDV = Cfg::kHeadDimV, NO = kDV / 8;
@@ -52,8 +68,11 @@ struct FwdEpilogue {
 
   // This warpgroup's rows of item `cur`, whose Q is in buffer q_buf: O and
   // the softmax's state are final (the last P.V has left O's registers).
+  // kDefer: the max logit one item behind (MaxLogitCarry); otherwise this
+  // item's, reduced here (the dropout build: the carry's registers spill there).
+  template <bool kDefer>
   __device__ __forceinline__ void store(const FwdItem& cur, int q_buf, const float (&o)[1][NO][4],
-                                        flash::OnlineSoftmax<1>& softmax, float unit) const {
+                                        flash::OnlineSoftmax<1>& softmax, float unit, MaxLogitCarry& carry) const {
     const flash::FwdParams& p = args.p;
     float inv[1][2], row_lse[1][2];
     const float sink = detail::sink_logit(p.sink, cur.h);  // lse of a row that sees no key (-inf without a sink)
@@ -84,6 +103,16 @@ struct FwdEpilogue {
     const sm90::NamedBarrier own{kBarConsumer0 + wg, 128};
     if (leader) sm90::bulk_wait_read<0>();
     own.sync();
+    // The previous item's warp keys (flushed under this item's first Q.K^T),
+    // read now and max-ed in after the staging below.
+    int prev[4] = {0, 0, 0, 0}, prev_h = -1;
+    if (kDefer && p.max_logit && leader) {
+      asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(prev[0]), "=r"(prev[1]), "=r"(prev[2]), "=r"(prev[3])
+                   : "r"(smem.warp_max(wg * 4))
+                   : "memory");
+      asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(prev_h) : "r"(smem.held_head(wg)) : "memory");
+    }
     {
       // Lane l addresses row l % 8 of matrix l / 8: matrix j holds rows
       // 8 (j % 2).. of accumulator block 2 np + j / 2 (stmatrix.cuh).
@@ -101,18 +130,15 @@ struct FwdEpilogue {
         sm90::stmatrix_x4(o_stage.chunk(st_row, 2 * np + (lane >> 4)), r[0], r[1], r[2], r[3]);
       }
     }
-    // The max logit: each warp's largest score to shared memory, read past
-    // the barrier below by the warpgroup's leader, which max-es it in with
-    // one atomic whose result nobody waits for (a warp writes its next
-    // item's share only past that item's first barrier, which the leader
-    // reaches after this read). Every row of a head aims at one address (and
-    // every head at one line), whose atomics queue up: one per quad cost a
-    // 1k causal forward 26-49%, one per warp behind a read of the value
-    // there 2-5%.
     if (p.max_logit) {
       const bool (&valid)[1][2] = *reinterpret_cast<const bool(*)[1][2]>(&row_valid);
-      const int key = flash::warp_max_key(softmax.largest_score(row_lse, unit, valid));
-      sm90::store_after(smem.warp_max(ctid / 32), __int_as_float(key), lane);
+      const float largest = softmax.largest_score(row_lse, unit, valid);
+      if constexpr (kDefer) {
+        carry.key = flash::ordered_key(largest);
+        carry.h = cur.h;
+      } else {  // each warp's key now, read by the leader past the barrier below
+        sm90::store_after(smem.warp_max(ctid / 32), __int_as_float(flash::warp_max_key(largest)), lane);
+      }
     }
     sm90::fence_proxy_async();  // the stores above, before the TMA store reads them
     own.sync();
@@ -124,13 +150,15 @@ struct FwdEpilogue {
       sm90::bulk_commit();
     }
     if (p.max_logit && leader) {
-      int k[4];
-      asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(k[0]), "=r"(k[1]), "=r"(k[2]), "=r"(k[3])
-                   : "r"(smem.warp_max(wg * 4))
-                   : "memory");
-      const float m = flash::from_ordered_key(max(max(k[0], k[1]), max(k[2], k[3])));
-      if (m != -INFINITY) detail::atomic_max_keeping_nan(p.max_logit + cur.h * p.max_logit_stride, m);
+      if constexpr (!kDefer) {
+        asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(prev[0]), "=r"(prev[1]), "=r"(prev[2]), "=r"(prev[3])
+                     : "r"(smem.warp_max(wg * 4))
+                     : "memory");
+        prev_h = cur.h;
+      }
+      const float m = flash::from_ordered_key(max(max(prev[0], prev[1]), max(prev[2], prev[3])));
+      if (prev_h >= 0 && m != -INFINITY) detail::atomic_max_keeping_nan(p.max_logit + prev_h * p.max_logit_stride, m);
     }
     if (!by_tma) {
       constexpr int kChunks = kDV / 8;
@@ -160,8 +188,34 @@ struct FwdEpilogue {
     }
   }
 
-  // The output tile stays until its last store is done.
-  __device__ __forceinline__ void finish() const {
+  // Each warp's key of the item held (head h; -1: none) into shared memory,
+  // one redux: run under the next item's first Q.K^T, or at the end.
+  template <bool kDefer>
+  __device__ __forceinline__ void flush(const MaxLogitCarry& carry, int h) const {
+    if (!kDefer || !args.p.max_logit) return;
+    if (h >= 0) sm90::store_after(smem.warp_max(ctid / 32), __int_as_float(__reduce_max_sync(0xffffffffu, carry.key)), lane);
+    if ((ctid & 127) == 0) asm volatile("st.shared.s32 [%0], %1;\n" ::"r"(smem.held_head(wg)), "r"(h) : "memory");
+  }
+
+  // The output tile stays until its last store is done; the last item's max
+  // logit goes in (flushed already where the epilogue does not overlap).
+  template <bool kDefer>
+  __device__ __forceinline__ void finish(const MaxLogitCarry& carry) const {
+    if (kDefer && args.p.max_logit) {
+      if (Cfg::kOverlapEpilogue) flush<kDefer>(carry, carry.h);
+      const sm90::NamedBarrier own{kBarConsumer0 + wg, 128};
+      own.sync();
+      if ((ctid & 127) == 0) {
+        int k[4], h;
+        asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(k[0]), "=r"(k[1]), "=r"(k[2]), "=r"(k[3])
+                     : "r"(smem.warp_max(wg * 4))
+                     : "memory");
+        asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(h) : "r"(smem.held_head(wg)) : "memory");
+        const float m = flash::from_ordered_key(max(max(k[0], k[1]), max(k[2], k[3])));
+        if (h >= 0 && m != -INFINITY) detail::atomic_max_keeping_nan(args.p.max_logit + h * args.p.max_logit_stride, m);
+      }
+    }
     if ((ctid & 127) == 0) sm90::bulk_wait<0>();
   }
 };

@@ -73,8 +73,10 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   // serializes every wgmma of the kernel: ptxas C7518), so the one product
   // issued without knowing whether a next item exists reads whatever K and
   // Q are in shared memory and is discarded.
+  MaxLogitCarry carry;
+  constexpr bool kDeferMax = !kDropout;  // the max logit one item behind (fwd_epilogue.cuh)
   FwdItem cur = mainloop.take_item();
-  int q_cur = cur.t >= 0 ? mainloop.first_scores() : 0;  // the current item's Q buffer
+  int q_cur = cur.t >= 0 ? mainloop.first_scores([] {}) : 0;  // the current item's Q buffer
   while (cur.t >= 0) {
     const auto last = mainloop.run_tiles(cur, q_cur);
     FwdItem next;
@@ -90,6 +92,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       mainloop.issue_pv(last.stage);
       mainloop.issue_qk(mainloop.kv_state.stage(), q_next);
       mainloop.turn_end();
+      epilogue.template flush<kDeferMax>(carry, carry.h);  // the previous item's max logit, under the products
       sm90::wgmma_wait<1>();
     } else if (!last.done) {
       smem.v_full(last.stage).wait(last.phase);
@@ -100,18 +103,19 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
       sm90::fence_registers(regs.o_flat());
       smem.v_empty(last.stage).arrive();
     }
-    epilogue.store(cur, q_cur, regs.o, regs.softmax, mainloop.unit);
+    epilogue.template store<kDeferMax>(cur, q_cur, regs.o, regs.softmax, mainloop.unit, carry);
     if (Cfg::kOverlapEpilogue) {
       sm90::wgmma_wait<0>();  // the next item's first scores (or the discarded product)
       sm90::fence_registers(regs.s_flat());
     } else {
       next = mainloop.take_item();
-      if (next.t >= 0) q_next = mainloop.first_scores();
+      if (next.t >= 0) q_next = mainloop.first_scores([&] { epilogue.template flush<kDeferMax>(carry, cur.h); });
+      else epilogue.template flush<kDeferMax>(carry, cur.h);
     }
     cur = next;
     q_cur = q_next;
   }
-  epilogue.finish();
+  epilogue.template finish<kDeferMax>(carry);
 #endif
 }
 

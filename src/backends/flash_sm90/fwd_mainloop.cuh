@@ -120,12 +120,14 @@ struct FwdMainloop {
   // The first scores of an item, alone (at the start of the walk, and
   // where they do not run under the previous item's epilogue); returns the
   // item's Q buffer.
-  __device__ __forceinline__ int first_scores() {
+  template <class Under>
+  __device__ __forceinline__ int first_scores(Under&& under) {
     const int q_buf = q_state.stage();
     await_first();
     turn_begin();
     issue_qk(kv_state.stage(), q_buf);
     turn_end();
+    under();  // work that waits on nothing, under the product
     sm90::wgmma_wait<0>();
     sm90::fence_registers(s_flat());
     return q_buf;

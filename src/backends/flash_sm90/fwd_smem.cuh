@@ -46,6 +46,7 @@ struct FwdSmem : sm90::SharedBase {
   __device__ __forceinline__ uint32_t item_slot(int slot) const { return at(offsetof(Storage, item_slot)) + 4 * slot; }
   __device__ __forceinline__ uint32_t order_word(int warp) const { return at(offsetof(Storage, order_word)) + 4 * warp; }
   __device__ __forceinline__ uint32_t warp_max(int warp) const { return at(offsetof(Storage, warp_max)) + 4 * warp; }
+  __device__ __forceinline__ uint32_t held_head(int wg) const { return at(offsetof(Storage, held_head)) + 4 * wg; }
 
   // Every mbarrier's arrival count, by one thread before the CTA's first sync.
   __device__ __forceinline__ void init_barriers() const {
@@ -63,6 +64,7 @@ struct FwdSmem : sm90::SharedBase {
       item_full(slot).init(1);
       item_empty(slot).init(kConsumerThreads);
     }
+    for (int wg = 0; wg < 4; ++wg) asm volatile("st.shared.s32 [%0], -1;\n" ::"r"(held_head(wg)) : "memory");
     sm90::mbar_init_fence();
   }
 };

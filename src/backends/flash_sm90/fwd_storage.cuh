@@ -32,6 +32,7 @@ struct FwdSharedStorage {
   int item_slot[2];
   int order_word[Cfg::kThreads / 32];  // per warp, written and never read (sm90::store_after)
   alignas(16) int warp_max[Cfg::kThreads / 32];  // per warp, its item's largest score as an ordered key (max logit)
+  int held_head[4];  // per consumer warpgroup, the head of the keys in warp_max; -1: none
 };
 static_assert(std::is_standard_layout_v<FwdSharedStorage<FwdConfig<128, 128>>>, "members are found by offsetof");
 
