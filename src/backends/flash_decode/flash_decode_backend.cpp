@@ -43,6 +43,20 @@ int ctas_per_sm(const Problem& p) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+template <typename T>
+bool dispatch(const Problem& p, const DecodeParams& dp, cudaStream_t stream) {
+#define ATTN_DECODE_RUN(dqk, dv)                                            \
+  if (p.d_qk == (dqk) && p.d_v == (dv)) {                                   \
+    launch_decode<T, dqk, dv>(dp, static_cast<int>(p.h_kv), stream);        \
+    return true;                                                            \
+  }
+  ATTN_FLASH_DECODE_TABLE(ATTN_DECODE_RUN)
+#undef ATTN_DECODE_RUN
+  return false;
+}
+
+}  // namespace
+
 // The fewest splits (each at least 4 tiles) whose CTAs fill the device's
 // slots in waves at least 95% as whole as the best count's: a last partial
 // wave idles most SMs while it runs (FlashAttention-2's rule, with its 85%
@@ -61,20 +75,6 @@ int choose_splits(int64_t units, int64_t tiles, int64_t slots) {
     if (eff[s] >= 0.95 * best) return static_cast<int>(s);
   return 1;
 }
-
-template <typename T>
-bool dispatch(const Problem& p, const DecodeParams& dp, cudaStream_t stream) {
-#define ATTN_DECODE_RUN(dqk, dv)                                            \
-  if (p.d_qk == (dqk) && p.d_v == (dv)) {                                   \
-    launch_decode<T, dqk, dv>(dp, static_cast<int>(p.h_kv), stream);        \
-    return true;                                                            \
-  }
-  ATTN_FLASH_DECODE_TABLE(ATTN_DECODE_RUN)
-#undef ATTN_DECODE_RUN
-  return false;
-}
-
-}  // namespace
 
 std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
   std::vector<std::string> no = detail::gpu_device_reasons(p, dev);

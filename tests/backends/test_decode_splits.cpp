@@ -1,0 +1,63 @@
+// flash_decode's split rule (choose_splits) and plan: the fewest splits whose
+// waves fill the device's CTA slots to 95% of the best count's, each split at
+// least 4 tiles of 64 keys; num_splits overrides within [1, 128] and the
+// tiles; query rows packed 16 to a CTA (s_q x GQA group).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backends/flash_decode/flash_decode.h"
+
+namespace attn::flash_decode {
+namespace {
+
+double fill(int64_t units, int splits, int64_t slots) {
+  const double waves = static_cast<double>(units * splits) / static_cast<double>(slots);
+  return waves / std::ceil(waves);
+}
+
+TEST(DecodeSplits, FillWavesWithTheFewestSplits) {
+  // Batch 64 x 8 KV heads on 132 SMs x 3 CTAs: one split is 1.29 waves (65%
+  // full), two 2.59 (86%), three 3.88 (97%).
+  EXPECT_EQ(choose_splits(512, 128, 396), 3);
+  // One sequence, 8 KV heads, 128k keys: about one full wave.
+  const int s = choose_splits(8, 2048, 396);
+  EXPECT_GE(fill(8, s, 396), 0.95 * 0.99);
+  EXPECT_LE(8 * s, 396);
+  // Units that fill whole waves already: one split.
+  EXPECT_EQ(choose_splits(396, 1000, 396), 1);
+  EXPECT_EQ(choose_splits(792, 1000, 396), 1);
+  // Short sequences: at least 4 tiles per split, so 7 tiles allow one.
+  EXPECT_EQ(choose_splits(8, 7, 396), 1);
+  EXPECT_LE(choose_splits(8, 32, 396), 8);
+  // Never more than kMaxSplits, whatever the slots.
+  EXPECT_LE(choose_splits(1, 1 << 20, 100000), kMaxSplits);
+  for (int64_t units : {1, 7, 100, 395, 397, 1000})
+    for (int64_t tiles : {0, 1, 4, 64, 4096}) {
+      const int n = choose_splits(units, tiles, 396);
+      EXPECT_GE(n, 1);
+      EXPECT_LE(n, std::max<int64_t>(tiles / 4, 1));
+    }
+}
+
+TEST(DecodeSplits, PlanPacksQueryRowsAndHonoursNumSplits) {
+  Problem p;
+  p.device = Device::cpu();  // plan() asks the device only when it chooses the splits
+  p.batch = 2;
+  p.s_q = 4;
+  p.s_kv = 10000;  // 157 tiles
+  p.h_q = 32;
+  p.h_kv = 2;  // a group of 16: 4 x 16 = 64 rows, 4 CTAs of 16
+  p.d_qk = p.d_v = 128;
+  EXPECT_EQ(plan(p, 5).m_blocks, 4);
+  EXPECT_EQ(plan(p, 5).splits, 5);
+  EXPECT_EQ(plan(p, 1000).splits, kMaxSplits);
+  p.s_kv = 100;  // 2 tiles: at most 2 splits when asked
+  EXPECT_EQ(plan(p, 7).splits, 2);
+  p.s_q = 1;
+  p.h_kv = 32;  // no GQA: one row per KV head
+  EXPECT_EQ(plan(p, 1).m_blocks, 1);
+}
+
+}  // namespace
+}  // namespace attn::flash_decode
