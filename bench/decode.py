@@ -5,7 +5,9 @@ TB/s of K+V read and its share of a measured read-only bandwidth ceiling (a
 sum over a buffer several times L2, the same bytes as the point's K+V where
 they fit). Each point is timed back to back between CUDA events, the peers
 alternating round by round (bench/compare.py's interleaved medians), and, as
-a second method, call by call after an L2 flush.
+a second method, call by call after an L2 flush; --graphs adds each call
+replayed from a CUDA graph (no host time: small points are host-bound
+eagerly).
 
 attn runs attn.forward_with_kvcache (check_seqlens=False, as a serving
 engine's captured step runs it: no read-back of the lengths) where this
@@ -54,7 +56,7 @@ def attn_gpu_kvcache():
         return False
 
 
-def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache):
+def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, graphs=False):
     dt = torch.bfloat16
     q = torch.randn(b, s_q, h_q, d, device="cuda", dtype=dt)
     lens = torch.full((b,), s_kv - s_q, dtype=torch.int32, device="cuda")
@@ -107,7 +109,39 @@ def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache):
         cold = flushed_median(fn, sets, reps=10)
         r[name] = {"ms": loop[name], "tbps": kv_bytes / (loop[name] * 1e-3) / 1e12, "flushed_ms": cold,
                    "flushed_tbps": kv_bytes / (cold * 1e-3) / 1e12}
+        if graphs:  # GPU time alone, as a serving engine's captured step runs it
+            try:
+                ms = graph_ms(fn)
+                r[name].update(graph_ms=ms, graph_tbps=kv_bytes / (ms * 1e-3) / 1e12)
+            except Exception as e:  # noqa: BLE001 - a peer that cannot be captured says why
+                r[name]["graph_error"] = f"{type(e).__name__}: {e}"[:200]
     return r
+
+
+def graph_ms(fn, calls=8, reps=20):
+    """Median time of one call replayed from a CUDA graph of `calls` calls
+    (no host work between them: the figure a captured decode step sees)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn(None)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn(None)
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        g.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    times.sort()
+    return times[len(times) // 2]
 
 
 def plot(rows, ceiling, path, device):
@@ -157,6 +191,7 @@ def main():
     ap.add_argument("--heads", default=None, help="comma list of h_q/h_kv (default 32/8,16/16,64/8; --quick 32/8)")
     ap.add_argument("--dims", default="128", help="comma list of head dims (64, 128, 256)")
     ap.add_argument("--blocks", default="0,16,128", help="comma list of paged block sizes (0: contiguous)")
+    ap.add_argument("--graphs", action="store_true", help="also time each call replayed from a CUDA graph")
     a = ap.parse_args()
     ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
     batches = ints(a.batches) if a.batches else ([1, 64] if a.quick else [1, 8, 64, 128])
@@ -176,7 +211,7 @@ def main():
                         for block in ints(a.blocks):
                             if 2 * b * s_kv * h_kv * d * 2 > a.max_gib * 2**30:
                                 continue
-                            r = point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache)
+                            r = point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, a.graphs)
                             rows.append(r)
                             cells = [f"{n} {v['tbps']:.2f}" for n, v in r.items() if isinstance(v, dict) and "tbps" in v]
                             print(f"d {d} b {b:3} s_kv {s_kv:6} h {h_q}/{h_kv} s_q {s_q} block {block:3}: TB/s " +
