@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -384,6 +385,58 @@ TEST(FlashDecode, KvCacheErrorsComeBeforeAnyWrite) {
     ATTN_CUDA_OK(cudaDeviceSynchronize());
     EXPECT_EQ(c.k_cache.to(Device::cpu()).to_doubles(), kc0) << "case " << what << " wrote the cache";
   }
+}
+
+// What the GPU path cannot run is an attn::Error naming why, before any write:
+// a head dim without a kernel, a forced other backend, flash_decode disabled,
+// strided lengths, and the checks' read-back inside a graph capture.
+TEST(FlashDecode, KvCacheRefusesWhatItCannotRun) {
+  ATTN_REQUIRE_GPU();
+  auto message = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  KvSpec s;
+  s.d = 96;
+  KvCall c = make_kv_call(s, 300).to(Device::cuda(0));
+  const std::vector<double> kc0 = c.k_cache.to(Device::cpu()).to_doubles();
+  std::string m = message([&] { forward_with_kvcache(c.opts, c.args()); });
+  EXPECT_NE(m.find("head_dim 96/96"), std::string::npos) << m;
+  EXPECT_EQ(c.k_cache.to(Device::cpu()).to_doubles(), kc0);
+
+  s.d = 128;
+  c = make_kv_call(s, 301).to(Device::cuda(0));
+  Policy forced;
+  forced.forced = "flash_sm90";
+  m = message([&] { forward_with_kvcache(c.opts, c.args(), {}, forced); });
+  EXPECT_NE(m.find("only flash_decode runs a KV cache"), std::string::npos) << m;
+  Policy off;
+  off.disabled = {"flash_decode"};
+  m = message([&] { forward_with_kvcache(c.opts, c.args(), {}, off); });
+  EXPECT_NE(m.find("flash_decode is disabled"), std::string::npos) << m;
+
+  TensorBuffer wide = TensorBuffer(DType::i32, {2 * s.b}).to(Device::cuda(0));
+  ATTN_CUDA_OK(cudaMemset(wide.data(), 0, wide.bytes()));
+  KvCacheArgs strided = c.args();
+  strided.cache_seqlens = make_view(wide.data(), DType::i32, {s.b}, {2}, Device::cuda(0));
+  m = message([&] { forward_with_kvcache(c.opts, strided); });
+  EXPECT_NE(m.find("cache_seqlens is not contiguous"), std::string::npos) << m;
+
+  cudaStream_t stream;
+  ATTN_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  RunContext ctx;
+  ctx.stream = stream;
+  ATTN_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  m = message([&] { forward_with_kvcache(c.opts, c.args(), ctx); });  // check_seqlens is on
+  cudaGraph_t graph;
+  ATTN_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  EXPECT_NE(m.find("check_seqlens=false"), std::string::npos) << m;
 }
 
 // Captured once with check_seqlens off, replayed on new cache contents and

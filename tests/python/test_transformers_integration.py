@@ -304,3 +304,23 @@ def test_cuda_bf16_training_and_decoding(kind, padding):
     d_ref = decode(ref_model, base, ids, mask)
     _within_twice_pytorch({"decode": decode(model, "attn", ids, mask)}, {"decode": decode(model, base, ids, mask)},
                           {"decode": d_ref}, f"{kind} {padding}")
+
+
+@needs_gpu
+@pytest.mark.parametrize("padding", ["none", "right"])
+@pytest.mark.parametrize("kind", ["llama_gqa", "gptoss_sinks"])
+def test_cuda_decode_steps_at_head_dim_64(kind, padding):
+    """Decode steps at a head dim flash_decode runs (64): one query token per
+    sequence against the cache, with GQA (and gpt-oss's sinks), as close to
+    float32 as PyTorch's own bf16 path."""
+    base = MODELS[kind][3]
+    over = dict(head_dim=64, sliding_window=16) if kind == "gptoss_sinks" else dict(head_dim=64)
+    ids, mask, _ = batch(padding, device="cuda", s=40, b=3)
+    ref_model = tiny_model(kind, device="cuda", **over)
+    model = tiny_model(kind, dtype=torch.bfloat16, device="cuda", **over)
+    d_ref = decode(ref_model, base, ids, mask, steps=6)
+    _within_twice_pytorch({"decode": decode(model, "attn", ids, mask, steps=6)},
+                          {"decode": decode(model, base, ids, mask, steps=6)}, {"decode": d_ref}, f"{kind} {padding}")
+    shape_q, shape_kv = (3, 1, 4, 64), (3, 46, 2, 64)
+    ex = attn.explain(shape_q, shape_kv, shape_kv, dtype="bfloat16", mask="causal_bottom_right", device="cuda")
+    assert ex.chosen == "flash_decode", ex.why
