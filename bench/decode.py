@@ -11,14 +11,14 @@ eagerly).
 
 attn runs attn.forward_with_kvcache (check_seqlens=False, as a serving
 engine's captured step runs it: no read-back of the lengths) where this
-build runs it on the GPU, else
-its forward on the contiguous cache (the route a transformers decode step
-takes today); paged points need the former and are skipped otherwise. Not
-timed yet: FlexAttention's decoding path (issue 43 asks for it where it
-applies) and the transformers generation step.
+build runs it on the GPU, else its forward on the contiguous cache; paged
+points need the former and are skipped otherwise.
+--flex adds FlexAttention (torch.compile'd flex_attention, whose decoding
+kernel serves short queries) on the contiguous points. Not timed here: the
+transformers generation step.
 
     python bench/decode.py [--quick] [--out DIR] [--max-gib 24] [--batches 1,8] [--seqlens ..]
-                           [--heads 32/8,..] [--dims 64,128,256] [--blocks 0,16,128]
+                           [--heads 32/8,..] [--dims 64,128,256] [--blocks 0,16,128] [--graphs] [--flex]
 
 Writes decode.json and decode.png (TB/s over s_kv per panel) to --out.
 """
@@ -56,7 +56,7 @@ def attn_gpu_kvcache():
         return False
 
 
-def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, graphs=False):
+def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, graphs=False, flex=False):
     dt = torch.bfloat16
     q = torch.randn(b, s_q, h_q, d, device="cuda", dtype=dt)
     lens = torch.full((b,), s_kv - s_q, dtype=torch.int32, device="cuda")
@@ -96,6 +96,13 @@ def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, graphs=False):
             return run
         fns["sdpa_cudnn"] = sdpa(SDPBackend.CUDNN_ATTENTION)
         fns["sdpa_flash"] = sdpa(SDPBackend.FLASH_ATTENTION)
+        if flex:  # FlexAttention's decoding kernel (small q lengths) on the same views, block mask built once
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+            shift = s_kv - s_q
+            block_mask = create_block_mask(lambda b_, h_, i, j: j <= i + shift, B=None, H=None, Q_LEN=s_q,
+                                           KV_LEN=s_kv, device="cuda")
+            compiled = _compiled_flex(flex_attention)
+            fns["flex"] = lambda: compiled(qt, kt, vt, block_mask=block_mask, enable_gqa=h_q != h_kv)
     ok = {}
     for name, fn in fns.items():  # a peer that cannot run this point says why
         try:
@@ -116,6 +123,18 @@ def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, graphs=False):
             except Exception as e:  # noqa: BLE001 - a peer that cannot be captured says why
                 r[name]["graph_error"] = f"{type(e).__name__}: {e}"[:200]
     return r
+
+
+_FLEX = None
+
+
+def _compiled_flex(flex_attention):
+    """One torch.compile'd flex_attention for the whole run (each new shape
+    still compiles once, outside the timing: point() runs every peer once first)."""
+    global _FLEX
+    if _FLEX is None:
+        _FLEX = torch.compile(flex_attention)
+    return _FLEX
 
 
 def graph_ms(fn, calls=8, reps=20):
@@ -192,6 +211,8 @@ def main():
     ap.add_argument("--dims", default="128", help="comma list of head dims (64, 128, 256)")
     ap.add_argument("--blocks", default="0,16,128", help="comma list of paged block sizes (0: contiguous)")
     ap.add_argument("--graphs", action="store_true", help="also time each call replayed from a CUDA graph")
+    ap.add_argument("--flex", action="store_true",
+                    help="FlexAttention's decoding path as a peer (contiguous points; compiles once per shape)")
     a = ap.parse_args()
     ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
     batches = ints(a.batches) if a.batches else ([1, 64] if a.quick else [1, 8, 64, 128])
@@ -211,7 +232,7 @@ def main():
                         for block in ints(a.blocks):
                             if 2 * b * s_kv * h_kv * d * 2 > a.max_gib * 2**30:
                                 continue
-                            r = point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, a.graphs)
+                            r = point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, a.graphs, a.flex)
                             rows.append(r)
                             cells = [f"{n} {v['tbps']:.2f}" for n, v in r.items() if isinstance(v, dict) and "tbps" in v]
                             print(f"d {d} b {b:3} s_kv {s_kv:6} h {h_q}/{h_kv} s_q {s_q} block {block:3}: TB/s " +
