@@ -46,6 +46,15 @@ Problem causal_backward(int64_t h_q, int64_t h_kv) {
   return p;
 }
 
+// Expects one of `b`'s reasons for refusing q on dev to contain `words`.
+void expect_reason(const Backend& b, const Problem& q, const DeviceInfo& dev, const std::string& words,
+                   const std::string& context = "") {
+  const std::vector<std::string> no = b.supports(q, dev);
+  const bool found =
+      std::any_of(no.begin(), no.end(), [&](const std::string& r) { return r.find(words) != std::string::npos; });
+  EXPECT_TRUE(found) << context << ": expected a reason with \"" << words << "\"";
+}
+
 std::string error_of(const std::function<void()>& fn) {
   try {
     fn();
@@ -142,13 +151,7 @@ TEST(Select, FlashSm90BackwardSaysWhatItRuns) {
   ASSERT_NE(b, nullptr);
   const Problem p = causal_backward(8, 2);
   EXPECT_TRUE(b->supports(p, dev).empty()) << format_verdicts(explain(p, dev, Policy{}));
-  auto refused = [&](Problem q, const std::string& words) {
-    const std::vector<std::string> no = b->supports(q, dev);
-    const bool found = std::any_of(no.begin(), no.end(), [&](const std::string& r) {
-      return r.find(words) != std::string::npos;
-    });
-    EXPECT_TRUE(found) << "expected a reason with \"" << words << "\"";
-  };
+  auto refused = [&](const Problem& q, const std::string& words) { expect_reason(*b, q, dev, words); };
   Problem q = p;
   q.d_qk = q.d_v = 96;
   refused(q, "flash_sm90's backward has 64, 128");
@@ -198,12 +201,7 @@ TEST(Select, FlashDecodeTakesFewQueryTokensAndSaysWhyNot) {
       q.d_qk = q.d_v = d;
       EXPECT_TRUE(b->supports(q, dev).empty()) << spec << " d " << d;
     }
-    auto refused = [&](Problem q, const std::string& words) {
-      const std::vector<std::string> no = b->supports(q, dev);
-      bool found = false;
-      for (const std::string& r : no) found |= r.find(words) != std::string::npos;
-      EXPECT_TRUE(found) << spec << ": no reason with \"" << words << "\"";
-    };
+    auto refused = [&](const Problem& q, const std::string& words) { expect_reason(*b, q, dev, words, spec); };
     Problem q = p;
     q.s_q = 17;
     refused(q, "at most 16 query tokens");
