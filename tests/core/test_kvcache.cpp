@@ -2,8 +2,9 @@
 // new tokens land in the cache (rotated, through the block table or
 // cache_batch_idx) and nothing else there changes; q attends to each
 // sequence's cache and new tokens, bottom-right aligned, with ragged cache
-// lengths including 0, GQA, d_qk != d_v, rotary both layouts, windows, s_q
-// 1 to 4, softcap, ALiBi and a learnable sink; bad lengths, block tables and
+// lengths including 0, GQA (a group of 16), d_qk != d_v, block sizes 1 to 256,
+// rotary both layouts, windows, s_q
+// 1 to 16, softcap, ALiBi and a learnable sink; bad lengths, block tables and
 // shapes are errors before any write.
 #include <gtest/gtest.h>
 
@@ -303,6 +304,27 @@ TEST(KvCache, PagedCachesAcrossBlockBoundaries) {
   s.block_size = 1;  // a token-level pool
   s.s_cache = 40;
   expect_matches(s, 7);
+}
+
+// The shapes beyond the above: blocks of 64 and 256 positions with
+// appends across them, a GQA group of 16, and 16 query rows.
+TEST(KvCache, LargeBlocksGroupsOf16AndSixteenQueryRows) {
+  for (int64_t bs : {64, 256}) {
+    Spec s;
+    s.block_size = bs;
+    s.s_cache = 2 * bs;
+    s.s_q = s.s_new = 3;
+    s.lens = {0, static_cast<int32_t>(bs - 1), static_cast<int32_t>(2 * bs - 3)};  // one append across a block edge
+    expect_matches(s, 30 + bs);
+  }
+  Spec g;
+  g.h_q = 16;
+  g.h_kv = 1;  // MQA with a group of 16
+  g.s_q = g.s_new = 16;
+  g.s_cache = 40;
+  g.lens = {0, 3, 24};
+  g.window = {10, 0};
+  expect_matches(g, 33);
 }
 
 TEST(KvCache, CacheBatchIdxRotaryBothLayoutsAndWindows) {
