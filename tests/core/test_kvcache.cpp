@@ -2,10 +2,10 @@
 // new tokens land in the cache (rotated, through the block table or
 // cache_batch_idx) and nothing else there changes; q attends to each
 // sequence's cache and new tokens, bottom-right aligned, with ragged cache
-// lengths including 0, GQA (a group of 16), d_qk != d_v, block sizes 1 to 256,
-// rotary both layouts, windows, s_q
-// 1 to 16, softcap, ALiBi and a learnable sink; bad lengths, block tables and
-// shapes are errors before any write.
+// lengths including 0, GQA (a group of 16), d_qk != d_v, block sizes 1 to
+// 256, rotary both layouts, windows, s_q 1 to 16, softcap, ALiBi and a
+// learnable sink; bad lengths, block tables and shapes are errors before any
+// write.
 #include <gtest/gtest.h>
 
 #include <algorithm>
