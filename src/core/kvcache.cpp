@@ -7,16 +7,15 @@
 // attends in place (backends/flash_decode/kvcache_run.cpp).
 #include "attn/kvcache.h"
 
-#include <algorithm>
-#include <cstdint>
-#include <string>
-#include <vector>
-
 #include <cuda_runtime.h>
 
-#include <cmath>
+#include <algorithm>
 #include <climits>
+#include <cmath>
+#include <cstdint>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "attn/attn.h"
 #include "backends/flash_decode/flash_decode.h"
@@ -246,10 +245,11 @@ struct HostTensor {
   }
 };
 
-
 // q's row j sits at the sequence's last s_q positions where the mask or a
 // window places it there, else (as in FlashAttention) at the cache length.
-bool q_by_row(const Options& o) { return o.mask == MaskType::causal_bottom_right || o.window.left >= 0 || o.window.right >= 0; }
+bool q_by_row(const Options& o) {
+  return o.mask == MaskType::causal_bottom_right || o.window.left >= 0 || o.window.right >= 0;
+}
 
 int64_t q_position(const Options& o, const KvShape& z, const Sequences& seq, int64_t i, int64_t j) {
   return std::max<int64_t>(q_by_row(o) ? seq.len[i] + z.s_new - z.s_q + j : seq.len[i], 0);
@@ -289,7 +289,8 @@ struct HostInts {
 };
 
 void require_per_head_f32(const TensorView& t, const char* name, const KvShape& z, bool per_batch_ok) {
-  const bool shape_ok = (t.rank == 1 && t.size(0) == z.h_q) || (per_batch_ok && t.rank == 2 && t.size(0) == z.b && t.size(1) == z.h_q);
+  const bool shape_ok = (t.rank == 1 && t.size(0) == z.h_q) ||
+                        (per_batch_ok && t.rank == 2 && t.size(0) == z.b && t.size(1) == z.h_q);
   if (t.dtype != DType::f32)
     bad_type(std::string(name) + " has the wrong dtype", dtype_name(t.dtype), "float32",
              std::string("convert ") + name + " to float32");

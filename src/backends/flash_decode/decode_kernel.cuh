@@ -47,6 +47,16 @@ __device__ __forceinline__ flash::SeqExtent decode_sequence(const DecodeParams& 
 
 __device__ __forceinline__ int clamp_index(int i, int n) { return i < 0 ? 0 : i >= n ? n - 1 : i; }
 
+// Query token `token` (the tensor's row: start_q + i in thd) of sequence b,
+// head h: where its output row starts, and its lse.
+template <typename T>
+__device__ __forceinline__ T* out_row(const flash::FwdParams& p, int b, int64_t token, int h) {
+  return static_cast<T*>(p.out) + b * p.o_batch_stride + token * p.o_row_stride + h * p.o_head_stride;
+}
+__device__ __forceinline__ float* lse_at(const flash::FwdParams& p, int b, int64_t token, int h) {
+  return p.lse + b * p.lse_batch_stride + token * p.lse_row_stride + h * p.lse_head_stride;
+}
+
 // Where key j of sequence b (KV head h) starts in K and in V, in elements;
 // -1 past the sequence (its rows are zero-filled). One thread per row
 // computes these a tile ahead (the block table's read is a dependent load),
@@ -155,7 +165,8 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
     for (int idx = tid; idx < kRows * kCQ; idx += Cfg::kThreads) {
       const int row = idx / kCQ, c = idx % kCQ, r = r0 + row, i = r / g;
       const bool ok = r < rows && i < seq.len_q;
-      const T* src = static_cast<const T*>(p.q) + b * p.q_batch_stride + (static_cast<int64_t>(seq.start_q) + i) * p.q_row_stride +
+      const int64_t token = static_cast<int64_t>(seq.start_q) + i;
+      const T* src = static_cast<const T*>(p.q) + b * p.q_batch_stride + token * p.q_row_stride +
                      (kvh * g + r % g) * p.q_head_stride + 8 * c;
       sm80::cp_async_16(q_smem + TileQ::byte_offset(row, c), ok ? src : p.q, ok);
     }
@@ -310,16 +321,13 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
   // non-finite value of a key it does not see would not be).
   const bool none = lse == -INFINITY || big == -INFINITY;
   const float scale = none ? 0.f : __expf(big * flash::kLn2 - lse);
-  T* const out = static_cast<T*>(p.out) + b * p.o_batch_stride + (static_cast<int64_t>(seq.start_q) + i) * p.o_row_stride +
-                 hq * p.o_head_stride;
+  T* const out = out_row<T>(p, b, static_cast<int64_t>(seq.start_q) + i, hq);
 #pragma unroll
   for (int c = 2 * sub; c < kDV; c += 16) {
     const float2 acc = merged(c);
     *reinterpret_cast<uint32_t*>(out + c) = sm80::pack2<T>(none ? 0.f : acc.x * scale, none ? 0.f : acc.y * scale);
   }
-  if (p.lse && sub == 0)
-    p.lse[b * p.lse_batch_stride + (static_cast<int64_t>(seq.start_q) + i) * p.lse_row_stride + hq * p.lse_head_stride] =
-        lse;
+  if (p.lse && sub == 0) *lse_at(p, b, static_cast<int64_t>(seq.start_q) + i, hq) = lse;
 }
 
 // Merges the splits of one row (a warp per row): lse = log(sum over splits
@@ -370,8 +378,8 @@ __global__ void __launch_bounds__(128) flash_decode_combine_kernel(const __grid_
       for (int u = 0; u < kAhead; ++u) {
         const int s = s0 + u;
         x[u] = s < dp.splits ? dp.lse_partial[s * dp.rows + row_id] : -INFINITY;
-        const float2* src =
-            reinterpret_cast<const float2*>(dp.o_partial + (min(s, dp.splits - 1) * dp.rows + row_id) * kDV + lane * kPer);
+        const float* part = dp.o_partial + (min(s, dp.splits - 1) * dp.rows + row_id) * kDV;
+        const float2* src = reinterpret_cast<const float2*>(part + lane * kPer);
 #pragma unroll
         for (int c = 0; c < kPer / 2; ++c) v[u][c] = s < dp.splits ? src[c] : make_float2(0.f, 0.f);
       }
@@ -386,13 +394,10 @@ __global__ void __launch_bounds__(128) flash_decode_combine_kernel(const __grid_
         }
       }
     }
-  T* const out = static_cast<T*>(p.out) + b * p.o_batch_stride + (static_cast<int64_t>(seq.start_q) + i) * p.o_row_stride +
-                 hq * p.o_head_stride + lane * kPer;
+  T* const out = out_row<T>(p, b, static_cast<int64_t>(seq.start_q) + i, hq) + lane * kPer;
 #pragma unroll
   for (int c = 0; c < kPer; c += 2) *reinterpret_cast<uint32_t*>(out + c) = sm80::pack2<T>(acc[c], acc[c + 1]);
-  if (p.lse && lane == 0)
-    p.lse[b * p.lse_batch_stride + (static_cast<int64_t>(seq.start_q) + i) * p.lse_row_stride + hq * p.lse_head_stride] =
-        lse;
+  if (p.lse && lane == 0) *lse_at(p, b, static_cast<int64_t>(seq.start_q) + i, hq) = lse;
 }
 
 }  // namespace attn::flash_decode

@@ -100,11 +100,14 @@ Plan plan(const Problem& p, int requested) {
   pl.m_blocks = static_cast<int>(std::max<int64_t>(ceil_div(rows, 16), 1));
   const int64_t tiles = ceil_div(p.s_kv, DecodeConfig<64, 64>::kBlockN);
   if (requested > 0) {
-    pl.splits = static_cast<int>(std::clamp<int64_t>(requested, 1, std::min<int64_t>(kMaxSplits, std::max<int64_t>(tiles, 1))));
+    const int64_t most = std::min<int64_t>(kMaxSplits, std::max<int64_t>(tiles, 1));
+    pl.splits = static_cast<int>(std::clamp<int64_t>(requested, 1, most));
     return pl;
   }
   const DeviceInfo dev = query_device(p.device);
-  const int64_t slots = static_cast<int64_t>(std::max(dev.sm_count, 1)) * (dev.simulated ? 1 : std::max(ctas_per_sm(p), 1));
+  // A simulated device (another architecture's limits) has no occupancy to ask this GPU for.
+  const int64_t per_sm = dev.simulated ? 1 : std::max(ctas_per_sm(p), 1);
+  const int64_t slots = static_cast<int64_t>(std::max(dev.sm_count, 1)) * per_sm;
   pl.splits = choose_splits(pl.m_blocks * p.h_kv * p.batch, tiles, slots);
   return pl;
 }
