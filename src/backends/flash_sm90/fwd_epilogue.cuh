@@ -107,11 +107,8 @@ struct FwdEpilogue {
     // read now and max-ed in after the staging below.
     int prev[4] = {0, 0, 0, 0}, prev_h = -1;
     if (kDefer && p.max_logit && leader) {
-      asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(prev[0]), "=r"(prev[1]), "=r"(prev[2]), "=r"(prev[3])
-                   : "r"(smem.warp_max(wg * 4))
-                   : "memory");
-      asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(prev_h) : "r"(smem.held_head(wg)) : "memory");
+      read_warp_keys(prev);
+      prev_h = read_held_head();
     }
     {
       // Lane l addresses row l % 8 of matrix l / 8: matrix j holds rows
@@ -151,14 +148,10 @@ struct FwdEpilogue {
     }
     if (p.max_logit && leader) {
       if constexpr (!kDefer) {
-        asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(prev[0]), "=r"(prev[1]), "=r"(prev[2]), "=r"(prev[3])
-                     : "r"(smem.warp_max(wg * 4))
-                     : "memory");
+        read_warp_keys(prev);
         prev_h = cur.h;
       }
-      const float m = flash::from_ordered_key(max(max(prev[0], prev[1]), max(prev[2], prev[3])));
-      if (prev_h >= 0 && m != -INFINITY) detail::atomic_max_keeping_nan(p.max_logit + prev_h * p.max_logit_stride, m);
+      max_into(prev_h, prev);
     }
     if (!by_tma) {
       constexpr int kChunks = kDV / 8;
@@ -188,6 +181,25 @@ struct FwdEpilogue {
     }
   }
 
+  // The leader's reads of its warpgroup's four warp keys and of the head
+  // they belong to (-1: none), and the max of the keys into that head's max
+  // logit with one atomic nobody waits for.
+  __device__ __forceinline__ void read_warp_keys(int (&k)[4]) const {
+    asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(k[0]), "=r"(k[1]), "=r"(k[2]), "=r"(k[3])
+                 : "r"(smem.warp_max(wg * 4))
+                 : "memory");
+  }
+  __device__ __forceinline__ int read_held_head() const {
+    int h;
+    asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(h) : "r"(smem.held_head(wg)) : "memory");
+    return h;
+  }
+  __device__ __forceinline__ void max_into(int h, const int (&k)[4]) const {
+    const float m = flash::from_ordered_key(max(max(k[0], k[1]), max(k[2], k[3])));
+    if (h >= 0 && m != -INFINITY) detail::atomic_max_keeping_nan(args.p.max_logit + h * args.p.max_logit_stride, m);
+  }
+
   // Each warp's key of the item held (head h; -1: none) into shared memory,
   // one redux: run under the next item's first Q.K^T, or at the end.
   template <bool kDefer>
@@ -206,14 +218,9 @@ struct FwdEpilogue {
       const sm90::NamedBarrier own{kBarConsumer0 + wg, 128};
       own.sync();
       if ((ctid & 127) == 0) {
-        int k[4], h;
-        asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(k[0]), "=r"(k[1]), "=r"(k[2]), "=r"(k[3])
-                     : "r"(smem.warp_max(wg * 4))
-                     : "memory");
-        asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(h) : "r"(smem.held_head(wg)) : "memory");
-        const float m = flash::from_ordered_key(max(max(k[0], k[1]), max(k[2], k[3])));
-        if (h >= 0 && m != -INFINITY) detail::atomic_max_keeping_nan(args.p.max_logit + h * args.p.max_logit_stride, m);
+        int k[4];
+        read_warp_keys(k);
+        max_into(read_held_head(), k);
       }
     }
     if ((ctid & 127) == 0) sm90::bulk_wait<0>();
