@@ -288,18 +288,6 @@ struct HostInts {
   }
 };
 
-void require_per_head_f32(const TensorView& t, const char* name, const KvShape& z, bool per_batch_ok) {
-  const bool shape_ok = (t.rank == 1 && t.size(0) == z.h_q) ||
-                        (per_batch_ok && t.rank == 2 && t.size(0) == z.b && t.size(1) == z.h_q);
-  if (t.dtype != DType::f32)
-    bad_type(std::string(name) + " has the wrong dtype", dtype_name(t.dtype), "float32",
-             std::string("convert ") + name + " to float32");
-  if (!shape_ok)
-    bad_value(std::string(name) + " has the wrong shape", t.shape_str(),
-              per_batch_ok ? "[" + str(z.h_q) + "] or [" + str(z.b) + ", " + str(z.h_q) + "]" : "[" + str(z.h_q) + "]",
-              std::string("pass one value per query head") + (per_batch_ok ? " (per sequence: [b, h_q])" : ""));
-}
-
 void require_unit_stride(const TensorView& t, const char* name) {
   if (t.defined() && t.numel() > 1 && t.stride(-1) != 1)
     bad_value(std::string(name) + " is not contiguous", "stride " + str(t.stride(-1)), "stride 1",
@@ -307,7 +295,8 @@ void require_unit_stride(const TensorView& t, const char* name) {
 }
 
 // The attention of a GPU call as flash_decode reads it: bshd, len_kv = the
-// cache's length after the append (from the device), s_kv = capacity.
+// cache's length after the append (from the device), s_kv = capacity (its
+// ALiBi slopes are checked and set by the caller).
 Problem gpu_problem(const Options& o, const KvCacheArgs& a, const KvShape& z, const RunContext& ctx) {
   Problem p;
   p.pass = Pass::forward;
@@ -329,8 +318,6 @@ Problem gpu_problem(const Options& o, const KvCacheArgs& a, const KvShape& z, co
   p.bottom_right = true;
   p.softmax_scale = o.softmax_scale.value_or(1.0 / std::sqrt(static_cast<double>(z.d_qk)));
   p.softcap = o.softcap;
-  p.bias = a.alibi_slopes.defined() ? BiasType::alibi : BiasType::none;
-  p.alibi_per_batch = a.alibi_slopes.defined() && a.alibi_slopes.rank == 2;
   p.softmax_type = o.softmax_type;
   p.return_lse = a.lse.defined();
   p.row_alignment_bytes = detail::row_alignment({&a.q, &a.k_cache, &a.v_cache, &a.k, &a.v, &a.out});
@@ -342,26 +329,20 @@ Problem gpu_problem(const Options& o, const KvCacheArgs& a, const KvShape& z, co
 // device (with check_seqlens), then flash_decode in place on the cache.
 Selection forward_with_kvcache_gpu(const Options& o, const KvCacheArgs& a, const KvShape& z, const RunContext& ctx,
                                    const Policy& policy) {
-  if (a.alibi_slopes.defined()) require_per_head_f32(a.alibi_slopes, "alibi_slopes", z, true);
-  if (o.softmax_type == SoftmaxType::learnable) {
-    if (!a.sink.defined())
-      bad_value("softmax_type learnable needs the sink logits", "no sink", "fp32 [h_q]", "pass sink");
-    require_per_head_f32(a.sink, "sink", z, false);
+  // ALiBi, sinks and lse by forward()'s own rules.
+  Problem p = gpu_problem(o, a, z, ctx);
+  if (a.alibi_slopes.defined()) {
+    p.bias = BiasType::alibi;
+    p.alibi_per_batch = detail::check_alibi_slopes(a.alibi_slopes, p);
   }
-  if (a.lse.defined()) {
-    const bool ok = a.lse.dtype == DType::f32 && a.lse.rank == 3 && a.lse.size(0) == z.b && a.lse.size(1) == z.h_q &&
-                    a.lse.size(2) == z.s_q;
-    if (!ok)
-      bad_value("lse has the wrong shape or dtype", a.lse.shape_str() + " " + dtype_name(a.lse.dtype),
-                "float32 [" + str(z.b) + ", " + str(z.h_q) + ", " + str(z.s_q) + "]", "allocate lse as [b, h_q, s_q]");
-  }
+  detail::check_sink(a.sink, p);
+  if (a.lse.defined()) detail::check_lse(a.lse, p);
   for (const auto& [t, name] : {std::pair{&a.cache_seqlens, "cache_seqlens"}, {&a.cache_batch_idx, "cache_batch_idx"},
                                 {&a.block_table, "block_table"}})
     require_unit_stride(*t, name);
   if (z.capacity > INT32_MAX || z.cache_rows > INT32_MAX)
     bad_value("the cache is too large for the decode kernel's 32-bit positions", "capacity " + str(z.capacity),
               "< 2^31 positions per sequence and rows / blocks", "use a smaller cache per sequence");
-  const Problem p = gpu_problem(o, a, z, ctx);
   check_problem(p);
   if (o.check_seqlens) {
     if (p.capturing)

@@ -26,6 +26,10 @@ using detail::require_device;
 using detail::require_last_dim_contiguous;
 using detail::require_rank;
 using detail::str;
+using detail::check_alibi_slopes;
+using detail::check_lse;
+using detail::check_per_head;
+using detail::check_sink;
 using detail::row_alignment;
 
 void require_defined(const TensorView& t, const char* name, const char* why) {
@@ -101,15 +105,6 @@ bool is_causal_mask(MaskType m) {
          m == MaskType::padding_causal || m == MaskType::padding_causal_bottom_right;
 }
 bool is_top_left(MaskType m) { return m == MaskType::causal || m == MaskType::padding_causal; }
-
-// sink, dsink, max_logit: fp32 [heads_q] on q's device.
-void check_per_head(const TensorView& t, const char* name, const Problem& p) {
-  if (t.dtype != DType::f32)
-    bad_type(std::string(name) + " has the wrong dtype", dtype_name(t.dtype), "float32",
-             std::string("convert ") + name + " to float32");
-  require_shape(t, name, {p.h_q}, "[heads_q] (one value per query head)");
-  require_device(t, name, p.device);
-}
 
 // The part of validation both passes share: inputs, sequences, masks, bias.
 Problem derive(const Options& o, const Inputs& in, Pass pass) {
@@ -204,17 +199,7 @@ Problem derive(const Options& o, const Inputs& in, Pass pass) {
     check_broadcast4(in.bias, "bias", p.bias_shape);
   } else if (in.alibi_slopes.defined()) {
     p.bias = BiasType::alibi;
-    const TensorView& a = in.alibi_slopes;
-    if (a.dtype != DType::f32)
-      bad_type("alibi_slopes has the wrong dtype", dtype_name(a.dtype), "float32", "convert alibi_slopes to float32");
-    const bool per_head = a.rank == 1 && a.shape[0] == p.h_q;
-    const bool per_batch = a.rank == 2 && a.shape[0] == p.batch && a.shape[1] == p.h_q;
-    if (!per_head && !per_batch)
-      bad_value("alibi_slopes has the wrong shape", a.shape_str(),
-                "[" + str(p.h_q) + "] (one slope per query head) or [" + str(p.batch) + ", " + str(p.h_q) + "]",
-                "pass one slope per query head");
-    require_device(a, "alibi_slopes", p.device);
-    p.alibi_per_batch = per_batch;
+    p.alibi_per_batch = check_alibi_slopes(in.alibi_slopes, p);
   }
   if (o.mask == MaskType::arbitrary) {
     const TensorView& m = in.attn_mask;
@@ -245,14 +230,7 @@ Problem derive(const Options& o, const Inputs& in, Pass pass) {
 
   // Softmax sinks.
   p.softmax_type = o.softmax_type;
-  if (o.softmax_type == SoftmaxType::learnable) {
-    require_defined(in.sink, "sink", "softmax_type=learnable needs the sink logits, float32 [heads_q]");
-    check_per_head(in.sink, "sink", p);
-  } else if (in.sink.defined()) {
-    bad_value("sink is given but the softmax type ignores it",
-              std::string("softmax_type=") + softmax_type_name(o.softmax_type), "softmax_type=\"learnable\" with sink",
-              "pass softmax_type=\"learnable\", or drop sink");
-  }
+  check_sink(in.sink, p);
   check_problem(p);
   return p;
 }
@@ -266,16 +244,6 @@ void check_q_like_output(const TensorView& t, const char* name, const Problem& p
   require_shape(t, name, shape_like(p.qkv_format, p.batch, s, tokens, heads, dim),
                 layout_of(p.qkv_format, layout_seq, layout_heads, layout_dim));
   require_last_dim_contiguous(t, name);
-}
-
-void check_lse(const TensorView& lse, const Problem& p) {
-  if (lse.dtype != DType::f32)
-    bad_type("lse has the wrong dtype", dtype_name(lse.dtype), "float32", "allocate lse as float32");
-  require_device(lse, "lse", p.device);
-  if (p.qkv_format == QkvFormat::thd)
-    require_shape(lse, "lse", {p.h_q, p.total_q}, "[heads_q, tokens_q]");
-  else
-    require_shape(lse, "lse", {p.batch, p.h_q, p.s_q}, "[batch, heads_q, seq_q]");
 }
 
 }  // namespace
@@ -325,6 +293,48 @@ void check_problem(const Problem& p) {
 // See Problem::row_alignment_bytes. Size-1 dimensions never advance, so their
 // strides do not count. Byte strides in unsigned arithmetic: a stride near
 // 2^63 elements wraps there, and wrapping modulo 2^64 keeps divisibility by 16.
+void detail::check_per_head(const TensorView& t, const char* name, const Problem& p) {
+  if (t.dtype != DType::f32)
+    bad_type(std::string(name) + " has the wrong dtype", dtype_name(t.dtype), "float32",
+             std::string("convert ") + name + " to float32");
+  require_shape(t, name, {p.h_q}, "[heads_q] (one value per query head)");
+  require_device(t, name, p.device);
+}
+
+void detail::check_sink(const TensorView& sink, const Problem& p) {
+  if (p.softmax_type == SoftmaxType::learnable) {
+    require_defined(sink, "sink", "softmax_type=learnable needs the sink logits, float32 [heads_q]");
+    check_per_head(sink, "sink", p);
+  } else if (sink.defined()) {
+    bad_value("sink is given but the softmax type ignores it",
+              std::string("softmax_type=") + softmax_type_name(p.softmax_type), "softmax_type=\"learnable\" with sink",
+              "pass softmax_type=\"learnable\", or drop sink");
+  }
+}
+
+void detail::check_lse(const TensorView& lse, const Problem& p) {
+  if (lse.dtype != DType::f32)
+    bad_type("lse has the wrong dtype", dtype_name(lse.dtype), "float32", "allocate lse as float32");
+  require_device(lse, "lse", p.device);
+  if (p.qkv_format == QkvFormat::thd)
+    require_shape(lse, "lse", {p.h_q, p.total_q}, "[heads_q, tokens_q]");
+  else
+    require_shape(lse, "lse", {p.batch, p.h_q, p.s_q}, "[batch, heads_q, seq_q]");
+}
+
+bool detail::check_alibi_slopes(const TensorView& a, const Problem& p) {
+  if (a.dtype != DType::f32)
+    bad_type("alibi_slopes has the wrong dtype", dtype_name(a.dtype), "float32", "convert alibi_slopes to float32");
+  const bool per_head = a.rank == 1 && a.shape[0] == p.h_q;
+  const bool per_batch = a.rank == 2 && a.shape[0] == p.batch && a.shape[1] == p.h_q;
+  if (!per_head && !per_batch)
+    bad_value("alibi_slopes has the wrong shape", a.shape_str(),
+              "[" + str(p.h_q) + "] (one slope per query head) or [" + str(p.batch) + ", " + str(p.h_q) + "]",
+              "pass one slope per query head");
+  require_device(a, "alibi_slopes", p.device);
+  return per_batch;
+}
+
 int detail::row_alignment(std::initializer_list<const TensorView*> views) {
   uint64_t align = 16;
   auto fit = [&](uint64_t bytes) {

@@ -45,6 +45,15 @@ inline void require_device(const TensorView& t, const char* name, const Device& 
               std::string("move ") + name + " to " + device_name(expected));
 }
 
+// sink, dsink, max_logit: fp32 [heads_q] on p's device.
+void check_per_head(const TensorView& t, const char* name, const Problem& p);
+// The sink logits p.softmax_type asks for (learnable: fp32 [heads_q]), and none otherwise.
+void check_sink(const TensorView& sink, const Problem& p);
+// lse: fp32 [batch, heads_q, seq_q] (bshd, sbhd) or [heads_q, tokens_q] (thd) on p's device.
+void check_lse(const TensorView& lse, const Problem& p);
+// alibi_slopes: fp32 [heads_q] or [batch, heads_q] on p's device; true for the latter.
+bool check_alibi_slopes(const TensorView& a, const Problem& p);
+
 // Problem::row_alignment_bytes of these views (undefined ones skipped).
 int row_alignment(std::initializer_list<const TensorView*> views);
 

@@ -15,9 +15,11 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attn/attn.h"
+#include "support/kvcache_inputs.h"
 #include "testing/tensor_buffer.h"
 
 namespace attn {
@@ -61,12 +63,7 @@ Call make_call(const Spec& s, uint64_t seed) {
     c.num_blocks = s.b * c.max_blocks + 2;  // spare blocks the table never names
     c.k_cache = TensorBuffer(t, {c.num_blocks, s.block_size, s.h_kv, s.d_qk});
     c.v_cache = TensorBuffer(t, {c.num_blocks, s.block_size, s.h_kv, s.d_v});
-    std::vector<int32_t> ids(static_cast<size_t>(c.num_blocks));
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), rng);
-    ids.resize(static_cast<size_t>(s.b * c.max_blocks));
-    c.table = TensorBuffer(DType::i32, {s.b, c.max_blocks});
-    c.table.copy_from_bytes(ids.data(), ids.size() * 4);
+    c.table = testing::shuffled_block_table(rng, s.b, c.max_blocks, c.num_blocks);
   } else {
     c.k_cache = TensorBuffer(t, {s.b, s.s_cache, s.h_kv, s.d_qk});
     c.v_cache = TensorBuffer(t, {s.b, s.s_cache, s.h_kv, s.d_v});
@@ -81,26 +78,8 @@ Call make_call(const Spec& s, uint64_t seed) {
   }
   c.lens = TensorBuffer(DType::i32, {s.b});
   c.lens.copy_from_bytes(s.lens.data(), s.lens.size() * 4);
-  if (s.batch_idx) {
-    std::vector<int32_t> idx(static_cast<size_t>(s.b));
-    for (int64_t i = 0; i < s.b; ++i) idx[i] = static_cast<int32_t>(s.b - 1 - i);
-    c.batch_idx = TensorBuffer(DType::i32, {s.b});
-    c.batch_idx.copy_from_bytes(idx.data(), idx.size() * 4);
-  }
-  if (s.rotary_dim) {
-    const int64_t rows = s.s_cache + s.s_q, half = s.rotary_dim / 2;
-    std::vector<double> cs, sn;
-    for (int64_t p = 0; p < rows; ++p)
-      for (int64_t i = 0; i < half; ++i) {
-        const double angle = p * std::pow(10000.0, -2.0 * i / s.rotary_dim);
-        cs.push_back(std::cos(angle));
-        sn.push_back(std::sin(angle));
-      }
-    c.cos = TensorBuffer(t, {rows, half});
-    c.sin = TensorBuffer(t, {rows, half});
-    c.cos.copy_from(cs);
-    c.sin.copy_from(sn);
-  }
+  if (s.batch_idx) c.batch_idx = testing::reversed_rows(s.b);
+  if (s.rotary_dim) std::tie(c.cos, c.sin) = testing::rotary_tables(s.s_cache + s.s_q, s.rotary_dim, t);
   c.out = TensorBuffer(t, {s.b, s.s_q, s.h_q, s.d_v});
   c.out.fill_nan();
   c.lse = TensorBuffer(t, {s.b, s.h_q, s.s_q});

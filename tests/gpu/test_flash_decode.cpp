@@ -16,10 +16,12 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attn/attn.h"
 #include "gpu/gpu_test_util.h"
+#include "support/kvcache_inputs.h"
 #include "testing/case.h"
 #include "testing/compare.h"
 #include "testing/tensor_buffer.h"
@@ -219,12 +221,7 @@ KvCall make_kv_call(const KvSpec& s, uint64_t seed) {
   if (s.block_size) {
     const int64_t max_blocks = s.capacity / s.block_size;
     rows = s.b * max_blocks + 3;  // spare blocks the table never names
-    std::vector<int32_t> ids(static_cast<size_t>(rows));
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), rng);
-    ids.resize(static_cast<size_t>(s.b * max_blocks));
-    c.table = TensorBuffer(DType::i32, {s.b, max_blocks});
-    c.table.copy_from_bytes(ids.data(), ids.size() * 4);
+    c.table = testing::shuffled_block_table(rng, s.b, max_blocks, rows);
   }
   const int64_t inner = s.block_size ? s.block_size : s.capacity;
   c.k_cache = TensorBuffer(t, {rows, inner, s.h_kv, s.d});
@@ -239,26 +236,8 @@ KvCall make_kv_call(const KvSpec& s, uint64_t seed) {
   }
   c.lens = TensorBuffer(DType::i32, {s.b});
   c.lens.copy_from_bytes(s.lens.data(), s.lens.size() * 4);
-  if (s.batch_idx) {
-    std::vector<int32_t> idx(static_cast<size_t>(s.b));
-    for (int64_t i = 0; i < s.b; ++i) idx[i] = static_cast<int32_t>(s.b - 1 - i);
-    c.batch_idx = TensorBuffer(DType::i32, {s.b});
-    c.batch_idx.copy_from_bytes(idx.data(), idx.size() * 4);
-  }
-  if (s.rotary_dim) {
-    const int64_t n = s.capacity + s.s_q, half = s.rotary_dim / 2;
-    std::vector<double> cs, sn;
-    for (int64_t p = 0; p < n; ++p)
-      for (int64_t i = 0; i < half; ++i) {
-        const double angle = p * std::pow(10000.0, -2.0 * i / s.rotary_dim);
-        cs.push_back(std::cos(angle));
-        sn.push_back(std::sin(angle));
-      }
-    c.cos = TensorBuffer(DType::f32, {n, half});
-    c.sin = TensorBuffer(DType::f32, {n, half});
-    c.cos.copy_from(cs);
-    c.sin.copy_from(sn);
-  }
+  if (s.batch_idx) c.batch_idx = testing::reversed_rows(s.b);
+  if (s.rotary_dim) std::tie(c.cos, c.sin) = testing::rotary_tables(s.capacity + s.s_q, s.rotary_dim, DType::f32);
   if (s.alibi) {
     std::vector<double> sl;
     for (int64_t h = 0; h < s.h_q; ++h) sl.push_back(std::ldexp(1.0, -static_cast<int>(h % 8 + 1)));

@@ -45,8 +45,6 @@ __device__ __forceinline__ flash::SeqExtent decode_sequence(const DecodeParams& 
   return s;
 }
 
-__device__ __forceinline__ int clamp_index(int i, int n) { return i < 0 ? 0 : i >= n ? n - 1 : i; }
-
 // Query token `token` (the tensor's row: start_q + i in thd) of sequence b,
 // head h: where its output row starts, and its lse.
 template <typename T>

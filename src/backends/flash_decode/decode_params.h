@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "attn/mask_rule.h"  // ATTN_HOST_DEVICE
 #include "backends/flash/params.h"
 
 namespace attn::flash_decode {
@@ -40,5 +41,9 @@ struct DecodeParams {
   float* lse_partial = nullptr;  // [splits][rows]
   int64_t rows = 0;              // query tokens (b * s_q, or thd's total) times h_q
 };
+
+// An index read from the device (a cache row, a block id) clamped into [0, n):
+// an unchecked value moves no access outside the cache.
+ATTN_HOST_DEVICE int clamp_index(int i, int n) { return i < 0 ? 0 : i >= n ? n - 1 : i; }
 
 }  // namespace attn::flash_decode

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "backends/flash_decode/decode_params.h"  // clamp_index
 #include "core/cuda_check.h"
 #include "kernels/float_convert.cuh"
 
@@ -14,8 +15,6 @@ namespace {
 
 using kernels::from_float;
 using kernels::to_float;
-
-__device__ __forceinline__ int clamp_index(int i, int n) { return i < 0 ? 0 : i >= n ? n - 1 : i; }
 
 // Channel c of row x rotated at position pos (the table's row; NaN past it).
 template <typename T, typename Trig>
