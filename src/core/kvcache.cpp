@@ -458,12 +458,13 @@ Selection forward_with_kvcache(const Options& opts, const KvCacheArgs& a, const 
     for (int64_t p = 0; p < seq.len[i] + z.s_new; ++p) {
       const Slot at = slot_of(a, z, seq, i, p);
       for (int64_t h = 0; h < z.h_kv; ++h) {
-        for (int64_t c = 0; c < z.d_qk; ++c)
-          store_from_double(k.view.data, k.view.dtype, offset4(k.view, i, p, h, c),
-                            load_as_double(a.k_cache.data, a.k_cache.dtype, offset4(a.k_cache, at.outer, at.inner, h, c)));
-        for (int64_t c = 0; c < z.d_v; ++c)
-          store_from_double(v.view.data, v.view.dtype, offset4(v.view, i, p, h, c),
-                            load_as_double(a.v_cache.data, a.v_cache.dtype, offset4(a.v_cache, at.outer, at.inner, h, c)));
+        auto gather = [&](const TensorView& cache, const TensorView& dst, int64_t d) {
+          for (int64_t c = 0; c < d; ++c)
+            store_from_double(dst.data, dst.dtype, offset4(dst, i, p, h, c),
+                              load_as_double(cache.data, cache.dtype, offset4(cache, at.outer, at.inner, h, c)));
+        };
+        gather(a.k_cache, k.view, z.d_qk);
+        gather(a.v_cache, v.view, z.d_v);
       }
     }
   return forward(o, f, ctx, policy);

@@ -333,8 +333,9 @@ void forward_pass(const Problem& p, const ForwardArgs& a, const RunContext& ctx)
 }
 
 // Zeroes the rows of dq (dk, dv) at or past len_q[b] (len_kv[b]) of each
-// sequence, and all of them where the other side is empty. thd has no padding rows: there, all tokens form one sequence whose
-// length (a zero) clears every row.
+// sequence, and all of them where the other side is empty. thd has no
+// padding rows: there, all tokens form one sequence whose length (a zero)
+// clears every row.
 void zero_gradient_rows(const Problem& p, const BackwardArgs& a, int32_t* len_q, int32_t* len_kv, void* stream) {
   const bool t = thd(p);
   const TensorView* grads[] = {&a.dq, &a.dk, &a.dv};
@@ -344,7 +345,8 @@ void zero_gradient_rows(const Problem& p, const BackwardArgs& a, int32_t* len_q,
   const int64_t rows_of[] = {t ? p.total_q : p.s_q, t ? p.total_kv : p.s_kv, t ? p.total_kv : p.s_kv};
   for (int g = 0; g < 3; ++g) {
     PaddedRows z;
-    z.len = lens[g], z.other_len = others[g], z.batch = t ? 1 : p.batch, z.heads = heads[g], z.rows = rows_of[g], z.dim = dims[g];
+    z.len = lens[g], z.other_len = others[g], z.batch = t ? 1 : p.batch;
+    z.heads = heads[g], z.rows = rows_of[g], z.dim = dims[g];
     z.dtype = p.dtype, z.t = layout_of(*grads[g], p.qkv_format);
     launch_zero_padded_rows(z, stream);
   }

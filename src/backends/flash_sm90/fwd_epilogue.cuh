@@ -205,7 +205,8 @@ struct FwdEpilogue {
   template <bool kDefer>
   __device__ __forceinline__ void flush(const MaxLogitCarry& carry, int h) const {
     if (!kDefer || !args.p.max_logit) return;
-    if (h >= 0) sm90::store_after(smem.warp_max(ctid / 32), __int_as_float(__reduce_max_sync(0xffffffffu, carry.key)), lane);
+    if (h >= 0)  // carry.key is an ordered key already (flash::warp_max_key without the conversion)
+      sm90::store_after(smem.warp_max(ctid / 32), __int_as_float(__reduce_max_sync(0xffffffffu, carry.key)), lane);
     if ((ctid & 127) == 0) asm volatile("st.shared.s32 [%0], %1;\n" ::"r"(smem.held_head(wg)), "r"(h) : "memory");
   }
 
