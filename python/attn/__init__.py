@@ -234,8 +234,10 @@ def forward_with_kvcache(
     position is checked before the cache is written; on the GPU that reads
     them back to the host, which check_seqlens=False skips (required inside
     a CUDA graph capture: the kernels then bound every value to the cache).
-    CUDA tensors run on flash_decode (split-KV, num_splits 0 = choose), CPU
-    arrays on the reference.
+    CUDA tensors run on flash_decode (split-KV, num_splits 0 = choose) up to
+    16 query tokens per sequence, longer ones (chunked prefill) on
+    flash_sm90's forward over the cache on Hopper GPUs (paged: blocks of a
+    multiple of 16 keys; otherwise flash_decode); CPU arrays on the reference.
     """
     for x, name in ((q, "q"), (k_cache, "k_cache"), (v_cache, "v_cache")):
         _arrays.require_array(x, name)

@@ -19,6 +19,7 @@
 
 #include "attn/attn.h"
 #include "backends/flash_decode/flash_decode.h"
+#include "backends/flash_sm90/flash_sm90.h"
 #include "core/cuda_check.h"
 #include "core/numeric.h"
 #include "core/validate_internal.h"
@@ -325,6 +326,71 @@ Problem gpu_problem(const Options& o, const KvCacheArgs& a, const KvShape& z, co
   return p;
 }
 
+// The kernel of a GPU call over a KV cache: flash_decode (split-KV, GQA
+// heads packed) up to its 16 query tokens per sequence; longer queries
+// (chunked prefill) on flash_sm90's forward where it can read the cache,
+// else flash_decode, which takes any s_q. A forced backend must be one of
+// the two and able to run the call.
+struct KvCacheRunner {
+  const Backend* backend = nullptr;
+  std::string why;
+};
+
+std::string joined(const std::vector<std::string>& reasons) {
+  std::string all;
+  for (const std::string& r : reasons) all += (all.empty() ? "" : "; ") + r;
+  return all;
+}
+
+std::vector<std::string> runner_reasons(const Backend& b, const Problem& p, const KvShape& z, const DeviceInfo& dev,
+                                        const Policy& policy) {
+  std::vector<std::string> no;
+  if (&b == &flash_decode::backend()) {
+    Problem judged = p;  // its 16-token limit is the selection's, for forward() calls
+    judged.s_q = std::min<int64_t>(p.s_q, flash_decode::kMaxQueryTokens);
+    no = b.supports(judged, dev);
+  } else {
+    no = b.supports(p, dev);
+    for (std::string& r : flash_sm90::cache_obstacles(z.paged ? z.block : 0)) no.push_back(std::move(r));
+  }
+  for (const std::string& d : policy.disabled)
+    if (d == b.name()) no.push_back(std::string(b.name()) + " is disabled (ATTN_DISABLE or disable=)");
+  return no;
+}
+
+KvCacheRunner choose_runner(const Problem& p, const KvShape& z, const DeviceInfo& dev, const Policy& policy) {
+  const Backend& decode = flash_decode::backend();
+  const Backend& prefill = flash_sm90::backend();
+  const bool forced = !policy.forced.empty();
+  if (forced && policy.forced != decode.name() && policy.forced != prefill.name())
+    fail(ErrorKind::unsupported, "forward_with_kvcache cannot run this call on the GPU",
+         "forced backend " + policy.forced, "flash_decode or flash_sm90 (the kernels that read a KV cache in place)",
+         "force one of them, or none");
+  const bool long_query = p.s_q > flash_decode::kMaxQueryTokens;
+  std::string prefill_no;
+  if ((long_query && !forced) || policy.forced == prefill.name()) {
+    const std::vector<std::string> no = runner_reasons(prefill, p, z, dev, policy);
+    if (no.empty())
+      return {&prefill, forced ? "forced backend flash_sm90 (the forward over the cache in place)"
+                               : "forward_with_kvcache on CUDA tensors with more than " +
+                                     std::to_string(flash_decode::kMaxQueryTokens) +
+                                     " query tokens runs flash_sm90's forward over the cache in place"};
+    if (forced)
+      fail(ErrorKind::unsupported, "forward_with_kvcache cannot run this call on the GPU", joined(no),
+           "a call flash_sm90 supports", "force flash_decode or none, or change what the reasons name");
+    prefill_no = " (flash_sm90: " + joined(no) + ")";
+  }
+  const std::vector<std::string> no = runner_reasons(decode, p, z, dev, policy);
+  if (!no.empty())
+    fail(ErrorKind::unsupported, "forward_with_kvcache cannot run this call on the GPU", joined(no) + prefill_no,
+         "a call flash_decode supports", "use bf16/fp16 tensors with head dims 64, 128, 192/128 or 256, rows 16-byte "
+                                         "aligned; or run the call on CPU tensors");
+  return {&decode, long_query ? "forward_with_kvcache on CUDA tensors runs flash_decode over the cache in place, " +
+                                    std::to_string(flash_decode::kMaxQueryTokens) + " query rows per pass" + prefill_no
+                              : "forward_with_kvcache on CUDA tensors runs flash_decode (split-KV over the cache in "
+                                "place)"};
+}
+
 // CUDA tensors: the checks that read lengths, indices and block ids from the
 // device (with check_seqlens), then flash_decode in place on the cache.
 Selection forward_with_kvcache_gpu(const Options& o, const KvCacheArgs& a, const KvShape& z, const RunContext& ctx,
@@ -361,24 +427,9 @@ Selection forward_with_kvcache_gpu(const Options& o, const KvCacheArgs& a, const
     const Sequences seq = read_sequences(host, z);
     check_rotary_positions(o, a, z, seq);
   }
-  // flash_decode alone runs a KV cache on the GPU, any s_q (its 16-token
-  // limit is the selection's, for forward() calls).
-  const Backend& decode = flash_decode::backend();
+  // Which kernel runs the attention over the cache, and why.
   const DeviceInfo dev = query_device(p.device);
-  Problem judged = p;
-  judged.s_q = std::min<int64_t>(p.s_q, flash_decode::kMaxQueryTokens);
-  std::vector<std::string> no = decode.supports(judged, dev);
-  if (!policy.forced.empty() && policy.forced != decode.name())
-    no.push_back("forced backend " + policy.forced + ": on CUDA tensors only flash_decode runs a KV cache");
-  for (const std::string& d : policy.disabled)
-    if (d == decode.name()) no.push_back("flash_decode is disabled (ATTN_DISABLE or disable=)");
-  if (!no.empty()) {
-    std::string reasons;
-    for (const std::string& r : no) reasons += (reasons.empty() ? "" : "; ") + r;
-    fail(ErrorKind::unsupported, "forward_with_kvcache cannot run this call on the GPU", reasons,
-         "a call flash_decode supports", "use bf16/fp16 tensors with head dims 64, 128, 192/128 or 256, rows 16-byte "
-                                         "aligned; or run the call on CPU tensors");
-  }
+  const KvCacheRunner runner = choose_runner(p, z, dev, policy);
   flash_decode::KvCacheLayout layout;
   layout.s_new = z.s_new;
   layout.capacity = z.capacity;
@@ -386,11 +437,12 @@ Selection forward_with_kvcache_gpu(const Options& o, const KvCacheArgs& a, const
   layout.block_size = z.paged ? z.block : 0;
   layout.rotary_half = z.rotary_half;
   layout.q_by_row = q_by_row(o);
+  layout.prefill = runner.backend == &flash_sm90::backend();
   flash_decode::run_kvcache(p, a, layout, ctx);
   Selection sel;
-  sel.backend = &decode;
+  sel.backend = runner.backend;
   sel.device = dev;
-  sel.why = "forward_with_kvcache on CUDA tensors runs flash_decode (split-KV over the cache in place)";
+  sel.why = runner.why;
   return sel;
 }
 

@@ -259,6 +259,14 @@ KvCall make_kv_call(const KvSpec& s, uint64_t seed) {
   return c;
 }
 
+// The kernel a GPU call over a cache should run: flash_decode up to 16
+// query tokens, flash_sm90's forward beyond on a Hopper GPU where it reads
+// the cache (blocks of a multiple of 16 keys), else flash_decode again.
+const char* expected_runner(const KvSpec& s) {
+  const bool sm90 = query_device(Device::cuda(0)).sm == 90;
+  return s.s_q > 16 && sm90 && s.block_size % 16 == 0 ? "flash_sm90" : "flash_decode";
+}
+
 // The GPU call against the same call on CPU copies (the CPU path is checked
 // against float64 in tests/core/test_kvcache.cpp): out, lse and both caches.
 void expect_gpu_matches_cpu(const KvSpec& s, uint64_t seed) {
@@ -266,7 +274,7 @@ void expect_gpu_matches_cpu(const KvSpec& s, uint64_t seed) {
   KvCall gpu = host.to(Device::cuda(0));
   KvCall cpu = host.to(Device::cpu());
   const Selection sel = forward_with_kvcache(gpu.opts, gpu.args());
-  EXPECT_STREQ(sel.backend->name(), "flash_decode");
+  EXPECT_STREQ(sel.backend->name(), expected_runner(s)) << sel.why;
   forward_with_kvcache(cpu.opts, cpu.args());
   ATTN_CUDA_OK(cudaDeviceSynchronize());
   const testing::Tolerance tol = testing::tolerance_for(DType::bf16, false);
@@ -330,16 +338,85 @@ TEST(FlashDecode, KvCacheMatchesTheCpuPath) {
     w.window = {};
     specs.push_back(w);
     w.d = 64;
-    w.s_q = 40;  // chunked prefill on the decode kernel: several row blocks
+    w.s_q = 40;  // chunked prefill, on flash_decode where flash_sm90 cannot read the blocks
     w.s_new = 40;
     w.lens = {0, 100, 200};
     w.num_splits = 0;
+    w.block_size = 8;
     specs.push_back(w);
   }
   int i = 0;
   for (const KvSpec& k : specs) {
     SCOPED_TRACE("kv case " + std::to_string(i));
     expect_gpu_matches_cpu(k, 7100 + i++);
+  }
+}
+
+// Chunked prefill: more than 16 query tokens per sequence, the earlier
+// chunks in the cache, on flash_sm90's forward over the cache in place
+// (contiguous rows, or TMA boxes within blocks of 16 to 256 keys, block
+// sizes that do and do not divide its 128-, 112- and 80-key tiles),
+// against the CPU path. Capacities that are not tile multiples, lengths
+// with 0, appends across blocks, rotary, GQA, every head dim of both
+// tables, windows, softcap, ALiBi and a sink.
+TEST(FlashDecode, KvCachePrefillMatchesTheCpuPath) {
+  ATTN_REQUIRE_GPU();
+  std::vector<KvSpec> specs;
+  for (int64_t bs : {0, 16, 48, 64, 128, 256}) {
+    KvSpec p;
+    p.block_size = bs;
+    p.capacity = bs == 256 ? 512 : bs == 128 ? 384 : bs == 48 ? 336 : 320;
+    p.s_q = p.s_new = 70;
+    p.lens = {0, 33, static_cast<int32_t>(p.capacity - 70)};
+    p.batch_idx = bs == 0;
+    specs.push_back(p);
+  }
+  for (int64_t d : {64, 256}) {
+    KvSpec p;
+    p.d = d;
+    p.block_size = 64;
+    p.s_q = p.s_new = 130;
+    p.lens = {7, 0, 150};
+    p.h_q = 16;
+    p.h_kv = d == 64 ? 16 : 1;  // MHA, MQA
+    specs.push_back(p);
+  }
+  {
+    KvSpec r;  // rotary (GPT-NeoX), a window, softcap, ALiBi, a sink
+    r.block_size = 16;
+    r.rotary_dim = 128;
+    r.interleaved = false;
+    r.s_q = r.s_new = 48;
+    r.lens = {100, 0, 200};
+    r.window = {60, 0};
+    r.softcap = 30.0;
+    r.alibi = true;
+    r.sink = true;
+    specs.push_back(r);
+    r.mask = MaskType::no_mask;  // and no mask: every row at the chunk's first position
+    r.window = {};
+    r.rotary_dim = 0;
+    specs.push_back(r);
+  }
+  {
+    KvSpec q;  // a prompt with no cache yet (s_q = s_new), and queries past new keys
+    q.s_q = 64;
+    q.s_new = 64;
+    q.lens = {0, 0, 0};
+    q.block_size = 128;
+    q.capacity = 384;
+    q.h_q = 32;
+    q.h_kv = 8;
+    specs.push_back(q);
+    q.s_new = 0;
+    q.s_q = 33;
+    q.lens = {1, 64, 257};
+    specs.push_back(q);
+  }
+  int i = 0;
+  for (const KvSpec& k : specs) {
+    SCOPED_TRACE("prefill case " + std::to_string(i) + ", block size " + std::to_string(k.block_size));
+    expect_gpu_matches_cpu(k, 7300 + i++);
   }
 }
 
@@ -390,9 +467,17 @@ TEST(FlashDecode, KvCacheRefusesWhatItCannotRun) {
   s.d = 128;
   c = make_kv_call(s, 301).to(Device::cuda(0));
   Policy forced;
-  forced.forced = "flash_sm90";
+  forced.forced = "unfused";
   m = message([&] { forward_with_kvcache(c.opts, c.args(), {}, forced); });
-  EXPECT_NE(m.find("only flash_decode runs a KV cache"), std::string::npos) << m;
+  EXPECT_NE(m.find("flash_decode or flash_sm90"), std::string::npos) << m;
+  if (query_device(Device::cuda(0)).sm == 90) {  // flash_sm90 forced on blocks it cannot box
+    KvSpec odd = s;
+    odd.block_size = 8;
+    KvCall o = make_kv_call(odd, 302).to(Device::cuda(0));
+    forced.forced = "flash_sm90";
+    m = message([&] { forward_with_kvcache(o.opts, o.args(), {}, forced); });
+    EXPECT_NE(m.find("block size 8"), std::string::npos) << m;
+  }
   Policy off;
   off.disabled = {"flash_decode"};
   m = message([&] { forward_with_kvcache(c.opts, c.args(), {}, off); });
@@ -419,16 +504,9 @@ TEST(FlashDecode, KvCacheRefusesWhatItCannotRun) {
 }
 
 // Captured once with check_seqlens off, replayed on new cache contents and
-// lengths: equal to the same calls run eagerly.
-TEST(FlashDecode, KvCacheGraphReplaysOnNewLengthsAndContents) {
-  ATTN_REQUIRE_GPU();
-  KvSpec s;
-  s.block_size = 16;
-  s.s_new = 1;
-  s.rotary_dim = 128;
-  s.sink = true;
-  s.capacity = 4096;
-  s.lens = {5, 1000, 4000};
+// lengths: equal to the same calls run eagerly. A decode step, and a
+// prefill chunk (flash_sm90 on a Hopper GPU).
+void expect_graph_replays(const KvSpec& s) {
   KvCall c = make_kv_call(s, 5).to(Device::cuda(0));
   c.opts.check_seqlens = false;
   cudaStream_t stream;
@@ -445,7 +523,7 @@ TEST(FlashDecode, KvCacheGraphReplaysOnNewLengthsAndContents) {
   ATTN_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   for (int round = 0; round < 2; ++round) {
     KvSpec next = s;
-    next.lens = round == 0 ? std::vector<int32_t>{0, 2047, 63} : std::vector<int32_t>{4000, 16, 1};
+    next.lens = round == 0 ? std::vector<int32_t>{0, 2047, 63} : std::vector<int32_t>{4000 - 64, 16, 1};
     const KvCall fresh = make_kv_call(next, 50 + round);
     KvCall eager = fresh.to(Device::cuda(0));
     // New inputs into the captured call's buffers.
@@ -464,6 +542,23 @@ TEST(FlashDecode, KvCacheGraphReplaysOnNewLengthsAndContents) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+TEST(FlashDecode, KvCacheGraphReplaysOnNewLengthsAndContents) {
+  ATTN_REQUIRE_GPU();
+  KvSpec s;
+  s.block_size = 16;
+  s.s_new = 1;
+  s.rotary_dim = 128;
+  s.sink = true;
+  s.capacity = 4096;
+  s.lens = {5, 1000, 4000};
+  SCOPED_TRACE("decode");
+  expect_graph_replays(s);
+  s.s_q = s.s_new = 64;
+  s.lens = {5, 1000, 4000 - 64};
+  SCOPED_TRACE("prefill");
+  expect_graph_replays(s);
 }
 
 // A NaN in a cached key reaches exactly the query heads of its KV head in

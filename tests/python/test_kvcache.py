@@ -125,8 +125,9 @@ def _call(t, **kw):
 
 @cuda
 @pytest.mark.parametrize("paged", [True, False])
-def test_cuda_matches_the_cpu_path(paged):
-    host = _decode_inputs(paged, s_q=4, s_new=4)
+@pytest.mark.parametrize("s_q", [4, 48])  # decode (flash_decode), chunked prefill (flash_sm90 on Hopper)
+def test_cuda_matches_the_cpu_path(paged, s_q):
+    host = _decode_inputs(paged, s_q=s_q, s_new=s_q)
     dev = {n: (x.cuda() if x is not None else None) for n, x in host.items()}
     out, lse = _call(dev, return_lse=True)
     ref, ref_lse = _call(host, return_lse=True)
@@ -137,14 +138,15 @@ def test_cuda_matches_the_cpu_path(paged):
 
 
 @cuda
-def test_cuda_graph_replays_a_decode_step_on_new_lengths():
-    t = {n: (x.cuda() if x is not None else None) for n, x in _decode_inputs(True).items()}
+@pytest.mark.parametrize("s_q", [1, 40])  # a decode step, a prefill chunk
+def test_cuda_graph_replays_a_decode_step_on_new_lengths(s_q):
+    t = {n: (x.cuda() if x is not None else None) for n, x in _decode_inputs(True, s_q=s_q, s_new=s_q).items()}
     out = _call(t, check_seqlens=False)  # warm-up: sizes the workspace before capture
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         out = _call(t, check_seqlens=False)
-    for seed, lens in ((1, [5, 200, 31]), (2, [254, 0, 100])):
-        fresh = _decode_inputs(True, seed=seed)
+    for seed, lens in ((1, [5, 150, 31]), (2, [256 - s_q, 0, 100])):
+        fresh = _decode_inputs(True, s_q=s_q, s_new=s_q, seed=seed)
         fresh["cache_seqlens"] = torch.tensor(lens, dtype=torch.int32)
         for n in ("q", "k_cache", "v_cache", "k", "v", "cache_seqlens", "block_table"):
             t[n].copy_(fresh[n])

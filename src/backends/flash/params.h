@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "backends/common/sink_logits.h"
+#include "backends/flash/cache_params.h"
 
 namespace attn::flash {
 
@@ -69,6 +70,10 @@ struct FwdParams {
   // largest score is max-ed in (a NaN wins). Null: not wanted.
   float* max_logit = nullptr;
   int64_t max_logit_stride = 1;
+
+  // A forward over a KV cache in place (cache_params.h); cache.seqlens null:
+  // the lengths above.
+  CacheParams cache;
 };
 
 struct BwdParams {

@@ -33,18 +33,6 @@
 
 namespace attn::flash_decode {
 
-// Sequence b's extent: the flash library's (cu_seqlens, thd) for a forward
-// call, or the cache's length plus the new tokens for a KV-cache call.
-__device__ __forceinline__ flash::SeqExtent decode_sequence(const DecodeParams& dp, int b) {
-  if (!dp.cache_seqlens) return flash::sequence_extent(dp.f, b);
-  flash::SeqExtent s;
-  s.len_q = dp.f.s_q;
-  const int len = dp.cache_seqlens[b] + dp.s_new;
-  s.len_kv = len < 0 ? 0 : len > dp.capacity ? dp.capacity : len;
-  s.shift = alignment_shift<int>(dp.f.bottom_right, s.len_q, s.len_kv);
-  return s;
-}
-
 // Query token `token` (the tensor's row: start_q + i in thd) of sequence b,
 // head h: where its output row starts, and its lse.
 template <typename T>
@@ -67,9 +55,9 @@ __device__ __forceinline__ RowOffsets key_offsets(const DecodeParams& dp, int b,
   const flash::FwdParams& p = dp.f;
   if (j >= seq.len_kv) return {-1, -1};
   int64_t outer, inner;
-  if (dp.block_table) {
-    outer = clamp_index(dp.block_table[b * dp.block_table_stride + j / dp.block_size], dp.cache_rows);
-    inner = j % dp.block_size;
+  if (p.cache.block_table) {
+    outer = flash::cache_block(p.cache, b, j);
+    inner = j % p.cache.block_size;
   } else {
     outer = row_of_b;
     inner = static_cast<int64_t>(seq.start_kv) + j;
@@ -92,13 +80,13 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
   const int m_block = blockIdx.x % dp.m_blocks, split = blockIdx.x / dp.m_blocks;
   const int kvh = blockIdx.y, b = blockIdx.z;
   const int g = p.h_per_kv;
-  const flash::SeqExtent seq = decode_sequence(dp, b);
+  const flash::SeqExtent seq = flash::sequence_extent(p, b);
   // Rows a sequence may write: its tokens in thd (the next sequence's
   // follow), every padded row of bshd / sbhd (out = 0 past its length).
   const int token_rows = p.packed ? seq.len_q : p.s_q;
   const int rows = token_rows * g, r0 = m_block * kRows;
   if (r0 >= rows) return;
-  const int row_of_b = dp.cache_batch_idx ? clamp_index(dp.cache_batch_idx[b], dp.cache_rows) : b;
+  const int row_of_b = flash::cache_row(p.cache, b);
 
   // The CTA's keys: from the first row's first key to the last row's last
   // (mask_rule.h: both ends move right with the token), cut into splits.
@@ -338,7 +326,7 @@ __global__ void __launch_bounds__(128) flash_decode_combine_kernel(const __grid_
   const int b = blockIdx.y;
   if (slot >= static_cast<int64_t>(p.s_q) * p.h_q) return;
   const int i = static_cast<int>(slot / p.h_q), hq = static_cast<int>(slot % p.h_q);
-  const flash::SeqExtent seq = decode_sequence(dp, b);
+  const flash::SeqExtent seq = flash::sequence_extent(p, b);
   if (i >= (p.packed ? seq.len_q : p.s_q)) return;
   const int64_t token_index = p.packed ? static_cast<int64_t>(seq.start_q) + i : static_cast<int64_t>(b) * p.s_q + i;
   const int64_t row_id = token_index * p.h_q + hq;

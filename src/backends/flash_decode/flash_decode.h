@@ -57,9 +57,13 @@ struct KvCacheLayout {
   int64_t block_size = 0;  // paged: positions per block; 0: contiguous
   int64_t rotary_half = 0;
   bool q_by_row = false;   // q's row j at position len + s_new - s_q + j (else len)
+  // The attention on flash_sm90's forward (flash_sm90::forward_over_cache)
+  // rather than the decode kernel: longer queries (chunked prefill).
+  bool prefill = false;
 };
-// The append (rotated), q's rotation into scratch, and the decode, on ctx's
-// stream; any s_q (longer queries cost a re-read of the keys per 16 rows).
+// The append (rotated), q's rotation into scratch, and the attention, on
+// ctx's stream; the decode kernel takes any s_q, at the cost of a re-read of
+// the keys per 16 query rows.
 void run_kvcache(const Problem& p, const KvCacheArgs& a, const KvCacheLayout& layout, const RunContext& ctx);
 
 }  // namespace attn::flash_decode

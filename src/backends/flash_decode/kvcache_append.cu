@@ -6,7 +6,6 @@
 
 #include <cmath>
 
-#include "backends/flash_decode/decode_params.h"  // clamp_index
 #include "core/cuda_check.h"
 #include "kernels/float_convert.cuh"
 
@@ -31,22 +30,18 @@ __device__ __forceinline__ float rotated(const AppendParams& a, const T* x, int 
   return first ? xc * co - xp * si : xc * co + xp * si;
 }
 
-__device__ __forceinline__ int cache_length(const AppendParams& a, int b) {
-  return a.cache_seqlens ? a.cache_seqlens[b] : a.capacity - a.s_new;
-}
-
 // One block per (new token, KV head) of sequence blockIdx.y.
 template <typename T, typename Trig>
 __global__ void __launch_bounds__(128) append_kernel(const AppendParams a) {
   const int b = blockIdx.y, j = blockIdx.x / a.h_kv, h = blockIdx.x % a.h_kv;
-  const int pos = cache_length(a, b) + j;
-  if (pos < 0 || pos >= a.capacity) return;  // only unchecked lengths get here: nothing is written
+  const int pos = flash::cache_length(a.cache, b) + j;
+  if (pos < 0 || pos >= a.cache.capacity) return;  // only unchecked lengths get here: nothing is written
   int64_t outer, inner;
-  if (a.block_table) {
-    outer = clamp_index(a.block_table[b * a.block_table_stride + pos / a.block_size], a.cache_rows);
-    inner = pos % a.block_size;
+  if (a.cache.block_table) {
+    outer = flash::cache_block(a.cache, b, pos);
+    inner = pos % a.cache.block_size;
   } else {
-    outer = a.cache_batch_idx ? clamp_index(a.cache_batch_idx[b], a.cache_rows) : b;
+    outer = flash::cache_row(a.cache, b);
     inner = pos;
   }
   const T* k = static_cast<const T*>(a.k) + b * a.k_stride[0] + j * a.k_stride[1] + h * a.k_stride[2];
@@ -61,8 +56,8 @@ __global__ void __launch_bounds__(128) append_kernel(const AppendParams a) {
 template <typename T, typename Trig>
 __global__ void __launch_bounds__(128) rotate_q_kernel(const AppendParams a) {
   const int b = blockIdx.y, j = blockIdx.x / a.h_q, h = blockIdx.x % a.h_q;
-  const int len = cache_length(a, b);
-  int pos = a.q_by_row ? len + a.s_new - a.s_q + j : len;
+  const int len = flash::cache_length(a.cache, b);
+  int pos = a.q_by_row ? len + a.cache.s_new - a.s_q + j : len;
   pos = pos < 0 ? 0 : pos;
   const T* q = static_cast<const T*>(a.q) + b * a.q_stride[0] + j * a.q_stride[1] + h * a.q_stride[2];
   T* out = static_cast<T*>(a.q_out) + ((static_cast<int64_t>(b) * a.s_q + j) * a.h_q + h) * a.d_qk;
@@ -71,8 +66,8 @@ __global__ void __launch_bounds__(128) rotate_q_kernel(const AppendParams a) {
 
 template <typename T, typename Trig>
 void launch(const AppendParams& a, cudaStream_t stream) {
-  if (a.s_new > 0 && a.batch > 0 && a.h_kv > 0) {
-    append_kernel<T, Trig><<<dim3(static_cast<unsigned>(a.s_new * a.h_kv), static_cast<unsigned>(a.batch)), 128, 0,
+  if (a.cache.s_new > 0 && a.batch > 0 && a.h_kv > 0) {
+    append_kernel<T, Trig><<<dim3(static_cast<unsigned>(a.cache.s_new * a.h_kv), static_cast<unsigned>(a.batch)), 128, 0,
                              stream>>>(a);
     ATTN_CUDA(cudaGetLastError());
   }

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "attn/tensor.h"
+#include "backends/flash/cache_params.h"
 
 namespace attn::flash_decode {
 
@@ -24,14 +25,8 @@ struct AppendParams {
   void* k_cache = nullptr;
   void* v_cache = nullptr;
   int64_t kc_stride[3] = {}, vc_stride[3] = {};
-  int batch = 0, s_new = 0, h_kv = 0, d_qk = 0, d_v = 0;
-  const int32_t* cache_seqlens = nullptr;  // null: every sequence at capacity - s_new
-  int capacity = 0;
-  const int32_t* cache_batch_idx = nullptr;
-  const int32_t* block_table = nullptr;
-  int64_t block_table_stride = 0;
-  int block_size = 0;  // 0: contiguous
-  int cache_rows = 0;
+  int batch = 0, h_kv = 0, d_qk = 0, d_v = 0;
+  flash::CacheParams cache;  // s_new: the new tokens per sequence
 
   // Rotary: cos / sin [s_ro, half] (f32, or the tensors' dtype), pairs
   // (2c, 2c + 1) when interleaved, else (c, c + half). half = 0: none.

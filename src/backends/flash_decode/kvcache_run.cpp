@@ -1,6 +1,7 @@
 // forward_with_kvcache on CUDA tensors (flash_decode.h, run_kvcache): the
-// cache's append and q's rotation (kvcache_append.cu), then the decode
-// kernel over the cache in place, contiguous or paged.
+// cache's append and q's rotation (kvcache_append.cu), then the attention
+// over the cache in place, contiguous or paged: the decode kernel, or for
+// longer queries flash_sm90's forward (layout.prefill).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -8,25 +9,30 @@
 #include "backends/flash/params_build.h"
 #include "backends/flash_decode/flash_decode.h"
 #include "backends/flash_decode/kvcache_append.h"
+#include "backends/flash_sm90/flash_sm90.h"
 #include "core/cuda_check.h"
 #include "core/workspace.h"
 
 namespace attn::flash_decode {
 namespace {
 
-// The scratch of one call: q rotated (with rotary), then the splits' partial results.
+// The scratch of one call: q rotated (with rotary), then the splits' partial
+// results (decode) or the work-item counter (prefill).
 struct Scratch {
   void* q_rot = nullptr;
   float* o_partial = nullptr;
   float* lse_partial = nullptr;
+  int* item_counter = nullptr;
 };
 
 int64_t carve(const Problem& p, const KvCacheLayout& L, const Plan& pl, char* base, Scratch* s) {
   detail::Carver c(base);
   void* q_rot = L.rotary_half ? c.take_bytes(p.batch * p.s_q * p.h_q * p.d_qk * 2) : nullptr;
-  float* o = pl.splits > 1 ? c.take<float>(pl.splits * p.total_q * p.h_q * p.d_v) : nullptr;
-  float* lse = pl.splits > 1 ? c.take<float>(pl.splits * p.total_q * p.h_q) : nullptr;
-  if (s) *s = {q_rot, o, lse};
+  const bool split = !L.prefill && pl.splits > 1;
+  float* o = split ? c.take<float>(pl.splits * p.total_q * p.h_q * p.d_v) : nullptr;
+  float* lse = split ? c.take<float>(pl.splits * p.total_q * p.h_q) : nullptr;
+  int* counter = L.prefill ? c.take<int>(1) : nullptr;
+  if (s) *s = {q_rot, o, lse, counter};
   return c.used();
 }
 
@@ -37,24 +43,27 @@ const int32_t* i32(const TensorView& t) { return static_cast<const int32_t*>(t.d
 void run_kvcache(const Problem& p, const KvCacheArgs& a, const KvCacheLayout& L, const RunContext& ctx) {
   ATTN_CUDA(cudaSetDevice(p.device.index));
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
-  const Plan pl = plan(p, a.num_splits);
+  const Plan pl = L.prefill ? Plan{} : plan(p, a.num_splits);
   Scratch s;
   const int64_t bytes = carve(p, L, pl, nullptr, nullptr);
   carve(p, L, pl, bytes > 0 ? static_cast<char*>(detail::workspace(ctx, p.device.index, bytes)) : nullptr, &s);
 
+  flash::CacheParams cache;
+  cache.seqlens = i32(a.cache_seqlens);
+  cache.s_new = static_cast<int>(L.s_new);
+  cache.capacity = static_cast<int>(L.capacity);
+  cache.batch_idx = i32(a.cache_batch_idx);
+  cache.rows = static_cast<int>(L.cache_rows);
+  cache.block_table = i32(a.block_table);
+  cache.block_table_stride = a.block_table.defined() ? a.block_table.stride(0) : 0;
+  cache.block_size = static_cast<int>(L.block_size);
+
   AppendParams ap;
   ap.batch = static_cast<int>(p.batch);
-  ap.s_new = static_cast<int>(L.s_new);
   ap.h_kv = static_cast<int>(p.h_kv);
   ap.d_qk = static_cast<int>(p.d_qk);
   ap.d_v = static_cast<int>(p.d_v);
-  ap.cache_seqlens = i32(a.cache_seqlens);
-  ap.capacity = static_cast<int>(L.capacity);
-  ap.cache_batch_idx = i32(a.cache_batch_idx);
-  ap.block_table = i32(a.block_table);
-  ap.block_table_stride = a.block_table.defined() ? a.block_table.stride(0) : 0;
-  ap.block_size = static_cast<int>(L.block_size);
-  ap.cache_rows = static_cast<int>(L.cache_rows);
+  ap.cache = cache;
   ap.k_cache = a.k_cache.data;
   ap.v_cache = a.v_cache.data;
   for (int d = 0; d < 3; ++d) {
@@ -83,8 +92,6 @@ void run_kvcache(const Problem& p, const KvCacheArgs& a, const KvCacheLayout& L,
     ap.h_q = static_cast<int>(p.h_q);
     ap.q_by_row = L.q_by_row;
   }
-  launch_kvcache_prologue(ap, p.dtype, stream);
-
   // The attention over the cache in place: its K/V "sequences" are the
   // cache's rows (contiguous) or blocks (paged).
   ForwardArgs fa;
@@ -96,16 +103,15 @@ void run_kvcache(const Problem& p, const KvCacheArgs& a, const KvCacheLayout& L,
   fa.in.sink = a.sink;
   fa.out = a.out;
   fa.lse = a.lse;
+  const auto prologue = [&] { launch_kvcache_prologue(ap, p.dtype, stream); };
+  if (L.prefill) {
+    flash_sm90::forward_over_cache(p, fa, cache, s.item_counter, prologue, ctx);
+    return;
+  }
+  prologue();
   DecodeParams dp;
   dp.f = flash::forward_params(p, fa);
-  dp.cache_seqlens = i32(a.cache_seqlens);
-  dp.s_new = static_cast<int>(L.s_new);
-  dp.capacity = static_cast<int>(L.capacity);
-  dp.cache_batch_idx = i32(a.cache_batch_idx);
-  dp.cache_rows = static_cast<int>(L.cache_rows);
-  dp.block_table = i32(a.block_table);
-  dp.block_table_stride = ap.block_table_stride;
-  dp.block_size = static_cast<int>(L.block_size);
+  dp.f.cache = cache;
   dp.o_partial = s.o_partial;
   dp.lse_partial = s.lse_partial;
   run(p, dp, pl, ctx);

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "attn/backend.h"
+#include "backends/flash/cache_params.h"
 
 namespace attn::flash_sm90 {
 
@@ -27,5 +29,17 @@ int64_t backward_workspace_bytes(const Problem& p);
 bool leads_backward(const Problem& p, std::string* rule);
 
 const Backend& backend();
+
+// forward_with_kvcache's longer queries (chunked prefill): the forward over a
+// KV cache in place, args.in.k / .v being the caches, K/V read through the
+// cache's rows or, paged, its block table (TMA boxes within a block). The
+// tensor maps are made first (their errors come before anything runs), then
+// `prologue` (the cache's append) and the kernel go on ctx's stream.
+// item_counter: 4 bytes of device workspace.
+void forward_over_cache(const Problem& p, const ForwardArgs& args, const flash::CacheParams& cache, int* item_counter,
+                        const std::function<void()>& prologue, const RunContext& ctx);
+// Reasons a cache's layout keeps it from forward_over_cache (beyond
+// obstacles()): a paged block size not a multiple of 16.
+std::vector<std::string> cache_obstacles(int64_t block_size);
 
 }  // namespace attn::flash_sm90

@@ -52,9 +52,13 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   __syncthreads();
   FwdWorkQueue<Cfg> queue(args, smem);
 
-  if (tid < 128) {  // the producer warpgroup: one thread issues the copies
+  if (tid < 128) {  // the producer warpgroup: one thread issues the copies (a warp for a paged cache)
     sm90::regs_decrease<Cfg::kProducerRegs>();
-    if (tid == 0) fwd_producer<Cfg>(args, smem, queue);
+    if (args.p.cache.block_table) {
+      if (tid < 32) fwd_producer<Cfg, true>(args, smem, queue);
+    } else if (tid == 0) {
+      fwd_producer<Cfg, false>(args, smem, queue);
+    }
     return;
   }
 

@@ -18,6 +18,11 @@ struct Sm90FwdParams {
   FwdParams p;
   int* item_counter;  // zeroed before the launch (workspace)
   int section_pairs;  // the walk's order (fwd_tiles.h: work_item, fwd_section_pairs)
+  // A paged KV cache (p.cache.block_table): k and v map the blocks, (column,
+  // row in the block, head, block), in boxes of kv_box_rows keys, which
+  // divides both the block size and kBlockN; a tile is kBlockN / kv_box_rows
+  // boxes per 64 columns.
+  int kv_box_rows;
 };
 
 }  // namespace attn::flash_sm90

@@ -5,7 +5,9 @@
 // barrier (its bytes landed) and an "empty" one (every consumer thread done
 // reading). It takes the next item once this one's loads are issued (a few
 // KV tiles before the consumers need it), not earlier: an item reserved
-// while another runs is one an idle SM cannot take.
+// while another runs is one an idle SM cannot take. Over a KV cache
+// (p.cache) K/V come from the sequence's cache row, or, paged, box by box
+// from the blocks the block table names.
 #pragma once
 
 #include <cstdint>
@@ -18,48 +20,98 @@
 
 namespace attn::flash_sm90 {
 
+// The lane, read where it is used: held across the walk it would take one of
+// the producer's 24 registers.
+__device__ __forceinline__ int lane_id() {
+  int lane;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+  return lane;
+}
+
+// A paged cache: the block of this lane's box of KV tile n (sequence b),
+// kv_box_rows keys that never cross a block; -1 for lanes past the tile's
+// boxes. Positions past the cache read its last block's entry (their rows
+// are cleared as past the sequence).
 template <class Cfg>
+__device__ __forceinline__ int paged_box_block(const Sm90FwdParams& args, int b, int n) {
+  const int r = lane_id() * args.kv_box_rows;
+  if (r >= Cfg::kBlockN) return -1;
+  return flash::cache_block(args.p.cache, b, min(n * Cfg::kBlockN + r, args.p.cache.capacity - 1));
+}
+
+// One K or V tile, keys [key0, key0 + kBlockN), kCols columns: a box per 64
+// columns, or in a paged cache one per kv_box_rows keys and 64 columns, each
+// lane its box, in block `block` (paged_box_block).
+template <class Cfg, bool kPaged, int kCols, class Tile>
+__device__ __forceinline__ void load_kv_tile(const Sm90FwdParams& args, const CUtensorMap* map, Tile tile,
+                                             uint32_t bar, int key0, int h_kv, int seq, int block) {
+  if constexpr (kPaged) {
+    __syncwarp();  // lane 0's expect_tx first
+    if (block >= 0) {
+      const int r = lane_id() * args.kv_box_rows, row = (key0 + r) % args.p.cache.block_size;
+#pragma unroll
+      for (int cb = 0; cb < kCols / 64; ++cb)
+        sm90::tma_load_4d(tile.column_block(cb) + r * 128, map, bar, cb * 64, row, h_kv, block);
+    }
+  } else {
+#pragma unroll
+    for (int cb = 0; cb < kCols / 64; ++cb)
+      sm90::tma_load_4d(tile.column_block(cb), map, bar, cb * 64, key0, h_kv, seq);
+  }
+}
+
+// The producer: one thread (lane 0 of warpgroup 0), or for a paged cache
+// (kPaged) the whole warp, each lane loading one box of every KV tile, while
+// barrier arrivals, Q and the work queue's writes stay with lane 0. Two
+// instantiations in the kernel, so that the paged lanes' registers cost the
+// one-thread walk nothing (it runs in the producer's 24).
+template <class Cfg, bool kPaged>
 __device__ __forceinline__ void fwd_producer(const Sm90FwdParams& args, const FwdSmem<Cfg>& smem,
                                              FwdWorkQueue<Cfg>& queue) {
   constexpr int kDQK = Cfg::kHeadDimQK, kDV = Cfg::kHeadDimV, kN = Cfg::kBlockN;
   const flash::FwdParams& p = args.p;
+  const auto leader = [] { return !kPaged || lane_id() == 0; };
   sm90::PipelineState<Cfg::kQBuffers> q_state;  // Q buffers: one use per item with loads
   sm90::PipelineState<Cfg::kStages> kv_state;   // K/V stages: one use per KV tile
-  sm90::tma_prefetch_map(&args.q);
-  sm90::tma_prefetch_map(&args.k);
-  sm90::tma_prefetch_map(&args.v);
-  for (int t = blockIdx.x;; t = queue.claim()) {
-    queue.publish(t);
+  if (leader()) {
+    sm90::tma_prefetch_map(&args.q);
+    sm90::tma_prefetch_map(&args.k);
+    sm90::tma_prefetch_map(&args.v);
+  }
+  for (int t = blockIdx.x;; t = queue.claim(kPaged)) {
+    queue.publish(t, leader());
     if (t >= queue.items()) break;
     const FwdItem w = queue.item(t);
     if (!w.has_work()) continue;
     // TMA coordinates: thd addresses tokens of the packed tensor (one
-    // "sequence"); the others (token within the sequence, sequence).
+    // "sequence"); the others (token within the sequence, sequence), K/V at
+    // the sequence's cache row where a KV cache holds them (a paged cache:
+    // kv_seq = w.b, its block table's row).
     const int seq_coord = p.packed ? 0 : w.b, h_kv = w.h / p.h_per_kv;
+    const int kv_seq = p.packed ? 0 : flash::cache_row(p.cache, w.b);
     const int kv_row0 = static_cast<int>(w.seq.start_kv);
     const int qb = q_state.stage();
     smem.q_empty(qb).wait(q_state.producer_phase());
-    smem.q_full(qb).arrive_expect_tx(Cfg::kSmemQ);
+    if (leader()) {
+      smem.q_full(qb).arrive_expect_tx(Cfg::kSmemQ);
 #pragma unroll
-    for (int cb = 0; cb < kDQK / 64; ++cb)
-      sm90::tma_load_4d(smem.q_tile(qb).column_block(cb), &args.q, smem.q_full(qb).addr, cb * 64,
-                        static_cast<int>(w.seq.start_q) + w.m0, w.h, seq_coord);
+      for (int cb = 0; cb < kDQK / 64; ++cb)
+        sm90::tma_load_4d(smem.q_tile(qb).column_block(cb), &args.q, smem.q_full(qb).addr, cb * 64,
+                          static_cast<int>(w.seq.start_q) + w.m0, w.h, seq_coord);
+    }
     q_state.advance();
     for (int n = w.tiles.first; n <= w.tiles.last; ++n, kv_state.advance()) {
       const int stage = kv_state.stage();
       const uint32_t phase = kv_state.producer_phase();
+      const int block = kPaged ? paged_box_block<Cfg>(args, kv_seq, n) : 0;  // read before the wait
       smem.k_empty(stage).wait(phase);
-      smem.k_full(stage).arrive_expect_tx(Cfg::kSmemK);
-#pragma unroll
-      for (int cb = 0; cb < kDQK / 64; ++cb)
-        sm90::tma_load_4d(smem.k_tile(stage).column_block(cb), &args.k, smem.k_full(stage).addr, cb * 64,
-                          kv_row0 + n * kN, h_kv, seq_coord);
+      if (leader()) smem.k_full(stage).arrive_expect_tx(Cfg::kSmemK);
+      load_kv_tile<Cfg, kPaged, kDQK>(args, &args.k, smem.k_tile(stage), smem.k_full(stage).addr, kv_row0 + n * kN,
+                                      h_kv, kv_seq, block);
       smem.v_empty(stage).wait(phase);
-      smem.v_full(stage).arrive_expect_tx(Cfg::kSmemV);
-#pragma unroll
-      for (int cb = 0; cb < kDV / 64; ++cb)
-        sm90::tma_load_4d(smem.v_tile(stage).column_block(cb), &args.v, smem.v_full(stage).addr, cb * 64,
-                          kv_row0 + n * kN, h_kv, seq_coord);
+      if (leader()) smem.v_full(stage).arrive_expect_tx(Cfg::kSmemV);
+      load_kv_tile<Cfg, kPaged, kDV>(args, &args.v, smem.v_tile(stage), smem.v_full(stage).addr, kv_row0 + n * kN,
+                                     h_kv, kv_seq, block);
     }
   }
 }

@@ -70,18 +70,26 @@ struct FwdWorkQueue {
   // the indices the grid's first items took. The grid's size is read where
   // it is used (a volatile read of %nctaid.x): ptxas otherwise keeps
   // gridDim.x across the loop in the producer's 24 registers and spills it.
-  __device__ __forceinline__ int claim() const {
+  // A producer warp (a paged cache's: fwd_producer.cuh) claims once, in
+  // lane 0, and every lane gets the index.
+  __device__ __forceinline__ int claim(bool warp) const {
     int grid;
     asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(grid));
-    return atomicAdd(args.item_counter, 1) + grid;
+    if (!warp) return atomicAdd(args.item_counter, 1) + grid;
+    int t = 0;
+    if ((threadIdx.x & 31) == 0) t = atomicAdd(args.item_counter, 1);
+    return __shfl_sync(0xffffffffu, t, 0) + grid;
   }
 
-  // The producer: index t into the next slot (an index >= items ends the walk).
-  __device__ __forceinline__ void publish(int t) {
+  // The producer: index t into the next slot (an index >= items ends the
+  // walk); `leader`: the one thread of the producer's that writes it.
+  __device__ __forceinline__ void publish(int t, bool leader) {
     const int slot = taken & 1;
     smem.item_empty(slot).wait(((taken >> 1) & 1) ^ 1);
-    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(smem.item_slot(slot)), "r"(t) : "memory");
-    smem.item_full(slot).arrive();  // release: the consumers see the index
+    if (leader) {
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(smem.item_slot(slot)), "r"(t) : "memory");
+      smem.item_full(slot).arrive();  // release: the consumers see the index
+    }
     ++taken;
   }
 

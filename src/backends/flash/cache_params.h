@@ -1,0 +1,57 @@
+// A forward that reads its keys and values from a KV cache in place
+// (forward_with_kvcache on CUDA tensors): where sequence b's keys are, and
+// how long it is, both read from the device as the kernels run. Shared by
+// the cache's append (flash_decode/kvcache_append.cu), the decode kernel and
+// flash_sm90's forward (chunked prefill). Every value read from the device
+// is bounded here, so an unchecked length or index moves no access outside
+// the cache (SEMANTICS.md "KV cache").
+#pragma once
+
+#include <cstdint>
+
+#include "attn/mask_rule.h"  // ATTN_HOST_DEVICE
+
+namespace attn::flash {
+
+struct CacheParams {
+  // [b]: each sequence's length before the append; sequence b then holds the
+  // first cache_seqlens[b] + s_new positions, clamped to [0, capacity]. Null:
+  // not a cache call (or every cache full: the forward's s_kv = capacity).
+  const int32_t* seqlens = nullptr;
+  int s_new = 0;
+  int capacity = 0;  // positions a sequence may fill
+  // Contiguous caches: sequence b's keys are cache row batch_idx[b] (null: b).
+  const int32_t* batch_idx = nullptr;
+  int rows = 0;  // rows (contiguous) or blocks (paged) of the cache: indices are clamped below it
+  // Paged caches: position j of sequence b lies in block
+  // block_table[b * block_table_stride + j / block_size], row j % block_size.
+  const int32_t* block_table = nullptr;
+  int64_t block_table_stride = 0;
+  int block_size = 0;  // 0: contiguous
+};
+
+// An index read from the device (a cache row, a block id) clamped into [0, n).
+ATTN_HOST_DEVICE int clamp_index(int i, int n) { return i < 0 ? 0 : i >= n ? n - 1 : i; }
+
+// Sequence b's cache length before the append.
+ATTN_HOST_DEVICE int cache_length(const CacheParams& c, int b) {
+  return c.seqlens ? c.seqlens[b] : c.capacity - c.s_new;
+}
+
+// Its keys after the append, bounded by the cache.
+ATTN_HOST_DEVICE int cache_keys(const CacheParams& c, int b) {
+  const int len = cache_length(c, b) + c.s_new;
+  return len < 0 ? 0 : len > c.capacity ? c.capacity : len;
+}
+
+// Contiguous caches: the cache row sequence b reads and writes.
+ATTN_HOST_DEVICE int cache_row(const CacheParams& c, int b) {
+  return c.batch_idx ? clamp_index(c.batch_idx[b], c.rows) : b;
+}
+
+// Paged caches: the block holding position j (< capacity) of sequence b.
+ATTN_HOST_DEVICE int cache_block(const CacheParams& c, int b, int j) {
+  return clamp_index(c.block_table[b * c.block_table_stride + j / c.block_size], c.rows);
+}
+
+}  // namespace attn::flash
