@@ -336,12 +336,6 @@ struct KvCacheRunner {
   std::string why;
 };
 
-std::string joined(const std::vector<std::string>& reasons) {
-  std::string all;
-  for (const std::string& r : reasons) all += (all.empty() ? "" : "; ") + r;
-  return all;
-}
-
 std::vector<std::string> runner_reasons(const Backend& b, const Problem& p, const KvShape& z, const DeviceInfo& dev,
                                         const Policy& policy) {
   std::vector<std::string> no;
@@ -376,13 +370,13 @@ KvCacheRunner choose_runner(const Problem& p, const KvShape& z, const DeviceInfo
                                      std::to_string(flash_decode::kMaxQueryTokens) +
                                      " query tokens runs flash_sm90's forward over the cache in place"};
     if (forced)
-      fail(ErrorKind::unsupported, "forward_with_kvcache cannot run this call on the GPU", joined(no),
+      fail(ErrorKind::unsupported, "forward_with_kvcache cannot run this call on the GPU", detail::join(no, "; "),
            "a call flash_sm90 supports", "force flash_decode or none, or change what the reasons name");
-    prefill_no = " (flash_sm90: " + joined(no) + ")";
+    prefill_no = " (flash_sm90: " + detail::join(no, "; ") + ")";
   }
   const std::vector<std::string> no = runner_reasons(decode, p, z, dev, policy);
   if (!no.empty())
-    fail(ErrorKind::unsupported, "forward_with_kvcache cannot run this call on the GPU", joined(no) + prefill_no,
+    fail(ErrorKind::unsupported, "forward_with_kvcache cannot run this call on the GPU", detail::join(no, "; ") + prefill_no,
          "a call flash_decode supports", "use bf16/fp16 tensors with head dims 64, 128, 192/128 or 256, rows 16-byte "
                                          "aligned; or run the call on CPU tensors");
   return {&decode, long_query ? "forward_with_kvcache on CUDA tensors runs flash_decode over the cache in place, " +

@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "attn/error.h"
 #include "attn/problem.h"
@@ -15,6 +16,13 @@
 namespace attn::detail {
 
 inline std::string str(int64_t v) { return std::to_string(v); }
+
+// items with sep between them (a list of reasons, of backends).
+inline std::string join(const std::vector<std::string>& items, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < items.size(); ++i) s += (i ? sep : "") + items[i];
+  return s;
+}
 
 [[noreturn]] inline void bad_value(std::string what, std::string got, std::string expected, std::string fix) {
   fail(ErrorKind::value, std::move(what), std::move(got), std::move(expected), std::move(fix));

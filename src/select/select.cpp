@@ -7,6 +7,7 @@
 
 #include "attn/error.h"
 #include "attn/select.h"
+#include "core/validate_internal.h"
 
 namespace attn {
 namespace {
@@ -21,15 +22,9 @@ std::vector<std::string> split_list(const char* s) {
   return out;
 }
 
-std::string join(const std::vector<std::string>& items, const char* sep) {
-  std::string s;
-  for (size_t i = 0; i < items.size(); ++i) s += (i ? sep : "") + items[i];
-  return s;
-}
-
 void require_known(const std::string& name, const char* source, const std::vector<std::string>& known) {
   if (std::find(known.begin(), known.end(), name) == known.end())
-    fail(ErrorKind::value, std::string(source) + " names an unknown backend", name, join(known, ", "),
+    fail(ErrorKind::value, std::string(source) + " names an unknown backend", name, detail::join(known, ", "),
          "use one of the listed names (`attn explain` lists them with their verdicts)");
 }
 
@@ -130,7 +125,7 @@ Selection select_backend(const Problem& p, const DeviceInfo& dev, const Policy& 
       Verdict v = judge(name, p, dev, policy);
       if (!sel.backend) {
         if (v.ok()) sel.backend = find_backend(name);
-        else if (v.in_build) skipped.push_back(name + " (" + join(v.reasons, "; ") + ")");
+        else if (v.in_build) skipped.push_back(name + " (" + detail::join(v.reasons, "; ") + ")");
       }
       sel.verdicts.push_back(std::move(v));
     }
@@ -144,9 +139,9 @@ Selection select_backend(const Problem& p, const DeviceInfo& dev, const Policy& 
       sel.why = "the tensors are in host memory: the CPU reference runs" +
                 std::string(cuda_device_count() == 0 ? " (this machine has no CUDA device)" : "");
     else
-      sel.why = "first supporting backend in " + device_label(dev) + "'s order (" + join(order, " > ") + ")" +
+      sel.why = "first supporting backend in " + device_label(dev) + "'s order (" + detail::join(order, " > ") + ")" +
                 (rule.empty() ? "" : ", " + rule);
-    if (!skipped.empty()) sel.why += "; skipped: " + join(skipped, "; ");
+    if (!skipped.empty()) sel.why += "; skipped: " + detail::join(skipped, "; ");
   }
   if (policy.log_level >= 1)
     std::fprintf(stderr, "attn: %s -> %s: %s\n", describe_problem(p).c_str(), sel.backend->name(), sel.why.c_str());

@@ -590,7 +590,8 @@ TEST(FlashDecode, NaNStaysVisible) {
         bool nan = false;
         for (int64_t c2 = 0; c2 < s.d_v; ++c2) nan |= std::isnan(out[((b * s.s_q + i) * s.h_q + h) * s.d_v + c2]);
         EXPECT_EQ(nan, reaches) << "out row (" << b << ", " << i << ", " << h << ")";
-        EXPECT_EQ(std::isnan(lse[(b * s.h_q + h) * s.s_q + i]), reaches) << "lse (" << b << ", " << i << ", " << h << ")";
+        EXPECT_EQ(std::isnan(lse[(b * s.h_q + h) * s.s_q + i]), reaches)
+            << "lse (" << b << ", " << i << ", " << h << ")";
       }
   for (int64_t h = 0; h < s.h_q; ++h) EXPECT_EQ(std::isnan(m[h]), h / 4 == 1) << "max_logit[" << h << "]";
 }

@@ -1,7 +1,8 @@
 // Which sequence a CTA works on: lengths and token offsets, read from
 // cu_seqlens (or a KV cache's lengths) on the device, so the host never
-// waits for them. The tile ranges over it (the KV tiles a query tile sees, and the reverse) are in
-// tile_ranges.h, plain C++ so the host tests check them.
+// waits for them. The tile ranges over it (the KV tiles a query tile sees,
+// and the reverse) are in tile_ranges.h, plain C++ so the host tests check
+// them.
 #pragma once
 
 #include <cstdint>

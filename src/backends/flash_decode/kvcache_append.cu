@@ -67,8 +67,8 @@ __global__ void __launch_bounds__(128) rotate_q_kernel(const AppendParams a) {
 template <typename T, typename Trig>
 void launch(const AppendParams& a, cudaStream_t stream) {
   if (a.cache.s_new > 0 && a.batch > 0 && a.h_kv > 0) {
-    append_kernel<T, Trig><<<dim3(static_cast<unsigned>(a.cache.s_new * a.h_kv), static_cast<unsigned>(a.batch)), 128, 0,
-                             stream>>>(a);
+    const dim3 grid(static_cast<unsigned>(a.cache.s_new * a.h_kv), static_cast<unsigned>(a.batch));
+    append_kernel<T, Trig><<<grid, 128, 0, stream>>>(a);
     ATTN_CUDA(cudaGetLastError());
   }
   if (a.q_out && a.s_q > 0 && a.batch > 0 && a.h_q > 0) {
