@@ -91,8 +91,9 @@
 #   SANITIZE_TIMEOUT     seconds per sanitizer run (75; flash_sm90 150)
 #   ATTN_CP_TESTS_ONLY=1 / ATTN_CP_BENCH_ONLY=1   cp: one half only
 #   ATTN_CP_REPEAT       cp: repetitions of every cp_worker.py case, ranks out of step (20)
-#   ATTN_BENCH           python_bench: overhead, layer, all (all) or sinks
-#                        (bench/sinks.py, $ATTN_SINKS_ARGS, then bench/layer.py --gptoss)
+#   ATTN_BENCH           python_bench: overhead, layer, all (all), sinks
+#                        (bench/sinks.py, $ATTN_SINKS_ARGS, then bench/layer.py --gptoss),
+#                        or none (build and stage /tmp/py for a command after it)
 #   ATTN_LAYER_ARGS      python_bench: bench/layer.py's arguments
 #   ATTN_PYTEST          python_bench: pytest these paths first
 #   ATTN_ARCHS           cp, python_bench: CUDA architectures (90a-real)
@@ -439,6 +440,7 @@ suite_python_bench() {
     python3 -m pytest -q -p no:cacheprovider $ATTN_PYTEST >"$log/pytest.txt" 2>&1
     verdict pytest $? "$ATTN_PYTEST: $(tail -1 "$log/pytest.txt")"
   fi
+  [ "$which" = none ] && return 0  # built and staged for a command after this one
   if [ "$which" = sinks ]; then
     # shellcheck disable=SC2086  # a list of flags
     python3 bench/sinks.py --out "$log" ${ATTN_SINKS_ARGS:-} | tee "$log/sinks.txt"

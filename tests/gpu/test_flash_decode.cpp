@@ -554,7 +554,11 @@ TEST(FlashDecode, KvCacheGraphReplaysOnNewLengthsAndContents) {
   s.capacity = 4096;
   s.lens = {5, 1000, 4000};
   SCOPED_TRACE("decode");
-  expect_graph_replays(s);
+  expect_graph_replays(s);  // the append and q's rotation, then the decode kernel started during them
+  s.rotary_dim = 0;
+  SCOPED_TRACE("decode without rotary");
+  expect_graph_replays(s);  // the decode kernel appends: one kernel and the combine
+  s.rotary_dim = 128;
   s.s_q = s.s_new = 64;
   s.lens = {5, 1000, 4000 - 64};
   SCOPED_TRACE("prefill");

@@ -98,7 +98,7 @@ def test_a_length_past_the_cache_is_an_error_before_any_write():
 cuda = pytest.mark.skipif(not torch.cuda.is_available() or attn.cuda_device_count() == 0, reason="needs a CUDA device")
 
 
-def _decode_inputs(paged, b=3, s_q=1, s_new=1, h_q=8, h_kv=2, d=128, block=16, capacity=256, seed=0):
+def _decode_inputs(paged, b=3, s_q=1, s_new=1, h_q=8, h_kv=2, d=128, block=16, capacity=256, seed=0, rotary=True):
     g = torch.Generator().manual_seed(seed)
     dt = torch.bfloat16
     if paged:
@@ -112,7 +112,7 @@ def _decode_inputs(paged, b=3, s_q=1, s_new=1, h_q=8, h_kv=2, d=128, block=16, c
     q = torch.randn(b, s_q, h_q, d, generator=g).to(dt)
     k, v = (torch.randn(b, s_new, h_kv, d, generator=g).to(dt) for _ in range(2))
     lens = torch.tensor([0, 77, capacity - s_new][:b], dtype=torch.int32)
-    cos, sin = rotary_table(capacity + s_q, 64)
+    cos, sin = rotary_table(capacity + s_q, 64) if rotary else (None, None)
     return dict(q=q, k_cache=k_cache, v_cache=v_cache, k=k, v=v, cache_seqlens=lens, block_table=table,
                 rotary_cos=cos, rotary_sin=sin)
 
@@ -123,11 +123,7 @@ def _call(t, **kw):
                                      rotary_cos=t["rotary_cos"], rotary_sin=t["rotary_sin"], **kw)
 
 
-@cuda
-@pytest.mark.parametrize("paged", [True, False])
-@pytest.mark.parametrize("s_q", [4, 48])  # decode (flash_decode), chunked prefill (flash_sm90 on Hopper)
-def test_cuda_matches_the_cpu_path(paged, s_q):
-    host = _decode_inputs(paged, s_q=s_q, s_new=s_q)
+def _expect_cuda_matches_cpu(host):
     dev = {n: (x.cuda() if x is not None else None) for n, x in host.items()}
     out, lse = _call(dev, return_lse=True)
     ref, ref_lse = _call(host, return_lse=True)
@@ -138,15 +134,38 @@ def test_cuda_matches_the_cpu_path(paged, s_q):
 
 
 @cuda
+@pytest.mark.parametrize("paged", [True, False])
+@pytest.mark.parametrize("s_q", [4, 48])  # decode (flash_decode), chunked prefill (flash_sm90 on Hopper)
+@pytest.mark.parametrize("rotary", [True, False])  # decode: the append kernel first, or the decode kernel appends
+def test_cuda_matches_the_cpu_path(paged, s_q, rotary):
+    _expect_cuda_matches_cpu(_decode_inputs(paged, s_q=s_q, s_new=s_q, rotary=rotary))
+
+
+@cuda
+@pytest.mark.parametrize("paged", [True, False])
+def test_new_tokens_whose_rows_are_not_16_byte_aligned(paged):
+    # Rows of d + 4 elements: the decode kernel cannot copy them 16 bytes at a
+    # time, so the append kernel writes them into the cache first.
+    host = _decode_inputs(paged, s_q=3, s_new=3, rotary=False)
+    for n in ("k", "v"):
+        wide = torch.zeros(*host[n].shape[:-1], host[n].shape[-1] + 4, dtype=host[n].dtype)
+        wide[..., :-4] = host[n]
+        host[n] = wide[..., :-4]
+    _expect_cuda_matches_cpu(host)
+
+
+@cuda
 @pytest.mark.parametrize("s_q", [1, 40])  # a decode step, a prefill chunk
-def test_cuda_graph_replays_a_decode_step_on_new_lengths(s_q):
-    t = {n: (x.cuda() if x is not None else None) for n, x in _decode_inputs(True, s_q=s_q, s_new=s_q).items()}
+@pytest.mark.parametrize("rotary", [True, False])
+def test_cuda_graph_replays_a_decode_step_on_new_lengths(s_q, rotary):
+    t = {n: (x.cuda() if x is not None else None)
+         for n, x in _decode_inputs(True, s_q=s_q, s_new=s_q, rotary=rotary).items()}
     out = _call(t, check_seqlens=False)  # warm-up: sizes the workspace before capture
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         out = _call(t, check_seqlens=False)
     for seed, lens in ((1, [5, 150, 31]), (2, [256 - s_q, 0, 100])):
-        fresh = _decode_inputs(True, s_q=s_q, s_new=s_q, seed=seed)
+        fresh = _decode_inputs(True, s_q=s_q, s_new=s_q, seed=seed, rotary=rotary)
         fresh["cache_seqlens"] = torch.tensor(lens, dtype=torch.int32)
         for n in ("q", "k_cache", "v_cache", "k", "v", "cache_seqlens", "block_table"):
             t[n].copy_(fresh[n])

@@ -25,13 +25,12 @@ void launch_decode(const DecodeParams& dp, int h_kv, cudaStream_t stream) {
   ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(dp.m_blocks * dp.splits), static_cast<unsigned>(h_kv),
                   static_cast<unsigned>(dp.f.batch));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(dp);
-  ATTN_CUDA(cudaGetLastError());
+  kernels::launch_dependent(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, dp.overlap && dp.after_prologue,
+                            dp);
   if (dp.splits > 1) {
-    const int64_t slots = static_cast<int64_t>(dp.f.s_q) * dp.f.h_q;
-    const dim3 cgrid(static_cast<unsigned>((slots + 3) / 4), static_cast<unsigned>(dp.f.batch));
-    flash_decode_combine_kernel<T, kDV><<<cgrid, 128, 0, stream>>>(dp);
-    ATTN_CUDA(cudaGetLastError());
+    const dim3 cgrid(static_cast<unsigned>(dp.f.s_q * dp.f.h_q), static_cast<unsigned>(dp.f.batch));
+    kernels::launch_dependent(flash_decode_combine_kernel<T, kDV>, cgrid, CombineConfig<kDV>::kThreads, 0, stream,
+                              dp.overlap, dp);
   }
 }
 

@@ -19,6 +19,7 @@
 
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "attn/mask_rule.h"
@@ -27,6 +28,7 @@
 #include "backends/flash/sequence.cuh"
 #include "backends/flash_decode/decode_config.h"
 #include "backends/flash_decode/decode_params.h"
+#include "kernels/dependent_launch.cuh"
 #include "kernels/sm80/cp_async.cuh"
 #include "kernels/sm80/mma.cuh"
 #include "kernels/sm80/warp_gemm.cuh"
@@ -43,17 +45,26 @@ __device__ __forceinline__ float* lse_at(const flash::FwdParams& p, int b, int64
   return p.lse + b * p.lse_batch_stride + token * p.lse_row_stride + h * p.lse_head_stride;
 }
 
-// Where key j of sequence b (KV head h) starts in K and in V, in elements;
-// -1 past the sequence (its rows are zero-filled). One thread per row
-// computes these a tile ahead (the block table's read is a dependent load),
-// and every thread copying the row reads them from shared memory.
-struct RowOffsets {
-  int64_t k, v;
+// Where key j of sequence b (KV head h) starts in K and in V; null past the
+// sequence (its rows are zero-filled). A key from `appended_from` on is a
+// new token, read where the caller passed it (DecodeParams::k_new). One
+// thread per row computes these a tile ahead (the block table's read is a
+// dependent load), and every thread copying the row reads them from shared
+// memory.
+struct KeyRow {
+  const void* k;
+  const void* v;
 };
-__device__ __forceinline__ RowOffsets key_offsets(const DecodeParams& dp, int b, int row_of_b,
-                                                  const flash::SeqExtent& seq, int h, int j) {
+template <typename T>
+__device__ __forceinline__ KeyRow key_row(const DecodeParams& dp, int b, int row_of_b, const flash::SeqExtent& seq,
+                                          int appended_from, int h, int j) {
   const flash::FwdParams& p = dp.f;
-  if (j >= seq.len_kv) return {-1, -1};
+  if (j >= seq.len_kv) return {nullptr, nullptr};
+  if (j >= appended_from) {
+    const int64_t t = j - appended_from;  // < s_new: the sequence ends by appended_from + s_new
+    return {static_cast<const T*>(dp.k_new) + b * dp.k_new_stride[0] + t * dp.k_new_stride[1] + h * dp.k_new_stride[2],
+            static_cast<const T*>(dp.v_new) + b * dp.v_new_stride[0] + t * dp.v_new_stride[1] + h * dp.v_new_stride[2]};
+  }
   int64_t outer, inner;
   if (p.cache.block_table) {
     outer = flash::cache_block(p.cache, b, j);
@@ -62,8 +73,38 @@ __device__ __forceinline__ RowOffsets key_offsets(const DecodeParams& dp, int b,
     outer = row_of_b;
     inner = static_cast<int64_t>(seq.start_kv) + j;
   }
-  return {outer * p.k_batch_stride + inner * p.k_row_stride + h * p.k_head_stride,
-          outer * p.v_batch_stride + inner * p.v_row_stride + h * p.v_head_stride};
+  return {static_cast<const T*>(p.k) + outer * p.k_batch_stride + inner * p.k_row_stride + h * p.k_head_stride,
+          static_cast<const T*>(p.v) + outer * p.v_batch_stride + inner * p.v_row_stride + h * p.v_head_stride};
+}
+
+// The append of DecodeParams::k_new / v_new for sequence b, KV head h, by
+// one CTA: the cache's positions from its length on, those inside the cache
+// (as kvcache_append.cu's kernel writes them, without rotary). No CTA of
+// this grid reads them back from the cache.
+template <typename T, int kDQK, int kDV>
+__device__ __forceinline__ void append_new_rows(const DecodeParams& dp, int b, int row_of_b, int h, int tid,
+                                                int threads) {
+  const flash::FwdParams& p = dp.f;
+  constexpr int kCK = kDQK / 8, kCV = kDV / 8;
+  const int len = flash::cache_length(p.cache, b);
+  for (int idx = tid; idx < p.cache.s_new * (kCK + kCV); idx += threads) {
+    const int t = idx / (kCK + kCV), c = idx % (kCK + kCV), pos = len + t;
+    if (pos < 0 || pos >= p.cache.capacity) continue;
+    int64_t outer = row_of_b, inner = pos;
+    if (p.cache.block_table) {
+      outer = flash::cache_block(p.cache, b, pos);
+      inner = pos % p.cache.block_size;
+    }
+    const bool is_k = c < kCK;
+    const int64_t* st = is_k ? dp.k_new_stride : dp.v_new_stride;
+    const T* src = static_cast<const T*>(is_k ? dp.k_new : dp.v_new) + b * st[0] + t * st[1] + h * st[2] +
+                   8 * (is_k ? c : c - kCK);
+    T* dst = is_k ? static_cast<T*>(dp.k_cache) + outer * p.k_batch_stride + inner * p.k_row_stride +
+                        h * p.k_head_stride + 8 * c
+                  : static_cast<T*>(dp.v_cache) + outer * p.v_batch_stride + inner * p.v_row_stride +
+                        h * p.v_head_stride + 8 * (c - kCK);
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+  }
 }
 
 template <typename T, int kDQK, int kDV>
@@ -75,6 +116,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
   using TileV = typename Cfg::TileV;
   constexpr int kN = Cfg::kBlockN, kRows = Cfg::kRows, NO = kDV / 8;
   const flash::FwdParams& p = dp.f;
+  kernels::allow_dependent_launch();  // the combine kernel's CTAs wait for this grid's end
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int m_block = blockIdx.x % dp.m_blocks, split = blockIdx.x / dp.m_blocks;
@@ -102,6 +144,12 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
     }
   }
 
+  // Started during the KV cache's prologue: wait for it before reading the
+  // rows it appends (from the cache length on) or the q it rotates; a CTA
+  // whose keys end before the appended rows starts on them at once.
+  if (dp.q_from_prologue || (p.cache.s_new > 0 && t_end * kN > flash::cache_length(p.cache, b)))
+    kernels::wait_for_prior_grid();
+
   // This thread's two rows (mma layout: lane / 4 and lane / 4 + 8).
   KeyRange<int> keys[2];
   float slope[2];
@@ -119,27 +167,28 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
   const uint32_t q_smem = sm80::smem_addr(smem);
   auto k_stage = [&](int s) { return q_smem + TileQ::kBytes + s * Cfg::kStageBytes; };
   auto v_stage = [&](int s) { return k_stage(s) + TileK::kBytes; };
-  // Row offsets of kStages tiles (slot = tile index % kStages), after the
+  // Row addresses of kStages tiles (slot = tile index % kStages), after the
   // merge area's end so the merge never overlaps them.
   constexpr int kStages = Cfg::kStages;
-  RowOffsets* const row_off = reinterpret_cast<RowOffsets*>(smem + Cfg::kOffsetsAt);
-  auto offsets_of = [&](int t) {  // this thread's row of tile t (threads < kN)
-    return key_offsets(dp, b, row_of_b, seq, kvh, t * kN + tid);
+  KeyRow* const row_at = reinterpret_cast<KeyRow*>(smem + Cfg::kOffsetsAt);
+  const int appended_from = dp.k_new ? flash::cache_length(p.cache, b) : INT_MAX;
+  auto rows_of = [&](int t) {  // this thread's row of tile t (threads < kN)
+    return key_row<T>(dp, b, row_of_b, seq, appended_from, kvh, t * kN + tid);
   };
   auto load_tile = [&](int t, int s) {
     constexpr int kCK = kDQK / 8, kCV = kDV / 8;
-    const RowOffsets* const off = row_off + (t % kStages) * kN;
+    const KeyRow* const at = row_at + (t % kStages) * kN;
     for (int idx = tid; idx < kN * kCK; idx += Cfg::kThreads) {
       const int row = idx / kCK, c = idx % kCK;
-      const int64_t o = off[row].k;
-      sm80::cp_async_16(k_stage(s) + TileK::byte_offset(row, c), static_cast<const T*>(p.k) + (o < 0 ? 0 : o + 8 * c),
-                        o >= 0);
+      const T* src = static_cast<const T*>(at[row].k);
+      sm80::cp_async_16(k_stage(s) + TileK::byte_offset(row, c), src ? src + 8 * c : static_cast<const T*>(p.k),
+                        src != nullptr);
     }
     for (int idx = tid; idx < kN * kCV; idx += Cfg::kThreads) {
       const int row = idx / kCV, c = idx % kCV;
-      const int64_t o = off[row].v;
-      sm80::cp_async_16(v_stage(s) + TileV::byte_offset(row, c), static_cast<const T*>(p.v) + (o < 0 ? 0 : o + 8 * c),
-                        o >= 0);
+      const T* src = static_cast<const T*>(at[row].v);
+      sm80::cp_async_16(v_stage(s) + TileV::byte_offset(row, c), src ? src + 8 * c : static_cast<const T*>(p.v),
+                        src != nullptr);
     }
   };
 
@@ -157,7 +206,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
       sm80::cp_async_16(q_smem + TileQ::byte_offset(row, c), ok ? src : p.q, ok);
     }
     if (tid < kN)
-      for (int t = t_begin; t < t_begin + kStages && t < t_end; ++t) row_off[(t % kStages) * kN + tid] = offsets_of(t);
+      for (int t = t_begin; t < t_begin + kStages && t < t_end; ++t) row_at[(t % kStages) * kN + tid] = rows_of(t);
     __syncthreads();
     // The first kStages - 1 tiles in flight, one commit group each (empty
     // groups past the end keep the count the loop waits on uniform).
@@ -167,6 +216,9 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
       sm80::cp_async_commit();
     }
   }
+  // The new tokens into the cache (no kernel appended them), by one CTA per
+  // (sequence, KV head), while its first tiles load.
+  if (dp.k_new && split == 0 && m_block == 0) append_new_rows<T, kDQK, kDV>(dp, b, row_of_b, kvh, tid, Cfg::kThreads);
   for (int t = t_begin; t < t_end; ++t) {
     const int s = (t - t_begin) % kStages;
     // Tile t + kStages - 1 into the stage tile t - 1 used (free since the
@@ -177,9 +229,9 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
     // Tile t + kStages's rows, into the slot tile t's copies were issued
     // from: the block table's reads go out now and are consumed after this
     // tile's products, so their latency hides under them.
-    RowOffsets ahead{-1, -1};
+    KeyRow ahead{nullptr, nullptr};
     const bool prefetch = tid < kN && t + kStages < t_end;
-    if (prefetch) ahead = offsets_of(t + kStages);
+    if (prefetch) ahead = rows_of(t + kStages);
     __syncthreads();
 
     float sc[1][2][4];
@@ -229,9 +281,11 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
       }
     }
     sm80::gemm_rb<T, 1, 2, NO, TileV>(o, sc, v_stage(s) + 16 * warp * TileV::kRowBytes, lane);
-    if (prefetch) row_off[(t % kStages) * kN + tid] = ahead;
+    if (prefetch) row_at[(t % kStages) * kN + tid] = ahead;
     __syncthreads();  // tile t's stage is free, tile t + kStages's offsets visible
   }
+
+  kernels::wait_for_prior_grid();  // before this grid's first write (the prologue reads q, k and v)
 
   // The warps' partial results into shared memory (over the stages).
   float* const o_merge = reinterpret_cast<float*>(smem + TileQ::kBytes);  // [warp][row][kDV]
@@ -316,74 +370,120 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
   if (p.lse && sub == 0) *lse_at(p, b, static_cast<int64_t>(seq.start_q) + i, hq) = lse;
 }
 
-// Merges the splits of one row (a warp per row): lse = log(sum over splits
-// of exp(lse_s) + exp(sink)), out = sum of exp(lse_s - lse) * o_s.
+// The combine kernel's shape: one CTA per row; its threads are groups of
+// kDV / 4 (a float4 of the row each), group g taking splits g, g + groups,
+// ... so every split's load of a row is in flight at once: the row's merge
+// costs one round trip to L2, not one per split.
+template <int kDV>
+struct CombineConfig {
+  static constexpr int kThreads = 256;
+  static constexpr int kChunks = kDV / 4;  // float4 columns of a row
+  static constexpr int kGroups = kThreads / kChunks;
+  static constexpr int kAhead = 8;  // splits per thread per batch of loads
+  static_assert(kDV % 4 == 0 && kThreads % kChunks == 0, "a row is whole float4s, groups fill the CTA");
+};
+
+// Merges the splits of one row: lse = log(sum over splits of exp(lse_s) +
+// exp(sink)), out = sum of exp(lse_s - lse) * o_s. Each group merges its
+// splits relative to its own max, then group 0 merges the groups.
 template <typename T, int kDV>
-__global__ void __launch_bounds__(128) flash_decode_combine_kernel(const __grid_constant__ DecodeParams dp) {
+__global__ void __launch_bounds__(CombineConfig<kDV>::kThreads)
+    flash_decode_combine_kernel(const __grid_constant__ DecodeParams dp) {
+  using Cfg = CombineConfig<kDV>;
   const flash::FwdParams& p = dp.f;
-  const int lane = threadIdx.x % 32;
-  const int64_t slot = static_cast<int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;  // (token, head) of sequence b
+  const int group = threadIdx.x / Cfg::kChunks, chunk = threadIdx.x % Cfg::kChunks;
+  const int i = static_cast<int>(blockIdx.x / p.h_q), hq = static_cast<int>(blockIdx.x % p.h_q);
   const int b = blockIdx.y;
-  if (slot >= static_cast<int64_t>(p.s_q) * p.h_q) return;
-  const int i = static_cast<int>(slot / p.h_q), hq = static_cast<int>(slot % p.h_q);
   const flash::SeqExtent seq = flash::sequence_extent(p, b);
   if (i >= (p.packed ? seq.len_q : p.s_q)) return;
   const int64_t token_index = p.packed ? static_cast<int64_t>(seq.start_q) + i : static_cast<int64_t>(b) * p.s_q + i;
   const int64_t row_id = token_index * p.h_q + hq;
+  kernels::wait_for_prior_grid();  // started during the decode kernel: its partial results
+
+  // This group's splits: max, sum of weights and weighted rows relative to
+  // the max, in batches of kAhead splits whose loads go out together. A
+  // split without keys (lse_s = -inf) adds nothing, even where its partial
+  // output is not finite; a NaN lse makes the row NaN.
+  float m = -INFINITY, w = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  bool nan = false;
+  for (int s0 = group; s0 < dp.splits; s0 += Cfg::kGroups * Cfg::kAhead) {
+    float x[Cfg::kAhead];
+    float4 v[Cfg::kAhead];
+#pragma unroll
+    for (int u = 0; u < Cfg::kAhead; ++u) {
+      const int s = s0 + u * Cfg::kGroups;
+      const bool in = s < dp.splits;
+      const int64_t at = static_cast<int64_t>(in ? s : 0) * dp.rows + row_id;
+      x[u] = in ? dp.lse_partial[at] : -INFINITY;
+      v[u] = in ? reinterpret_cast<const float4*>(dp.o_partial + at * kDV)[chunk] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float big = m;
+#pragma unroll
+    for (int u = 0; u < Cfg::kAhead; ++u) {
+      nan |= x[u] != x[u];
+      big = fmaxf(big, x[u]);
+    }
+    if (big == -INFINITY) continue;
+    const float rescale = __expf(m - big);  // 0 while m is -inf
+    w *= rescale;
+    acc = make_float4(acc.x * rescale, acc.y * rescale, acc.z * rescale, acc.w * rescale);
+#pragma unroll
+    for (int u = 0; u < Cfg::kAhead; ++u) {
+      if (x[u] == -INFINITY) continue;
+      const float e = __expf(x[u] - big);
+      w += e;
+      acc.x += e * v[u].x;
+      acc.y += e * v[u].y;
+      acc.z += e * v[u].z;
+      acc.w += e * v[u].w;
+    }
+    m = big;
+  }
+
+  __shared__ float4 acc_of[Cfg::kGroups][Cfg::kChunks];
+  __shared__ float m_of[Cfg::kGroups], w_of[Cfg::kGroups];
+  __shared__ int nan_any;
+  if (threadIdx.x == 0) nan_any = 0;
+  __syncthreads();
+  acc_of[group][chunk] = acc;
+  if (chunk == 0) {
+    m_of[group] = m;
+    w_of[group] = w;
+  }
+  if (nan) nan_any = 1;
+  __syncthreads();
+  if (group != 0) return;
+
   const float sink = detail::sink_logit(p.sink, hq);
   float big = sink;
-  bool nan = false;
-  for (int s = lane; s < dp.splits; s += 32) {
-    const float x = dp.lse_partial[s * dp.rows + row_id];
-    nan |= x != x;
-    big = fmaxf(big, x);
-  }
 #pragma unroll
-  for (int d = 16; d > 0; d >>= 1) big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, d));
-  nan = __any_sync(0xffffffffu, nan);
+  for (int g = 0; g < Cfg::kGroups; ++g) big = fmaxf(big, m_of[g]);
   float sum = 0.f;
+  float4 out4 = make_float4(0.f, 0.f, 0.f, 0.f);
   if (big != -INFINITY) {
-    for (int s = lane; s < dp.splits; s += 32) sum += __expf(dp.lse_partial[s * dp.rows + row_id] - big);
+    sum = __expf(sink - big);
 #pragma unroll
-    for (int d = 16; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
-    sum += __expf(sink - big);
-  }
-  const float lse = nan ? NAN : big == -INFINITY ? -INFINITY : big + __logf(sum);
-  // The splits' outputs, 8 at a time with their loads in flight together (a
-  // loop of dependent loads, one split after the other, cost a long
-  // sequence's call more than its last wave). Every split wrote its rows;
-  // one without keys (lse_s = -inf) adds nothing, even where its partial
-  // output is not finite.
-  constexpr int kPer = kDV / 32, kAhead = 8;  // columns per lane, splits per batch of loads
-  float acc[kPer] = {};
-  if (lse != -INFINITY)
-    for (int s0 = 0; s0 < dp.splits; s0 += kAhead) {
-      float x[kAhead];
-      float2 v[kAhead][kPer / 2];
-#pragma unroll
-      for (int u = 0; u < kAhead; ++u) {
-        const int s = s0 + u;
-        x[u] = s < dp.splits ? dp.lse_partial[s * dp.rows + row_id] : -INFINITY;
-        const float* part = dp.o_partial + (min(s, dp.splits - 1) * dp.rows + row_id) * kDV;
-        const float2* src = reinterpret_cast<const float2*>(part + lane * kPer);
-#pragma unroll
-        for (int c = 0; c < kPer / 2; ++c) v[u][c] = s < dp.splits ? src[c] : make_float2(0.f, 0.f);
-      }
-#pragma unroll
-      for (int u = 0; u < kAhead; ++u) {
-        const bool none = x[u] == -INFINITY;
-        const float w = none ? 0.f : __expf(x[u] - lse);
-#pragma unroll
-        for (int c = 0; c < kPer / 2; ++c) {
-          acc[2 * c] += none ? 0.f : w * v[u][c].x;
-          acc[2 * c + 1] += none ? 0.f : w * v[u][c].y;
-        }
-      }
+    for (int g = 0; g < Cfg::kGroups; ++g) {
+      if (m_of[g] == -INFINITY) continue;
+      const float e = __expf(m_of[g] - big);
+      const float4 a = acc_of[g][chunk];
+      sum += e * w_of[g];
+      out4.x += e * a.x;
+      out4.y += e * a.y;
+      out4.z += e * a.z;
+      out4.w += e * a.w;
     }
-  T* const out = out_row<T>(p, b, static_cast<int64_t>(seq.start_q) + i, hq) + lane * kPer;
-#pragma unroll
-  for (int c = 0; c < kPer; c += 2) *reinterpret_cast<uint32_t*>(out + c) = sm80::pack2<T>(acc[c], acc[c + 1]);
-  if (p.lse && lane == 0) *lse_at(p, b, static_cast<int64_t>(seq.start_q) + i, hq) = lse;
+  }
+  // No key and no sink: zeros and lse -inf, as with one split.
+  const bool none = big == -INFINITY;
+  const float inv = none ? 0.f : 1.f / sum;
+  const float lse = nan_any ? NAN : none ? -INFINITY : big + __logf(sum);
+  const float4 o = nan_any ? make_float4(NAN, NAN, NAN, NAN)
+                           : make_float4(out4.x * inv, out4.y * inv, out4.z * inv, out4.w * inv);
+  T* const out = out_row<T>(p, b, static_cast<int64_t>(seq.start_q) + i, hq) + 4 * chunk;
+  *reinterpret_cast<uint2*>(out) = make_uint2(sm80::pack2<T>(o.x, o.y), sm80::pack2<T>(o.z, o.w));
+  if (p.lse && chunk == 0) *lse_at(p, b, static_cast<int64_t>(seq.start_q) + i, hq) = lse;
 }
 
 }  // namespace attn::flash_decode

@@ -130,6 +130,8 @@ void run(const Problem& p, DecodeParams dp, const Plan& pl, const RunContext& ct
   dp.m_blocks = pl.m_blocks;
   dp.splits = pl.splits;
   dp.rows = p.total_q * p.h_q;
+  const DeviceInfo dev = query_device(p.device);
+  dp.overlap = dev.sm >= 90 && !dev.simulated;
   if (pl.splits > 1 && !dp.o_partial) {  // run_kvcache carves them beside its own scratch
     detail::Carver c(static_cast<char*>(detail::workspace(ctx, p.device.index, workspace_bytes(p, pl))));
     dp.o_partial = c.take<float>(pl.splits * p.total_q * p.h_q * p.d_v);

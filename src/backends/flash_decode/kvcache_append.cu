@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/cuda_check.h"
+#include "kernels/dependent_launch.cuh"
 #include "kernels/float_convert.cuh"
 
 namespace attn::flash_decode {
@@ -33,6 +34,7 @@ __device__ __forceinline__ float rotated(const AppendParams& a, const T* x, int 
 // One block per (new token, KV head) of sequence blockIdx.y.
 template <typename T, typename Trig>
 __global__ void __launch_bounds__(128) append_kernel(const AppendParams a) {
+  kernels::allow_dependent_launch();  // the decode kernel waits where it reads what this writes
   const int b = blockIdx.y, j = blockIdx.x / a.h_kv, h = blockIdx.x % a.h_kv;
   const int pos = flash::cache_length(a.cache, b) + j;
   if (pos < 0 || pos >= a.cache.capacity) return;  // only unchecked lengths get here: nothing is written
@@ -55,6 +57,7 @@ __global__ void __launch_bounds__(128) append_kernel(const AppendParams a) {
 // One block per (query token, query head) of sequence blockIdx.y.
 template <typename T, typename Trig>
 __global__ void __launch_bounds__(128) rotate_q_kernel(const AppendParams a) {
+  kernels::allow_dependent_launch();
   const int b = blockIdx.y, j = blockIdx.x / a.h_q, h = blockIdx.x % a.h_q;
   const int len = flash::cache_length(a.cache, b);
   int pos = a.q_by_row ? len + a.cache.s_new - a.s_q + j : len;
@@ -65,30 +68,32 @@ __global__ void __launch_bounds__(128) rotate_q_kernel(const AppendParams a) {
 }
 
 template <typename T, typename Trig>
-void launch(const AppendParams& a, cudaStream_t stream) {
+bool launch(const AppendParams& a, cudaStream_t stream) {
+  bool launched = false;
   if (a.cache.s_new > 0 && a.batch > 0 && a.h_kv > 0) {
     const dim3 grid(static_cast<unsigned>(a.cache.s_new * a.h_kv), static_cast<unsigned>(a.batch));
     append_kernel<T, Trig><<<grid, 128, 0, stream>>>(a);
     ATTN_CUDA(cudaGetLastError());
+    launched = true;
   }
   if (a.q_out && a.s_q > 0 && a.batch > 0 && a.h_q > 0) {
     rotate_q_kernel<T, Trig><<<dim3(static_cast<unsigned>(a.s_q * a.h_q), static_cast<unsigned>(a.batch)), 128, 0,
                                stream>>>(a);
     ATTN_CUDA(cudaGetLastError());
+    launched = true;
   }
+  return launched;
 }
 
 template <typename T>
-void launch_for(const AppendParams& a, cudaStream_t stream) {
-  if (a.trig_f32) launch<T, float>(a, stream);
-  else launch<T, T>(a, stream);
+bool launch_for(const AppendParams& a, cudaStream_t stream) {
+  return a.trig_f32 ? launch<T, float>(a, stream) : launch<T, T>(a, stream);
 }
 
 }  // namespace
 
-void launch_kvcache_prologue(const AppendParams& a, DType dtype, cudaStream_t stream) {
-  if (dtype == DType::bf16) launch_for<__nv_bfloat16>(a, stream);
-  else launch_for<__half>(a, stream);
+bool launch_kvcache_prologue(const AppendParams& a, DType dtype, cudaStream_t stream) {
+  return dtype == DType::bf16 ? launch_for<__nv_bfloat16>(a, stream) : launch_for<__half>(a, stream);
 }
 
 }  // namespace attn::flash_decode

@@ -46,7 +46,9 @@ struct AppendParams {
   bool q_by_row = false;
 };
 
-// Launches the append (s_new > 0) and q's rotation (q_out set) on `stream`.
-void launch_kvcache_prologue(const AppendParams& a, DType dtype, cudaStream_t stream);
+// Launches the append (s_new > 0) and q's rotation (q_out set) on `stream`;
+// whether it launched either. Both let the next kernel start early
+// (kernels/dependent_launch.cuh), which must wait before reading what they write.
+bool launch_kvcache_prologue(const AppendParams& a, DType dtype, cudaStream_t stream);
 
 }  // namespace attn::flash_decode

@@ -1,0 +1,147 @@
+"""Where a small decode call's time goes (issue 43): one query token per
+sequence at batch 1 and 8, whose K+V (16-64 MB) fit in the H100's L2.
+
+Each call is replayed from a CUDA graph (no host time), over ROT rotating
+sets of tensors (q, caches, new k/v), each call a different set, so every
+call reads its keys from HBM as a model's layers do; the same on one set
+(L2-warm, bench/decode.py --graphs' figure) beside it. attn runs
+forward_with_kvcache with and without the append, and at several split
+counts; SDPA cuDNN and flash run on the same caches' views. Then one replay
+of each under torch.profiler: every kernel, its time and the gap before it.
+
+    PYTHONPATH=/tmp/py python3 bench/diagnostics/decode_latency.py [--points b:s_kv:h_q/h_kv:d,..]
+"""
+import argparse
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import attn
+
+ROT = 8
+
+
+def make_sets(b, s_kv, h_q, h_kv, d, n):
+    dt = torch.bfloat16
+    sets = []
+    for _ in range(n):
+        q = torch.randn(b, 1, h_q, d, device="cuda", dtype=dt)
+        kc = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dt)
+        vc = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dt)
+        nk = torch.randn(b, 1, h_kv, d, device="cuda", dtype=dt)
+        nv = torch.randn(b, 1, h_kv, d, device="cuda", dtype=dt)
+        sets.append((q, kc, vc, nk, nv))
+    return sets
+
+
+def variants(sets, s_kv, h_q, h_kv):
+    b = sets[0][0].shape[0]
+    lens = torch.full((b,), s_kv - 1, dtype=torch.int32, device="cuda")
+    full = torch.full((b,), s_kv, dtype=torch.int32, device="cuda")
+
+    def kv(splits=0, append=True):
+        def run(t):
+            q, kc, vc, nk, nv = t
+            if append:
+                return attn.forward_with_kvcache(q, kc, vc, nk, nv, cache_seqlens=lens, num_splits=splits,
+                                                 check_seqlens=False)
+            return attn.forward_with_kvcache(q, kc, vc, cache_seqlens=full, num_splits=splits, check_seqlens=False)
+        return run
+
+    def sdpa(backend):
+        def run(t):
+            q, kc, vc, _, _ = t
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2),
+                                                      enable_gqa=h_q != h_kv)
+        return run
+
+    v = {"attn": kv(), "attn no append": kv(append=False)}
+    for s in (4, 8, 16, 32, 64):
+        v[f"attn splits {s}"] = kv(s, append=False)
+    v["sdpa_cudnn"] = sdpa(SDPBackend.CUDNN_ATTENTION)
+    v["sdpa_flash"] = sdpa(SDPBackend.FLASH_ATTENTION)
+    return v
+
+
+def capture(fn, sets):
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for t in sets:
+            fn(t)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for t in sets:
+            fn(t)
+    g.replay()
+    torch.cuda.synchronize()
+    return g
+
+
+def replay_us(g, calls, reps=30):
+    times = []
+    for _ in range(reps):
+        a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        e.record()
+        e.synchronize()
+        times.append(a.elapsed_time(e) * 1e3 / calls)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def kernels_of(g):
+    """Kernels of one replay: (name, duration us, gap before it us)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        g.replay()
+        torch.cuda.synchronize()
+    evs = sorted((e for e in prof.events() if e.device_type.name == "CUDA"), key=lambda e: e.time_range.start)
+    out, prev_end = [], None
+    for e in evs:
+        gap = 0.0 if prev_end is None else e.time_range.start - prev_end
+        out.append((e.name, e.time_range.elapsed_us(), gap))
+        prev_end = e.time_range.end
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--points", default="1:8192:32/8:64,1:8192:32/8:128,1:8192:64/8:128,1:32768:32/8:128,8:8192:32/8:128")
+    a = ap.parse_args()
+    for spec in a.points.split(","):
+        b, s_kv, heads, d = spec.split(":")
+        b, s_kv, d = int(b), int(s_kv), int(d)
+        h_q, h_kv = (int(x) for x in heads.split("/"))
+        kv_bytes = 2 * b * s_kv * h_kv * d * 2
+        sets = make_sets(b, s_kv, h_q, h_kv, d, ROT)
+        print(f"\n## b {b} s_kv {s_kv} h {h_q}/{h_kv} d {d}: K+V {kv_bytes / 2**20:.0f} MiB per call")
+        print(f"{'variant':18} {'rotating us':>11} {'TB/s':>6} {'one set us':>10} {'TB/s':>6}")
+        graphs = {}
+        for name, fn in variants(sets, s_kv, h_q, h_kv).items():
+            try:
+                g = capture(fn, sets)
+                g1 = capture(fn, sets[:1] * ROT)
+            except Exception as e:  # noqa: BLE001 - a variant that cannot run says why
+                print(f"{name:18} error: {type(e).__name__}: {str(e)[:120]}")
+                continue
+            graphs[name] = g
+            rot, one = replay_us(g, ROT), replay_us(g1, ROT)
+            print(f"{name:18} {rot:11.2f} {kv_bytes / rot / 1e6:6.2f} {one:10.2f} {kv_bytes / one / 1e6:6.2f}")
+        for name in ("attn", "attn no append", "sdpa_cudnn"):
+            if name not in graphs:
+                continue
+            ks = kernels_of(graphs[name])[:6]
+            print(f"  {name}, the first kernels of a replay (us, gap before):")
+            for n, t, gap in ks:
+                print(f"    {t:7.2f} (+{gap:5.2f}) {n[:90]}")
+        del sets, graphs
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
