@@ -10,6 +10,10 @@ counts; SDPA cuDNN and flash run on the same caches' views. Then one replay
 of each under torch.profiler: every kernel, its time and the gap before it.
 
     PYTHONPATH=/tmp/py python3 bench/diagnostics/decode_latency.py [--points b:s_kv:h_q/h_kv:d,..]
+
+--eager runs attn and SDPA cuDNN three times each per point and times
+nothing: the program to run under ncu (e.g. --kernel-name
+regex:"flash_decode_kernel|cudnn_generated" --launch-skip 2 --launch-count 1).
 """
 import argparse
 
@@ -112,6 +116,7 @@ def kernels_of(g):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--points", default="1:8192:32/8:64,1:8192:32/8:128,1:8192:64/8:128,1:32768:32/8:128,8:8192:32/8:128")
+    ap.add_argument("--eager", action="store_true", help="three calls of attn and SDPA cuDNN per point, untimed")
     a = ap.parse_args()
     for spec in a.points.split(","):
         b, s_kv, heads, d = spec.split(":")
@@ -119,6 +124,13 @@ def main():
         h_q, h_kv = (int(x) for x in heads.split("/"))
         kv_bytes = 2 * b * s_kv * h_kv * d * 2
         sets = make_sets(b, s_kv, h_q, h_kv, d, ROT)
+        if a.eager:
+            for name, fn in variants(sets, s_kv, h_q, h_kv).items():
+                if name in ("attn", "sdpa_cudnn"):
+                    for t in sets[:3]:
+                        fn(t)
+            torch.cuda.synchronize()
+            continue
         print(f"\n## b {b} s_kv {s_kv} h {h_q}/{h_kv} d {d}: K+V {kv_bytes / 2**20:.0f} MiB per call")
         print(f"{'variant':18} {'rotating us':>11} {'TB/s':>6} {'one set us':>10} {'TB/s':>6}")
         graphs = {}

@@ -7,6 +7,8 @@ with attn_implementation="attn" as with transformers' own "sdpa" (Gemma-2:
 runs its reference backend in float32; on a GPU, bf16 against the same bar as
 the layer tests (no further from float32 than twice PyTorch's own bf16)."""
 
+import copy
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -324,3 +326,114 @@ def test_cuda_decode_steps_at_head_dim_64(kind, padding):
     shape_q, shape_kv = (3, 1, 4, 64), (3, 46, 2, 64)
     ex = attn.explain(shape_q, shape_kv, shape_kv, dtype="bfloat16", mask="causal_bottom_right", device="cuda")
     assert ex.chosen == "flash_decode", ex.why
+
+
+# ---- static caches: a mask over the whole cache, and a captured decode step -------------
+
+
+def _static_steps(model, impl, ids, nxt, capacity, left_pad=0):
+    """Prefill into a StaticCache, then one token per step, with transformers'
+    2-D mask spanning the whole cache (its columns past the tokens 0): every
+    step's logits. left_pad: that many padding columns open row 1."""
+    model.set_attn_implementation(impl)
+    model.eval()
+    b, p = ids.shape
+    cache = transformers.StaticCache(config=model.config, max_cache_len=capacity)
+    mask = torch.zeros(b, capacity, dtype=torch.long, device=ids.device)
+    mask[:, :p] = 1
+    mask[1, :left_pad] = 0
+    pos = (mask[:, :p].cumsum(-1) - 1).clamp(min=0)
+    logits = []
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+        logits.append(out.logits[:, -1])
+        for t in range(nxt.shape[1]):
+            mask[:, p + t] = 1
+            pos = pos[:, -1:] + 1
+            out = model(input_ids=nxt[:, t: t + 1], attention_mask=mask, position_ids=pos, past_key_values=cache,
+                        use_cache=True)
+            logits.append(out.logits[:, -1])
+    return torch.stack(logits, dim=1)
+
+
+@pytest.mark.parametrize("left_pad", [0, 3])
+def test_static_cache_with_a_mask_over_the_whole_cache(left_pad):
+    # The queries sit at the cache's fill point, not at the mask's last
+    # columns (those are unfilled): attn must read where they are.
+    model = tiny_model("llama_gqa")
+    ids, _, _ = batch("none")
+    nxt = torch.randint(3, VOCAB, (ids.shape[0], 4), generator=torch.Generator().manual_seed(5))
+    got = _static_steps(model, "attn", ids, nxt, capacity=SEQ + 9, left_pad=left_pad)
+    want = _static_steps(model, "sdpa", ids, nxt, capacity=SEQ + 9, left_pad=left_pad)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
+
+
+@needs_gpu
+def test_cuda_graph_replays_a_static_cache_decode_step():
+    """A Llama-style decode step over a StaticCache (head dim 64, flash_decode)
+    captured with torch.cuda.graph and replayed on new tokens: the logits of
+    the same steps run eagerly; a replay whose mask is not right padding (a
+    left-padded row) gives NaN, not another answer."""
+    b, p, capacity, steps = 3, 40, 64, 5
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(3, VOCAB, (b, p), generator=g).cuda()
+    nxt = torch.randint(3, VOCAB, (b, steps + 1), generator=g).cuda()
+    model = tiny_model("llama_gqa", dtype=torch.bfloat16, device="cuda", head_dim=64)
+    want = _static_steps(model, "attn", ids, nxt, capacity)  # eager, step by step
+    assert torch.allclose(want.float(), _static_steps(model, "sdpa", ids, nxt, capacity).float(), atol=5e-2, rtol=5e-2)
+
+    model.set_attn_implementation("attn")
+    cache = transformers.StaticCache(config=model.config, max_cache_len=capacity)
+    mask = torch.zeros(b, capacity, dtype=torch.long, device="cuda")
+    mask[:, :p + 1] = 1
+    tok, pos = nxt[:, :1].clone(), torch.full((b, 1), p, device="cuda")
+
+    def step():
+        return model(input_ids=tok, attention_mask=mask, position_ids=pos, past_key_values=cache,
+                     use_cache=True).logits[:, -1]
+
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=mask[:, :p], position_ids=torch.arange(p, device="cuda")[None].expand(b, p),
+              past_key_values=cache, use_cache=True)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            first = step()  # the warm-up: token p, eagerly
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            logits = step()
+    torch.testing.assert_close(first, want[:, 1], atol=1e-2, rtol=1e-2)
+    for t in range(1, steps):
+        tok.copy_(nxt[:, t: t + 1])
+        pos.fill_(p + t)
+        mask[:, p + t] = 1
+        graph.replay()
+        torch.testing.assert_close(logits, want[:, t + 1], atol=1e-2, rtol=1e-2, msg=lambda m: f"step {t}: {m}")
+    mask[1, 0] = 0  # row 1 now left-padded: not what the capture holds
+    tok.copy_(nxt[:, steps: steps + 1])
+    pos.fill_(p + steps)
+    mask[:, p + steps] = 1
+    graph.replay()
+    assert torch.isnan(logits).all()
+
+
+@needs_gpu
+def test_cuda_llama3_8b_shaped_teacher_forced_logits():
+    """Llama-3-8B's attention and widths (h 32/8, d 128, hidden 4096, its
+    vocabulary), two layers of random weights: teacher-forced logits of a
+    prefill and decode steps through attn as close to float32 as "sdpa"'s
+    own bf16 run."""
+    cfg = transformers.LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=2,
+                                   num_attention_heads=32, num_key_value_heads=8, head_dim=128, rope_theta=500000.0,
+                                   max_position_embeddings=8192, initializer_range=0.02)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        ref_model = transformers.LlamaForCausalLM(cfg)
+    model = copy.deepcopy(ref_model).to(dtype=torch.bfloat16)  # the same weights, rounded
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(3, 128256, (2, 300), generator=g).cuda()
+    mask = torch.ones_like(ids)
+    d_ref = decode(ref_model, "sdpa", ids, mask, steps=6)
+    _within_twice_pytorch({"decode": decode(model, "attn", ids, mask, steps=6)},
+                          {"decode": decode(model, "sdpa", ids, mask, steps=6)}, {"decode": d_ref}, "llama-3-8b shape")

@@ -91,8 +91,21 @@ def attention_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int
         return mu.sdpa_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset,
                             kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
                             use_vmap=use_vmap, **kwargs)
-    return mu.flash_attention_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length,
-                                   q_offset=q_offset, kv_offset=kv_offset, attention_mask=attention_mask)
+    if attention_mask is not None and _capturing(attention_mask):
+        mask = attention_mask[:, -kv_length:]  # flash_attention_mask's .all() would wait for the GPU
+    else:
+        mask = mu.flash_attention_mask(batch_size=batch_size, q_length=q_length, kv_length=kv_length,
+                                       q_offset=q_offset, kv_offset=kv_offset, attention_mask=attention_mask)
+    # A static cache's mask spans the whole cache, its columns past the
+    # queries unfilled: the queries end at column q_offset + q_length, not at
+    # the mask's end. The offset is a tensor there, which the layers' cache
+    # updates move on in place, so its sum is taken now (on the device).
+    if mask is not None and kv_offset == 0 and q_offset is not None:
+        q_end = q_offset + q_length
+        if isinstance(q_end, torch.Tensor) or q_end < mask.shape[1]:
+            mask = mask[:, :]  # a view of our own to carry it
+            mask._attn_q_end = q_end
+    return mask
 
 
 # ---- from transformers' masks to attn's sequences --------------------------------------
@@ -118,18 +131,27 @@ def _cached(t: Tensor, extra: tuple, build: Any) -> Any:
     return value
 
 
+def _capturing(t: Tensor) -> bool:
+    """Whether a CUDA graph is being captured on t's device (nothing may wait for the GPU)."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
 def _cu(lengths: Tensor) -> Tensor:
     return torch.nn.functional.pad(torch.cumsum(lengths, 0, dtype=torch.int32), (1, 0))
 
 
 class _Padding:
     """How a 2-D mask [b, L] (True = real token) maps onto attn's sequences.
-    Queries are the last s_q columns (transformers' convention with a cache)."""
+    Queries are the s_q columns before q_end (a static cache's unfilled
+    columns follow them), else the last s_q columns (transformers' convention
+    with a dynamic cache)."""
 
-    def __init__(self, mask: Tensor, s_q: int, s_kv: int) -> None:
+    def __init__(self, mask: Tensor, s_q: int, s_kv: int, q_end: Any = None) -> None:
         m = mask.to(torch.bool)
         if m.shape[1] > s_kv:  # never from transformers; the keys are the last s_kv columns
             m = m[:, -s_kv:]
+        if q_end is not None:
+            m = m[:, :int(q_end)]
         b, L = m.shape
         self.L = L
         lengths = m.sum(dim=1, dtype=torch.int32)
@@ -218,7 +240,10 @@ def attention_forward(module: torch.nn.Module, query: Tensor, key: Tensor, value
 
     # From here on cu_seqlens are _Padding's, valid by construction: attn need not
     # read them back (a wait for the GPU in each pass of each layer).
-    pad = _cached(attention_mask, (s_q, s_kv), lambda: _Padding(attention_mask, s_q, s_kv))
+    q_end = getattr(attention_mask, "_attn_q_end", None)
+    if _capturing(attention_mask):
+        return _captured_padding(q, k, v, attention_mask, q_end, causal, kw), None
+    pad = _cached(attention_mask, (s_q, s_kv), lambda: _Padding(attention_mask, s_q, s_kv, q_end))
     if pad.right_padded:  # cu_seqlens over the padded tensors, no copy
         out = attention(q, k, v, mask="padding_causal_bottom_right" if causal else "padding",
                         cu_seqlens_q=pad.cu_q, cu_seqlens_kv=pad.cu_kv, max_seqlen_q=s_q, max_seqlen_kv=s_kv,
@@ -234,6 +259,28 @@ def attention_forward(module: torch.nn.Module, query: Tensor, key: Tensor, value
                       check_seqlens=False, **kw)  # (0 would ask attn to read the maxima)
     out = out_t.new_zeros(b, s_q, h, d_v).index_put((pad.q_m,), out_t)  # padding rows: 0
     return out, None
+
+
+def _captured_padding(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, q_end: Any, causal: bool, kw: dict) -> Tensor:
+    """A 2-D mask inside a CUDA graph capture, where nothing may wait for the
+    GPU: the mask is taken as right padding (no padding, or a static cache's
+    unfilled columns), its lengths computed on the device, so a replay reads
+    the new mask and lengths. Left padding needs its token counts on the host
+    (the gather above) and cannot be captured: a replayed step whose mask is
+    not right padding writes NaN (visible), never another answer."""
+    s_q, s_kv = q.shape[1], k.shape[1]
+    m = mask.to(torch.bool)
+    if m.shape[1] > s_kv:
+        m = m[:, -s_kv:]
+    cols = torch.arange(m.shape[1], device=m.device)
+    end = m.shape[1] if q_end is None else q_end
+    m = m & (cols < end)[None, :]
+    lengths = m.sum(dim=1, dtype=torch.int32)
+    first_query = lengths - (end - s_q)
+    ok = ((cols[None, :] < lengths[:, None]) == m).all() & (first_query >= 0).all()
+    out = attention(q, k, v, mask="padding_causal_bottom_right" if causal else "padding", cu_seqlens_q=_cu(first_query),
+                    cu_seqlens_kv=_cu(lengths), max_seqlen_q=s_q, max_seqlen_kv=s_kv, check_seqlens=False, **kw)
+    return out.masked_fill(~ok, float("nan"))
 
 
 def _varlen_kwargs(kwargs: dict, b: int) -> Optional[tuple]:

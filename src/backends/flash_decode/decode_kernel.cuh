@@ -51,7 +51,7 @@ __device__ __forceinline__ float* lse_at(const flash::FwdParams& p, int b, int64
 // thread per row computes these a tile ahead (the block table's read is a
 // dependent load), and every thread copying the row reads them from shared
 // memory.
-struct KeyRow {
+struct alignas(16) KeyRow {  // one 16-byte shared load reads both
   const void* k;
   const void* v;
 };
@@ -75,6 +75,47 @@ __device__ __forceinline__ KeyRow key_row(const DecodeParams& dp, int b, int row
   }
   return {static_cast<const T*>(p.k) + outer * p.k_batch_stride + inner * p.k_row_stride + h * p.k_head_stride,
           static_cast<const T*>(p.v) + outer * p.v_batch_stride + inner * p.v_row_stride + h * p.v_head_stride};
+}
+
+// The copies of one tile of K and V into their stage: 16 bytes per thread
+// and copy, rows past the sequence zero-filled. Where a row's chunks divide
+// the CTA's threads (and K's rows are as wide as V's), each thread keeps one
+// chunk column, its rows kThreads / kChunks apart: it reads its rows'
+// addresses first (one shared load per row for both), then issues every
+// copy. A general loop over (row, chunk) spent three times the
+// instructions, each copy waiting on its own address's load.
+template <typename T, class TileK, class TileV, int kThreads>
+__device__ __forceinline__ void copy_kv_tile(uint32_t k_stage, uint32_t v_stage, const KeyRow* rows, int tid,
+                                             const T* any_k, const T* any_v) {
+  constexpr int kChunks = TileK::kChunks, kRows = TileK::kBytes / TileK::kRowBytes;
+  if constexpr (kChunks == TileV::kChunks && kThreads % kChunks == 0) {
+    constexpr int kStep = kThreads / kChunks, kPer = kRows / kStep;
+    const int c = tid % kChunks, r0 = tid / kChunks;
+    KeyRow at[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) at[i] = rows[r0 + kStep * i];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const T* src = static_cast<const T*>(at[i].k);
+      sm80::cp_async_16(k_stage + TileK::byte_offset(r0 + kStep * i, c), src ? src + 8 * c : any_k, src != nullptr);
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const T* src = static_cast<const T*>(at[i].v);
+      sm80::cp_async_16(v_stage + TileV::byte_offset(r0 + kStep * i, c), src ? src + 8 * c : any_v, src != nullptr);
+    }
+  } else {
+    for (int idx = tid; idx < kRows * kChunks; idx += kThreads) {
+      const int r = idx / kChunks, ch = idx % kChunks;
+      const T* src = static_cast<const T*>(rows[r].k);
+      sm80::cp_async_16(k_stage + TileK::byte_offset(r, ch), src ? src + 8 * ch : any_k, src != nullptr);
+    }
+    for (int idx = tid; idx < kRows * TileV::kChunks; idx += kThreads) {
+      const int r = idx / TileV::kChunks, ch = idx % TileV::kChunks;
+      const T* src = static_cast<const T*>(rows[r].v);
+      sm80::cp_async_16(v_stage + TileV::byte_offset(r, ch), src ? src + 8 * ch : any_v, src != nullptr);
+    }
+  }
 }
 
 // The append of DecodeParams::k_new / v_new for sequence b, KV head h, by
@@ -154,12 +195,16 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
   KeyRange<int> keys[2];
   float slope[2];
   int token[2];
+  // The keys both rows see (rows past the tile's last, which no one reads,
+  // see all): a tile inside them needs no mask.
+  KeyRange<int> seen_by_both{INT_MIN, INT_MAX};
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = r0 + lane / 4 + 8 * h;
     token[h] = r / g;
     const bool valid = r < rows && token[h] < seq.len_q;
     keys[h] = valid ? flash::row_keys(p, seq, token[h]) : KeyRange<int>{0, 0};
+    if (r < rows) seen_by_both = {max(seen_by_both.begin, keys[h].begin), min(seen_by_both.end, keys[h].end)};
     const int hq = kvh * g + r % g;
     slope[h] = p.alibi && valid ? p.alibi[b * p.alibi_batch_stride + hq * p.alibi_head_stride] : 0.f;
   }
@@ -176,20 +221,9 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
     return key_row<T>(dp, b, row_of_b, seq, appended_from, kvh, t * kN + tid);
   };
   auto load_tile = [&](int t, int s) {
-    constexpr int kCK = kDQK / 8, kCV = kDV / 8;
     const KeyRow* const at = row_at + (t % kStages) * kN;
-    for (int idx = tid; idx < kN * kCK; idx += Cfg::kThreads) {
-      const int row = idx / kCK, c = idx % kCK;
-      const T* src = static_cast<const T*>(at[row].k);
-      sm80::cp_async_16(k_stage(s) + TileK::byte_offset(row, c), src ? src + 8 * c : static_cast<const T*>(p.k),
-                        src != nullptr);
-    }
-    for (int idx = tid; idx < kN * kCV; idx += Cfg::kThreads) {
-      const int row = idx / kCV, c = idx % kCV;
-      const T* src = static_cast<const T*>(at[row].v);
-      sm80::cp_async_16(v_stage(s) + TileV::byte_offset(row, c), src ? src + 8 * c : static_cast<const T*>(p.v),
-                        src != nullptr);
-    }
+    copy_kv_tile<T, TileK, TileV, Cfg::kThreads>(k_stage(s), v_stage(s), at, tid, static_cast<const T*>(p.k),
+                                                 static_cast<const T*>(p.v));
   };
 
   float o[1][NO][4];
@@ -238,23 +272,32 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
     sm80::zero(sc);
     sm80::gemm_abt<T, 1, 2, kDQK, TileQ, TileK>(sc, q_smem, k_stage(s) + 16 * warp * TileK::kRowBytes, 0, lane);
     const int n0 = t * kN + 16 * warp;
+    const bool unmasked = __all_sync(0xffffffffu, seen_by_both.begin <= n0 && n0 + 16 <= seen_by_both.end);
+    if (unmasked && !p.score_mods) {  // most tiles of a decode step: the scale alone
 #pragma unroll
-    for (int na = 0; na < 2; ++na)
+      for (int na = 0; na < 2; ++na)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1, j = n0 + 8 * na + 2 * (lane & 3) + (e & 1);
-        float x = sc[0][na][e];
-        if (p.score_mods) {
-          float unused;
-          x = flash::modified_score(x, p, slope[h], token[h], j, seq.shift, unused);
-        } else {
-          x *= p.scale_log2;
+        for (int e = 0; e < 4; ++e) sc[0][na][e] *= p.scale_log2;
+    } else {
+#pragma unroll
+      for (int na = 0; na < 2; ++na)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1, j = n0 + 8 * na + 2 * (lane & 3) + (e & 1);
+          float x = sc[0][na][e];
+          if (p.score_mods) {
+            float unused;
+            x = flash::modified_score(x, p, slope[h], token[h], j, seq.shift, unused);
+          } else {
+            x *= p.scale_log2;
+          }
+          sc[0][na][e] = keys[h].contains(j) ? x : -INFINITY;
         }
-        sc[0][na][e] = keys[h].contains(j) ? x : -INFINITY;
-      }
+    }
     // The running softmax of the warp's keys, per row (log2 units). A NaN
     // score is left out of the max, so exp2 turns it into a NaN sum and
     // output: it stays visible.
+    float alpha[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = fmaxf(fmaxf(sc[0][0][2 * h], sc[0][0][2 * h + 1]), fmaxf(sc[0][1][2 * h], sc[0][1][2 * h + 1]));
@@ -262,7 +305,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m[h], mx);
       const float base = m_new == -INFINITY ? 0.f : m_new;
-      const float alpha = sm80::fast_exp2(m[h] - base);
+      alpha[h] = sm80::fast_exp2(m[h] - base);
       m[h] = m_new;
       float sum = 0.f;
 #pragma unroll
@@ -273,11 +316,17 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
           sc[0][na][2 * h + e] = pr;
           sum += pr;
         }
-      l[h] = l[h] * alpha + sum;
+      l[h] = l[h] * alpha[h] + sum;
+    }
+    // Past the first tiles a row's max rarely moves: skip the identity
+    // rescale of the warp's accumulators (exact: x * 1 == x, NaN included).
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
       for (int no = 0; no < NO; ++no) {
-        o[0][no][2 * h] *= alpha;
-        o[0][no][2 * h + 1] *= alpha;
+        o[0][no][0] *= alpha[0];
+        o[0][no][1] *= alpha[0];
+        o[0][no][2] *= alpha[1];
+        o[0][no][3] *= alpha[1];
       }
     }
     sm80::gemm_rb<T, 1, 2, NO, TileV>(o, sc, v_stage(s) + 16 * warp * TileV::kRowBytes, lane);
