@@ -151,6 +151,11 @@ def graph_ms(fn, calls=8, reps=20):
             fn(None)
     g.replay()
     torch.cuda.synchronize()
+    return replayed_ms(g, calls, reps)
+
+
+def replayed_ms(g, calls, reps=20):
+    """Median time of one call of a CUDA graph of `calls` calls, over `reps` replays."""
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -16,12 +16,17 @@ nothing: the program to run under ncu (e.g. --kernel-name
 regex:"flash_decode_kernel|cudnn_generated" --launch-skip 2 --launch-count 1).
 """
 import argparse
+import os
+import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attn
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from decode import replayed_ms  # noqa: E402
 
 ROT = 8
 
@@ -86,16 +91,7 @@ def capture(fn, sets):
 
 
 def replay_us(g, calls, reps=30):
-    times = []
-    for _ in range(reps):
-        a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        e.record()
-        e.synchronize()
-        times.append(a.elapsed_time(e) * 1e3 / calls)
-    times.sort()
-    return times[len(times) // 2]
+    return replayed_ms(g, calls, reps) * 1e3
 
 
 def kernels_of(g):

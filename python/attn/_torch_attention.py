@@ -397,8 +397,10 @@ def attention(
                  softmax_type=_keywords.softmax_type_name(softmax_type))
     if compiling:  # the custom op: opaque to the compiler, with fake implementations
         out, lse = torch.ops.attn.forward(q, k, v, *call.op_args(bias, sink, device_rng))
-    else:
+    elif torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, bias, sink)):
         out, lse = _EagerAttention.apply(q, k, v, bias, sink, call)
+    else:  # no gradient to take (inference, a decode step): the forward alone, without autograd's Function
+        out, lse = call.forward(q, k, v, bias, sink, call.capture_rng_state(q))
     return (out, lse) if return_lse else out
 
 
