@@ -437,3 +437,45 @@ def test_cuda_llama3_8b_shaped_teacher_forced_logits():
     d_ref = decode(ref_model, "sdpa", ids, mask, steps=6)
     _within_twice_pytorch({"decode": decode(model, "attn", ids, mask, steps=6)},
                           {"decode": decode(model, "sdpa", ids, mask, steps=6)}, {"decode": d_ref}, "llama-3-8b shape")
+
+
+# ---- continuous batching ("paged|attn") --------------------------------------------------
+
+
+def _generate_batch(model, impl, prompts, new, monkeypatch):
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+    import transformers.generation.continuous_batching.cache as cb_cache
+    if not torch.cuda.is_available():  # the cache sizes itself from the GPU's free memory; on the CPU, 1 GiB
+        monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown",
+                            lambda: (torch.device("cpu"), 1 << 30, 0, 0))
+    model.set_attn_implementation(impl)
+    gc = GenerationConfig(max_new_tokens=new, do_sample=False, eos_token_id=VOCAB + 1)  # no stop before `new`
+    cfg = ContinuousBatchingConfig(block_size=16, num_blocks=32, max_batch_tokens=64)
+    out = model.generate_batch(inputs=prompts, generation_config=gc, continuous_batching_config=cfg)
+    return [out[k].generated_tokens for k in sorted(out, key=lambda r: int(r.split("_")[-1]))]
+
+
+def test_continuous_batching_generates_as_sdpa(monkeypatch):
+    # transformers' serving loop: requests of different lengths batched
+    # together over its paged cache, prompts and one-token steps packed; attn
+    # registers "paged|attn" for it. Greedy tokens as with "paged|sdpa" and as
+    # generate() one request at a time.
+    model = tiny_model("llama_gqa").eval()
+    g = torch.Generator().manual_seed(11)
+    prompts = [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in (4, 9, 17, 1)]
+    got = _generate_batch(model, "attn", prompts, 6, monkeypatch)
+    assert got == _generate_batch(model, "sdpa", prompts, 6, monkeypatch)
+    model.set_attn_implementation("sdpa")
+    with torch.no_grad():
+        alone = [model.generate(torch.tensor([p]), max_new_tokens=6, do_sample=False, eos_token_id=VOCAB + 1)[0, len(p):]
+                 .tolist() for p in prompts]
+    assert got == alone
+
+
+def test_paged_attn_outside_continuous_batching_says_why():
+    model = tiny_model("llama_gqa")
+    model.set_attn_implementation("paged|attn")
+    ids, mask, _ = batch("none")
+    with pytest.raises(ValueError, match="continuous batching"):
+        model(input_ids=ids, attention_mask=mask)

@@ -31,7 +31,7 @@ import torch
 
 from attn.torch import attention
 
-__all__ = ["register", "attention_forward", "attention_mask", "NAME"]
+__all__ = ["register", "attention_forward", "paged_attention_forward", "attention_mask", "NAME"]
 
 NAME = "attn"
 Tensor = torch.Tensor
@@ -45,6 +45,7 @@ def register(name: str = NAME) -> str:
     from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(name, attention_forward)
+    AttentionInterface.register("paged|" + name, paged_attention_forward)
     AttentionMaskInterface.register(name, attention_mask)
     return name
 
@@ -281,6 +282,45 @@ def _captured_padding(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, q_end: Any,
     out = attention(q, k, v, mask="padding_causal_bottom_right" if causal else "padding", cu_seqlens_q=_cu(first_query),
                     cu_seqlens_kv=_cu(lengths), max_seqlen_q=s_q, max_seqlen_kv=s_kv, check_seqlens=False, **kw)
     return out.masked_fill(~ok, float("nan"))
+
+
+# ---- continuous batching ("paged|attn") ------------------------------------------------
+
+
+def paged_attention_forward(module: torch.nn.Module, query: Tensor, key: Tensor, value: Tensor,
+                            attention_mask: Optional[Tensor], cache: Any = None, cu_seq_lens_q: Optional[Tensor] = None,
+                            cu_seq_lens_k: Any = None, max_seqlen_q: Any = None, max_seqlen_k: Any = None,
+                            block_table: Optional[Tensor] = None, dropout: float = 0.0,
+                            scaling: Optional[float] = None, **kwargs: Any) -> Tuple[Tensor, None]:
+    """transformers' continuous batching (generate_batch, its serving API)
+    over its paged cache, as its "paged|flash_attention_2" does without a
+    block table: query [1, h_q, T, d] holds the batch's requests packed (a
+    prompt chunk, or one new token each); the cache writes the new keys and
+    gathers each request's (cache.update), and attn runs the batch as thd,
+    bottom-right causal per request. Returns (out [T, h_q, d_v], None).
+    transformers 5.17 hands block tables (its decode fast path) to
+    FlashAttention 2/3 only; one given here is refused with a reason."""
+    del attention_mask, dropout  # continuous batching passes flash-style functions no mask, and serves inference
+    if cache is None:
+        raise ValueError("attn: \"paged|attn\" runs inside transformers' continuous batching (generate_batch), "
+                         "which passes its paged cache; use attn_implementation=\"attn\" for a standard forward")
+    if block_table is not None:
+        raise NotImplementedError("attn: transformers passed a block table (its decode fast path), which "
+                                  "\"paged|attn\" does not take; set ContinuousBatchingConfig(max_blocks_per_request=0)")
+    window = (module.sliding_window - 1, 0) if getattr(module, "sliding_window", None) else (-1, -1)
+    if isinstance(cu_seq_lens_k, dict):  # one per layer type
+        layer_type = "full_attention" if window == (-1, -1) else "sliding_attention"
+        cu_seq_lens_k, max_seqlen_k = cu_seq_lens_k[layer_type], max_seqlen_k[layer_type]
+    kw: dict = dict(softmax_scale=scaling, window=window)
+    if kwargs.get("s_aux") is not None:
+        kw.update(softmax_type="learnable", sink=kwargs["s_aux"].float())
+    k, v = cache.update(key_states=key, value_states=value, layer_idx=module.layer_idx,
+                        read_index=kwargs["read_index"], write_index=kwargs["write_index"])  # [T_kv, h_kv, d]
+    out = attention(query[0].transpose(0, 1), k, v, qkv_format="thd", mask="padding_causal_bottom_right",
+                    cu_seqlens_q=cu_seq_lens_q.to(torch.int32), cu_seqlens_kv=cu_seq_lens_k.to(torch.int32),
+                    max_seqlen_q=max(int(max_seqlen_q), 1), max_seqlen_kv=max(int(max_seqlen_k), 1),
+                    check_seqlens=False, **kw)
+    return out, None
 
 
 def _varlen_kwargs(kwargs: dict, b: int) -> Optional[tuple]:
