@@ -7,7 +7,9 @@ they fit). Each point is timed back to back between CUDA events, the peers
 alternating round by round (bench/compare.py's interleaved medians), and, as
 a second method, call by call after an L2 flush; --graphs adds each call
 replayed from a CUDA graph (no host time: small points are host-bound
-eagerly).
+eagerly), the calls of the graph cycling through enough sets of tensors
+(up to 8) that their K+V is 4x the L2, so each call reads from HBM as a
+model's layers do.
 
 attn runs attn.forward_with_kvcache (check_seqlens=False, as a serving
 engine's captured step runs it: no read-back of the lengths) where this
@@ -56,43 +58,62 @@ def attn_gpu_kvcache():
         return False
 
 
-def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, graphs=False, flex=False):
+L2_BYTES = 50 << 20  # the H100's L2: graph replays rotate over tensor sets until their K+V is 4x this
+
+
+def tensors(b, s_kv, h_q, h_kv, d, s_q, block):
+    """One call's tensors: q, the cache (contiguous, or paged: every
+    sequence's blocks shuffled in one pool), the new tokens and lengths."""
     dt = torch.bfloat16
-    q = torch.randn(b, s_q, h_q, d, device="cuda", dtype=dt)
-    lens = torch.full((b,), s_kv - s_q, dtype=torch.int32, device="cuda")
-    new_k = torch.randn(b, s_q, h_kv, d, device="cuda", dtype=dt)
-    new_v = torch.randn(b, s_q, h_kv, d, device="cuda", dtype=dt)
+    t = {"q": torch.randn(b, s_q, h_q, d, device="cuda", dtype=dt),
+         "lens": torch.full((b,), s_kv - s_q, dtype=torch.int32, device="cuda"),
+         "new_k": torch.randn(b, s_q, h_kv, d, device="cuda", dtype=dt),
+         "new_v": torch.randn(b, s_q, h_kv, d, device="cuda", dtype=dt), "table": None}
+    if block:
+        blocks = b * s_kv // block
+        t["k"] = torch.randn(blocks, block, h_kv, d, device="cuda", dtype=dt)
+        t["v"] = torch.randn(blocks, block, h_kv, d, device="cuda", dtype=dt)
+        t["table"] = torch.randperm(blocks, device="cuda").view(b, -1).int()
+    else:
+        t["k"] = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dt)
+        t["v"] = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dt)
+    return t
+
+
+def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, graphs=False, flex=False):
     r = {"b": b, "s_kv": s_kv, "h_q": h_q, "h_kv": h_kv, "d": d, "s_q": s_q, "block": block}
     kv_bytes = 2 * b * s_kv * h_kv * d * 2
     r["kv_gib"] = kv_bytes / 2**30
+    # Graph replays cycle through enough sets that each call reads its keys
+    # from HBM, as a model's layers do (one set of a small point stays in L2).
+    n_sets = min(8, max(1, -(-4 * L2_BYTES // kv_bytes))) if graphs else 1
+    sets = [tensors(b, s_kv, h_q, h_kv, d, s_q, block) for _ in range(n_sets)]
+    r["graph_sets"] = n_sets
     fns = {}
-    if block:  # paged: blocks of every sequence shuffled in one pool
-        blocks = b * s_kv // block
-        k_pool = torch.randn(blocks, block, h_kv, d, device="cuda", dtype=dt)
-        v_pool = torch.randn(blocks, block, h_kv, d, device="cuda", dtype=dt)
-        table = torch.randperm(blocks, device="cuda").view(b, -1).int()
+    if block:
         if gpu_kvcache:
-            fns["attn"] = lambda: attn.forward_with_kvcache(q, k_pool, v_pool, new_k, new_v, cache_seqlens=lens,
-                                                            block_table=table, check_seqlens=False)
+            fns["attn"] = lambda t: attn.forward_with_kvcache(t["q"], t["k"], t["v"], t["new_k"], t["new_v"],
+                                                              cache_seqlens=t["lens"], block_table=t["table"],
+                                                              check_seqlens=False)
     else:
-        k_cache = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dt)
-        v_cache = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dt)
         if gpu_kvcache:
-            fns["attn"] = lambda: attn.forward_with_kvcache(q, k_cache, v_cache, new_k, new_v, cache_seqlens=lens,
-                                                            check_seqlens=False)
+            fns["attn"] = lambda t: attn.forward_with_kvcache(t["q"], t["k"], t["v"], t["new_k"], t["new_v"],
+                                                              cache_seqlens=t["lens"], check_seqlens=False)
         else:
-            fns["attn (forward on the cache)"] = lambda: attn.forward(q, k_cache, v_cache, mask="causal_bottom_right")
+            fns["attn (forward on the cache)"] = lambda t: attn.forward(t["q"], t["k"], t["v"],
+                                                                         mask="causal_bottom_right")
         # SDPA's [b, h, s, d] views of the same tensors (no copies).
-        qt, kt, vt = q.transpose(1, 2), k_cache.transpose(1, 2), v_cache.transpose(1, 2)
         mask = None
         if s_q > 1:
             from torch.nn.attention.bias import causal_lower_right
             mask = causal_lower_right(s_q, s_kv)
 
         def sdpa(backend):
-            def run():
+            def run(t):
                 with sdpa_kernel(backend):
-                    return F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, enable_gqa=h_q != h_kv)
+                    return F.scaled_dot_product_attention(t["q"].transpose(1, 2), t["k"].transpose(1, 2),
+                                                          t["v"].transpose(1, 2), attn_mask=mask,
+                                                          enable_gqa=h_q != h_kv)
             return run
         fns["sdpa_cudnn"] = sdpa(SDPBackend.CUDNN_ATTENTION)
         fns["sdpa_flash"] = sdpa(SDPBackend.FLASH_ATTENTION)
@@ -102,23 +123,24 @@ def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, graphs=False, flex=Fal
             block_mask = create_block_mask(lambda b_, h_, i, j: j <= i + shift, B=None, H=None, Q_LEN=s_q,
                                            KV_LEN=s_kv, device="cuda")
             compiled = _compiled_flex(flex_attention)
-            fns["flex"] = lambda: compiled(qt, kt, vt, block_mask=block_mask, enable_gqa=h_q != h_kv)
+            fns["flex"] = lambda t: compiled(t["q"].transpose(1, 2), t["k"].transpose(1, 2), t["v"].transpose(1, 2),
+                                             block_mask=block_mask, enable_gqa=h_q != h_kv)
     ok = {}
     for name, fn in fns.items():  # a peer that cannot run this point says why
         try:
-            fn()
+            fn(sets[0])
             torch.cuda.synchronize()
-            ok[name] = (lambda _, fn=fn: fn(), [None])
+            ok[name] = (lambda _, fn=fn: fn(sets[0]), [None])
         except Exception as e:  # noqa: BLE001
             r[name] = {"error": f"{type(e).__name__}: {e}"[:200]}
     loop = interleaved_medians(ok, budget_ms=300.0) if ok else {}  # the peers alternate within each round
-    for name, (fn, sets) in ok.items():
-        cold = flushed_median(fn, sets, reps=10)
+    for name, (fn, call_sets) in ok.items():
+        cold = flushed_median(fn, call_sets, reps=10)
         r[name] = {"ms": loop[name], "tbps": kv_bytes / (loop[name] * 1e-3) / 1e12, "flushed_ms": cold,
                    "flushed_tbps": kv_bytes / (cold * 1e-3) / 1e12}
         if graphs:  # GPU time alone, as a serving engine's captured step runs it
             try:
-                ms = graph_ms(fn)
+                ms = graph_ms(lambda i, fn=fns[name]: fn(sets[i % n_sets]), calls=max(8, n_sets))
                 r[name].update(graph_ms=ms, graph_tbps=kv_bytes / (ms * 1e-3) / 1e12)
             except Exception as e:  # noqa: BLE001 - a peer that cannot be captured says why
                 r[name]["graph_error"] = f"{type(e).__name__}: {e}"[:200]
@@ -139,16 +161,17 @@ def _compiled_flex(flex_attention):
 
 def graph_ms(fn, calls=8, reps=20):
     """Median time of one call replayed from a CUDA graph of `calls` calls
-    (no host work between them: the figure a captured decode step sees)."""
+    fn(0), fn(1), ... (no host work between them: the figure a captured
+    decode step sees)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        fn(None)
+        fn(0)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn(None)
+        for i in range(calls):
+            fn(i)
     g.replay()
     torch.cuda.synchronize()
     return replayed_ms(g, calls, reps)
