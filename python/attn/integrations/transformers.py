@@ -177,8 +177,8 @@ class _Padding:
 def _packed_cu_seqlens(position_ids: Optional[Tensor], b: int, s_q: int, s_kv: int) -> Optional[tuple]:
     """cu_seqlens of sequences packed into one row, told by position_ids that
     restart (as transformers' flash_attention_2 reads them), or None."""
-    if position_ids is None or b != 1 or s_q != s_kv or s_q < 2:
-        return None
+    if position_ids is None or b != 1 or s_q != s_kv or s_q < 2 or _capturing(position_ids):
+        return None  # (inside a CUDA graph capture the restarts cannot be read: one sequence)
 
     def build() -> Optional[tuple]:
         pos = position_ids.reshape(-1)[-s_q:]
