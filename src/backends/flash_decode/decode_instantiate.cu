@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
+
 #include "backends/flash_decode/decode_kernel.cuh"
 #include "backends/flash_decode/decode_launch.h"
 #include "backends/flash_decode/decode_table.h"
@@ -35,17 +37,27 @@ void launch_decode(const DecodeParams& dp, int h_kv, cudaStream_t stream) {
 }
 
 template <int kDQK, int kDV>
-int decode_ctas_per_sm() {
+int decode_ctas_per_sm(int device) {
+  // Constant for a kernel on a device, and the query costs host time in
+  // every call that plans splits: each device is asked once (n + 1 kept, 0: not yet).
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices];
+  const bool keep = device >= 0 && device < kDevices;
+  if (keep) {
+    if (const int n1 = known[device].load(std::memory_order_relaxed)) return n1 - 1;
+  }
   using Cfg = DecodeConfig<kDQK, kDV>;
   auto* kernel = flash_decode_kernel<__nv_bfloat16, kDQK, kDV>;
+  ATTN_CUDA(cudaSetDevice(device));
   ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   int n = 0;
   ATTN_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, Cfg::kThreads, Cfg::kSmemBytes));
+  if (keep) known[device].store(n + 1, std::memory_order_relaxed);
   return n;
 }
 
 template void launch_decode<__nv_bfloat16, ATTN_DECODE_DQK, ATTN_DECODE_DV>(const DecodeParams&, int, cudaStream_t);
 template void launch_decode<__half, ATTN_DECODE_DQK, ATTN_DECODE_DV>(const DecodeParams&, int, cudaStream_t);
-template int decode_ctas_per_sm<ATTN_DECODE_DQK, ATTN_DECODE_DV>();
+template int decode_ctas_per_sm<ATTN_DECODE_DQK, ATTN_DECODE_DV>(int);
 
 }  // namespace attn::flash_decode

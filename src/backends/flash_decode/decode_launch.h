@@ -13,9 +13,10 @@ namespace attn::flash_decode {
 template <typename T, int kDQK, int kDV>
 void launch_decode(const DecodeParams& dp, int h_kv, cudaStream_t stream);
 
-// CTAs of the decode kernel one SM holds at once (its shared memory and
-// registers), for the split heuristic; 0 when it does not fit.
+// CTAs of the decode kernel one SM of `device` holds at once (its shared
+// memory and registers), for the split heuristic; 0 when it does not fit.
+// Makes `device` current.
 template <int kDQK, int kDV>
-int decode_ctas_per_sm();
+int decode_ctas_per_sm(int device);
 
 }  // namespace attn::flash_decode

@@ -35,7 +35,7 @@ int64_t smem_bytes_for(int64_t d_qk, int64_t d_v) {
 
 int ctas_per_sm(const Problem& p) {
 #define ATTN_DECODE_OCC(dqk, dv) \
-  if (p.d_qk == (dqk) && p.d_v == (dv)) return decode_ctas_per_sm<dqk, dv>();
+  if (p.d_qk == (dqk) && p.d_v == (dv)) return decode_ctas_per_sm<dqk, dv>(p.device.index);
   ATTN_FLASH_DECODE_TABLE(ATTN_DECODE_OCC)
 #undef ATTN_DECODE_OCC
   return 1;
