@@ -479,3 +479,20 @@ def test_paged_attn_outside_continuous_batching_says_why():
     ids, mask, _ = batch("none")
     with pytest.raises(ValueError, match="continuous batching"):
         model(input_ids=ids, attention_mask=mask)
+
+
+@pytest.mark.parametrize("left_pad", [0, 3])
+def test_capture_path_reads_right_padding_on_the_device(left_pad, monkeypatch):
+    # The path a CUDA graph capture takes (no host reads: the lengths come
+    # from the mask by tensor ops), run eagerly on the CPU: right padding (the
+    # static cache's unfilled tail) gives sdpa's logits; a left-padded row,
+    # which it cannot express, makes every output NaN rather than wrong.
+    monkeypatch.setattr(attn_hf, "_capturing", lambda t: True)
+    model = tiny_model("llama_gqa")
+    ids, _, _ = batch("none")
+    nxt = torch.randint(3, VOCAB, (ids.shape[0], 3), generator=torch.Generator().manual_seed(6))
+    got = _static_steps(model, "attn", ids, nxt, capacity=SEQ + 6, left_pad=left_pad)
+    if left_pad:
+        assert torch.isnan(got).all()
+    else:
+        torch.testing.assert_close(got, _static_steps(model, "sdpa", ids, nxt, capacity=SEQ + 6), atol=2e-5, rtol=2e-5)

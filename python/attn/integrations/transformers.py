@@ -277,10 +277,12 @@ def _captured_padding(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, q_end: Any,
     end = m.shape[1] if q_end is None else q_end
     m = m & (cols < end)[None, :]
     lengths = m.sum(dim=1, dtype=torch.int32)
-    first_query = lengths - (end - s_q)
-    ok = ((cols[None, :] < lengths[:, None]) == m).all() & (first_query >= 0).all()
-    out = attention(q, k, v, mask="padding_causal_bottom_right" if causal else "padding", cu_seqlens_q=_cu(first_query),
-                    cu_seqlens_kv=_cu(lengths), max_seqlen_q=s_q, max_seqlen_kv=s_kv, check_seqlens=False, **kw)
+    q_lengths = lengths - (end - s_q)
+    ok = ((cols[None, :] < lengths[:, None]) == m).all() & (q_lengths >= 0).all()
+    # Clamped so that the lengths are valid whatever the mask (the output is NaN where it was not right padding).
+    out = attention(q, k, v, mask="padding_causal_bottom_right" if causal else "padding",
+                    cu_seqlens_q=_cu(q_lengths.clamp(0, s_q)), cu_seqlens_kv=_cu(lengths), max_seqlen_q=s_q,
+                    max_seqlen_kv=s_kv, check_seqlens=False, **kw)
     return out.masked_fill(~ok, float("nan"))
 
 
