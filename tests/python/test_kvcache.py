@@ -175,3 +175,55 @@ def test_cuda_graph_replays_a_decode_step_on_new_lengths(s_q, rotary):
         torch.cuda.synchronize()
         assert torch.equal(out, want)
         assert torch.equal(t["k_cache"], eager["k_cache"])
+
+
+def _unchecked_call(paged, rotary, s_q, device):
+    """forward_with_kvcache with check_seqlens=False on values outside the
+    cache: lengths below 0 and past the capacity, block ids and cache rows
+    outside it, rotary positions past the table. The caches are views inside
+    larger tensors; returns (out, the whole tensors, their guard rows before)."""
+    b, h_q, h_kv, d, cap, block = 3, 8, 2, 128, 256, 16
+    dt = torch.bfloat16
+    g = torch.Generator().manual_seed(4)
+    rows = table = None
+    if paged:
+        blocks = b * cap // block
+        k_all = torch.randn(blocks + 2, block, h_kv, d, generator=g).to(dt)
+        table = torch.randint(0, blocks, (b, cap // block), generator=g, dtype=torch.int32)
+        table[0, 0], table[1, -1] = -7, blocks + 100
+    else:
+        k_all = torch.randn(b + 2, cap, h_kv, d, generator=g).to(dt)
+        rows = torch.tensor([0, b + 5, -2], dtype=torch.int32)
+    v_all = torch.randn(k_all.shape, generator=g).to(dt)
+    q = torch.randn(b, s_q, h_q, d, generator=g).to(dt)
+    k, v = (torch.randn(b, s_q, h_kv, d, generator=g).to(dt) for _ in range(2))
+    lens = torch.tensor([-5, cap + 3, cap - s_q // 2], dtype=torch.int32)
+    cos, sin = rotary_table(cap // 2, 64) if rotary else (None, None)  # shorter than the positions
+    on = lambda x: None if x is None else x.to(device)  # noqa: E731
+    k_all, v_all = k_all.to(device), v_all.to(device)
+    guards = [t[[0, -1]].clone() for t in (k_all, v_all)]
+    out = attn.forward_with_kvcache(on(q), k_all[1:-1], v_all[1:-1], on(k), on(v), cache_seqlens=on(lens),
+                                    cache_batch_idx=on(rows), block_table=on(table), rotary_cos=on(cos),
+                                    rotary_sin=on(sin), check_seqlens=False)
+    return out, (k_all, v_all), guards
+
+
+@cuda
+@pytest.mark.parametrize("paged", [True, False])
+@pytest.mark.parametrize("rotary", [True, False])
+@pytest.mark.parametrize("s_q", [1, 40])  # the decode kernel (appending itself, or after the append kernel); a prefill
+def test_unchecked_values_write_nothing_outside_the_callers_tensors(paged, rotary, s_q):
+    # With the checks off nothing is read back: the kernels bound each value
+    # (SEMANTICS.md "KV cache"). The call returns, and the rows around the
+    # caches' views stay as they were.
+    out, whole, guards = _unchecked_call(paged, rotary, s_q, "cuda")
+    torch.cuda.synchronize()
+    assert out.shape == (3, s_q, 8, 128)
+    for t, g in zip(whole, guards):
+        assert torch.equal(t[[0, -1]], g)
+
+
+def test_unchecked_values_are_still_errors_on_the_cpu():
+    # The CPU path reads every value anyway, so it checks them all.
+    with pytest.raises(ValueError, match="cache length"):
+        _unchecked_call(False, False, 1, "cpu")
