@@ -54,4 +54,14 @@ ATTN_HOST_DEVICE int cache_block(const CacheParams& c, int b, int j) {
   return clamp_index(c.block_table[b * c.block_table_stride + j / c.block_size], c.rows);
 }
 
+// Where position j of sequence b lives: its block and the row in it
+// (paged), or `row` (cache_row(c, b), read once by the caller) and j.
+struct CacheSlot {
+  int64_t outer, inner;
+};
+ATTN_HOST_DEVICE CacheSlot cache_slot(const CacheParams& c, int b, int row, int j) {
+  if (c.block_table) return {cache_block(c, b, j), j % c.block_size};
+  return {row, j};
+}
+
 }  // namespace attn::flash

@@ -65,16 +65,10 @@ __device__ __forceinline__ KeyRow key_row(const DecodeParams& dp, int b, int row
     return {static_cast<const T*>(dp.k_new) + b * dp.k_new_stride[0] + t * dp.k_new_stride[1] + h * dp.k_new_stride[2],
             static_cast<const T*>(dp.v_new) + b * dp.v_new_stride[0] + t * dp.v_new_stride[1] + h * dp.v_new_stride[2]};
   }
-  int64_t outer, inner;
-  if (p.cache.block_table) {
-    outer = flash::cache_block(p.cache, b, j);
-    inner = j % p.cache.block_size;
-  } else {
-    outer = row_of_b;
-    inner = static_cast<int64_t>(seq.start_kv) + j;
-  }
-  return {static_cast<const T*>(p.k) + outer * p.k_batch_stride + inner * p.k_row_stride + h * p.k_head_stride,
-          static_cast<const T*>(p.v) + outer * p.v_batch_stride + inner * p.v_row_stride + h * p.v_head_stride};
+  flash::CacheSlot at = flash::cache_slot(p.cache, b, row_of_b, j);
+  at.inner += seq.start_kv;  // thd's first token in a forward call (0 in a cache call)
+  return {static_cast<const T*>(p.k) + at.outer * p.k_batch_stride + at.inner * p.k_row_stride + h * p.k_head_stride,
+          static_cast<const T*>(p.v) + at.outer * p.v_batch_stride + at.inner * p.v_row_stride + h * p.v_head_stride};
 }
 
 // The copies of one tile of K and V into their stage: 16 bytes per thread
@@ -131,18 +125,14 @@ __device__ __forceinline__ void append_new_rows(const DecodeParams& dp, int b, i
   for (int idx = tid; idx < p.cache.s_new * (kCK + kCV); idx += threads) {
     const int t = idx / (kCK + kCV), c = idx % (kCK + kCV), pos = len + t;
     if (pos < 0 || pos >= p.cache.capacity) continue;
-    int64_t outer = row_of_b, inner = pos;
-    if (p.cache.block_table) {
-      outer = flash::cache_block(p.cache, b, pos);
-      inner = pos % p.cache.block_size;
-    }
+    const flash::CacheSlot at = flash::cache_slot(p.cache, b, row_of_b, pos);
     const bool is_k = c < kCK;
     const int64_t* st = is_k ? dp.k_new_stride : dp.v_new_stride;
     const T* src = static_cast<const T*>(is_k ? dp.k_new : dp.v_new) + b * st[0] + t * st[1] + h * st[2] +
                    8 * (is_k ? c : c - kCK);
-    T* dst = is_k ? static_cast<T*>(dp.k_cache) + outer * p.k_batch_stride + inner * p.k_row_stride +
+    T* dst = is_k ? static_cast<T*>(dp.k_cache) + at.outer * p.k_batch_stride + at.inner * p.k_row_stride +
                         h * p.k_head_stride + 8 * c
-                  : static_cast<T*>(dp.v_cache) + outer * p.v_batch_stride + inner * p.v_row_stride +
+                  : static_cast<T*>(dp.v_cache) + at.outer * p.v_batch_stride + at.inner * p.v_row_stride +
                         h * p.v_head_stride + 8 * (c - kCK);
     *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
   }

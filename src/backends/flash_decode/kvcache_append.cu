@@ -38,18 +38,11 @@ __global__ void __launch_bounds__(128) append_kernel(const AppendParams a) {
   const int b = blockIdx.y, j = blockIdx.x / a.h_kv, h = blockIdx.x % a.h_kv;
   const int pos = flash::cache_length(a.cache, b) + j;
   if (pos < 0 || pos >= a.cache.capacity) return;  // only unchecked lengths get here: nothing is written
-  int64_t outer, inner;
-  if (a.cache.block_table) {
-    outer = flash::cache_block(a.cache, b, pos);
-    inner = pos % a.cache.block_size;
-  } else {
-    outer = flash::cache_row(a.cache, b);
-    inner = pos;
-  }
+  const flash::CacheSlot at = flash::cache_slot(a.cache, b, flash::cache_row(a.cache, b), pos);
   const T* k = static_cast<const T*>(a.k) + b * a.k_stride[0] + j * a.k_stride[1] + h * a.k_stride[2];
   const T* v = static_cast<const T*>(a.v) + b * a.v_stride[0] + j * a.v_stride[1] + h * a.v_stride[2];
-  T* kc = static_cast<T*>(a.k_cache) + outer * a.kc_stride[0] + inner * a.kc_stride[1] + h * a.kc_stride[2];
-  T* vc = static_cast<T*>(a.v_cache) + outer * a.vc_stride[0] + inner * a.vc_stride[1] + h * a.vc_stride[2];
+  T* kc = static_cast<T*>(a.k_cache) + at.outer * a.kc_stride[0] + at.inner * a.kc_stride[1] + h * a.kc_stride[2];
+  T* vc = static_cast<T*>(a.v_cache) + at.outer * a.vc_stride[0] + at.inner * a.vc_stride[1] + h * a.vc_stride[2];
   for (int c = threadIdx.x; c < a.d_qk; c += blockDim.x) kc[c] = from_float<T>(rotated<T, Trig>(a, k, c, pos));
   for (int c = threadIdx.x; c < a.d_v; c += blockDim.x) vc[c] = v[c];
 }
