@@ -141,6 +141,24 @@ def _cu(lengths: Tensor) -> Tensor:
     return torch.nn.functional.pad(torch.cumsum(lengths, 0, dtype=torch.int32), (1, 0))
 
 
+def _key_columns(mask: Tensor, s_kv: int) -> Tensor:
+    """The 2-D mask as booleans over the keys' columns (the last s_kv; wider never comes from transformers)."""
+    m = mask.to(torch.bool)
+    return m[:, -s_kv:] if m.shape[1] > s_kv else m
+
+
+def _right_padding(m: Tensor, s_q: int, end: Any) -> tuple:
+    """m [b, L] (bool) read as right padding, the queries the s_q columns
+    before `end` (an int, or a tensor on the device): the key lengths, the
+    query lengths (len_q = len_kv - (end - s_q)) and whether m is that (each
+    row a prefix reaching the queries), all as tensors: no host read."""
+    cols = torch.arange(m.shape[1], device=m.device)
+    lengths = m.sum(dim=1, dtype=torch.int32)
+    q_lengths = lengths - (end - s_q)
+    ok = ((cols[None, :] < lengths[:, None]) == m).all() & (q_lengths >= 0).all()
+    return lengths, q_lengths, ok
+
+
 class _Padding:
     """How a 2-D mask [b, L] (True = real token) maps onto attn's sequences.
     Queries are the s_q columns before q_end (a static cache's unfilled
@@ -148,23 +166,19 @@ class _Padding:
     with a dynamic cache)."""
 
     def __init__(self, mask: Tensor, s_q: int, s_kv: int, q_end: Any = None) -> None:
-        m = mask.to(torch.bool)
-        if m.shape[1] > s_kv:  # never from transformers; the keys are the last s_kv columns
-            m = m[:, -s_kv:]
+        m = _key_columns(mask, s_kv)
         if q_end is not None:
             m = m[:, :int(q_end)]
         b, L = m.shape
         self.L = L
-        lengths = m.sum(dim=1, dtype=torch.int32)
-        prefix = torch.arange(L, device=m.device)[None, :] < lengths[:, None]
         # Right padding with every sequence reaching the query rows: cu_seqlens
         # over the padded tensors describe it exactly (query i of sequence b
-        # sits at column L - s_q + i, so len_q = len_kv - (L - s_q)).
-        ok = (prefix == m).all() & (lengths >= L - s_q).all()
+        # sits at column L - s_q + i).
+        lengths, q_lengths, ok = _right_padding(m, s_q, L)
         self.right_padded = bool(ok)  # the one host sync
         if self.right_padded:
             self.cu_kv = _cu(lengths)
-            self.cu_q = _cu(lengths - (L - s_q))
+            self.cu_q = _cu(q_lengths)
         else:
             q_m = m[:, L - s_q:]
             self.m, self.q_m = m, q_m
@@ -270,15 +284,10 @@ def _captured_padding(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, q_end: Any,
     (the gather above) and cannot be captured: a replayed step whose mask is
     not right padding writes NaN (visible), never another answer."""
     s_q, s_kv = q.shape[1], k.shape[1]
-    m = mask.to(torch.bool)
-    if m.shape[1] > s_kv:
-        m = m[:, -s_kv:]
-    cols = torch.arange(m.shape[1], device=m.device)
+    m = _key_columns(mask, s_kv)
     end = m.shape[1] if q_end is None else q_end
-    m = m & (cols < end)[None, :]
-    lengths = m.sum(dim=1, dtype=torch.int32)
-    q_lengths = lengths - (end - s_q)
-    ok = ((cols[None, :] < lengths[:, None]) == m).all() & (q_lengths >= 0).all()
+    m = m & (torch.arange(m.shape[1], device=m.device) < end)[None, :]  # a static cache's unfilled columns out
+    lengths, q_lengths, ok = _right_padding(m, s_q, end)
     # Clamped so that the lengths are valid whatever the mask (the output is NaN where it was not right padding).
     out = attention(q, k, v, mask="padding_causal_bottom_right" if causal else "padding",
                     cu_seqlens_q=_cu(q_lengths.clamp(0, s_q)), cu_seqlens_kv=_cu(lengths), max_seqlen_q=s_q,
