@@ -26,44 +26,34 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import attn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from decode import replayed_ms  # noqa: E402
+from decode import replayed_ms, tensors  # noqa: E402
 
 ROT = 8
 
 
 def make_sets(b, s_kv, h_q, h_kv, d, n):
-    dt = torch.bfloat16
-    sets = []
-    for _ in range(n):
-        q = torch.randn(b, 1, h_q, d, device="cuda", dtype=dt)
-        kc = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dt)
-        vc = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dt)
-        nk = torch.randn(b, 1, h_kv, d, device="cuda", dtype=dt)
-        nv = torch.randn(b, 1, h_kv, d, device="cuda", dtype=dt)
-        sets.append((q, kc, vc, nk, nv))
-    return sets
+    """n sets of one decode step's tensors (bench/decode.py's, contiguous caches)."""
+    return [tensors(b, s_kv, h_q, h_kv, d, 1, 0) for _ in range(n)]
 
 
 def variants(sets, s_kv, h_q, h_kv):
-    b = sets[0][0].shape[0]
-    lens = torch.full((b,), s_kv - 1, dtype=torch.int32, device="cuda")
+    b = sets[0]["q"].shape[0]
     full = torch.full((b,), s_kv, dtype=torch.int32, device="cuda")
 
     def kv(splits=0, append=True):
         def run(t):
-            q, kc, vc, nk, nv = t
-            if append:
-                return attn.forward_with_kvcache(q, kc, vc, nk, nv, cache_seqlens=lens, num_splits=splits,
-                                                 check_seqlens=False)
-            return attn.forward_with_kvcache(q, kc, vc, cache_seqlens=full, num_splits=splits, check_seqlens=False)
+            if append:  # the set's lengths: s_kv - 1, and one new token
+                return attn.forward_with_kvcache(t["q"], t["k"], t["v"], t["new_k"], t["new_v"],
+                                                 cache_seqlens=t["lens"], num_splits=splits, check_seqlens=False)
+            return attn.forward_with_kvcache(t["q"], t["k"], t["v"], cache_seqlens=full, num_splits=splits,
+                                             check_seqlens=False)
         return run
 
     def sdpa(backend):
         def run(t):
-            q, kc, vc, _, _ = t
             with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2),
-                                                      enable_gqa=h_q != h_kv)
+                return F.scaled_dot_product_attention(t["q"].transpose(1, 2), t["k"].transpose(1, 2),
+                                                      t["v"].transpose(1, 2), enable_gqa=h_q != h_kv)
         return run
 
     v = {"attn": kv(), "attn no append": kv(append=False)}
