@@ -94,6 +94,15 @@ bool dispatch(const Problem& p, const ForwardArgs& a, const flash::CacheParams* 
   return false;
 }
 
+// The table row for the call's dtype and head dims (cache: null outside forward_over_cache).
+void run_row(const Problem& p, const ForwardArgs& a, const flash::CacheParams* cache, int* item_counter,
+             const std::function<void()>& prologue, cudaStream_t stream) {
+  const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, a, cache, item_counter, prologue, stream)
+                                          : dispatch<__half>(p, a, cache, item_counter, prologue, stream);
+  if (!ran)  // supports() refuses these; reaching here is a bug in attn
+    flash::fail_missing_table_row(p, "flash_sm90 has no kernel", "fwd_table.h");
+}
+
 }  // namespace
 
 int64_t forward_workspace_bytes(const Problem&) { return sizeof(int); }
@@ -114,10 +123,7 @@ void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) {
     detail::launch_fill(max_logit, p.h_q, max_logit_stride, -INFINITY, stream, item_counter);
   else
     ATTN_CUDA(cudaMemsetAsync(item_counter, 0, sizeof(int), stream));
-  const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, args, nullptr, item_counter, {}, stream)
-                                          : dispatch<__half>(p, args, nullptr, item_counter, {}, stream);
-  if (!ran)  // supports() refuses these; reaching here is a bug in attn
-    flash::fail_missing_table_row(p, "flash_sm90 has no kernel", "fwd_table.h");
+  run_row(p, args, nullptr, item_counter, {}, stream);
 }
 
 std::vector<std::string> cache_obstacles(int64_t block_size) {
@@ -135,9 +141,7 @@ void forward_over_cache(const Problem& p, const ForwardArgs& args, const flash::
     return;
   }
   ATTN_CUDA(cudaMemsetAsync(item_counter, 0, sizeof(int), stream));
-  const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, args, &cache, item_counter, prologue, stream)
-                                          : dispatch<__half>(p, args, &cache, item_counter, prologue, stream);
-  if (!ran) flash::fail_missing_table_row(p, "flash_sm90 has no kernel", "fwd_table.h");
+  run_row(p, args, &cache, item_counter, prologue, stream);
 }
 
 }  // namespace attn::flash_sm90
