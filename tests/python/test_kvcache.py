@@ -143,15 +143,20 @@ def test_cuda_matches_the_cpu_path(paged, s_q, rotary):
 
 @cuda
 @pytest.mark.parametrize("paged", [True, False])
-def test_new_tokens_whose_rows_are_not_16_byte_aligned(paged):
-    # Rows of d + 4 elements: the decode kernel cannot copy them 16 bytes at a
-    # time, so the append kernel writes them into the cache first.
-    host = _decode_inputs(paged, s_q=3, s_new=3, rotary=False)
+def test_new_tokens_whose_rows_are_not_16_byte_aligned_are_refused(paged):
+    # Rows of d + 4 elements on the device (8-byte aligned): the kernels copy
+    # rows 16 bytes at a time, so the call is refused before anything is
+    # written, naming the alignment.
+    t = {n: (x.cuda() if x is not None else None)
+         for n, x in _decode_inputs(paged, s_q=3, s_new=3, rotary=False).items()}
     for n in ("k", "v"):
-        wide = torch.zeros(*host[n].shape[:-1], host[n].shape[-1] + 4, dtype=host[n].dtype)
-        wide[..., :-4] = host[n]
-        host[n] = wide[..., :-4]
-    _expect_cuda_matches_cpu(host)
+        wide = torch.zeros(*t[n].shape[:-1], t[n].shape[-1] + 4, dtype=t[n].dtype, device="cuda")
+        wide[..., :-4] = t[n]
+        t[n] = wide[..., :-4]
+    k_cache = t["k_cache"].clone()
+    with pytest.raises(attn.BackendUnavailableError, match="aligned to 8 bytes"):
+        _call(t)
+    assert torch.equal(t["k_cache"], k_cache)
 
 
 @cuda

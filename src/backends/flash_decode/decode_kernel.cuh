@@ -175,12 +175,6 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
     }
   }
 
-  // Started during the KV cache's prologue: wait for it before reading the
-  // rows it appends (from the cache length on) or the q it rotates; a CTA
-  // whose keys end before the appended rows starts on them at once.
-  if (dp.q_from_prologue || (p.cache.s_new > 0 && t_end * kN > flash::cache_length(p.cache, b)))
-    kernels::wait_for_prior_grid();
-
   // This thread's two rows (mma layout: lane / 4 and lane / 4 + 8).
   KeyRange<int> keys[2];
   float slope[2];
@@ -215,6 +209,11 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
     copy_kv_tile<T, TileK, TileV, Cfg::kThreads>(k_stage(s), v_stage(s), at, tid, static_cast<const T*>(p.k),
                                                  static_cast<const T*>(p.v));
   };
+
+  // Started during the KV cache's prologue (rotary: it rotates the q read
+  // here and appends the new keys): the set-up above ran under it; no read
+  // of q, K or V and no write before it has finished.
+  kernels::wait_for_prior_grid();
 
   float o[1][NO][4];
   sm80::zero(o);
@@ -323,8 +322,6 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
     if (prefetch) row_at[(t % kStages) * kN + tid] = ahead;
     __syncthreads();  // tile t's stage is free, tile t + kStages's offsets visible
   }
-
-  kernels::wait_for_prior_grid();  // before this grid's first write (the prologue reads q, k and v)
 
   // The warps' partial results into shared memory (over the stages).
   float* const o_merge = reinterpret_cast<float*>(smem + TileQ::kBytes);  // [warp][row][kDV]

@@ -25,8 +25,8 @@ struct DecodeParams {
   int64_t rows = 0;              // query tokens (b * s_q, or thd's total) times h_q
 
   // New keys and values read in place (forward_with_kvcache without rotary):
-  // [b, s_new, h_kv, d], rows 16-byte aligned, strides (sequence, token,
-  // head) in elements. Keys from each sequence's cache length on are read
+  // [b, s_new, h_kv, d], rows 16-byte aligned (as every tensor of the call),
+  // strides (sequence, token, head) in elements. Keys from each sequence's cache length on are read
   // from here, and one CTA per (sequence, KV head) writes them into the
   // cache, so no kernel appends first. Null: the prologue appended them.
   const void* k_new = nullptr;
@@ -39,8 +39,7 @@ struct DecodeParams {
   // may start during the KV cache's prologue (the append, q's rotation), the
   // combine kernel during the decode kernel.
   bool overlap = false;          // the device starts dependent kernels early (host only)
-  bool after_prologue = false;   // the kernel before the decode kernel is the prologue (host only)
-  bool q_from_prologue = false;  // the prologue writes the q this kernel reads (rotary)
+  bool after_prologue = false;  // the kernel before the decode kernel is the prologue (host only)
 };
 
 }  // namespace attn::flash_decode

@@ -37,15 +37,6 @@ int64_t carve(const Problem& p, const KvCacheLayout& L, const Plan& pl, char* ba
 
 const int32_t* i32(const TensorView& t) { return static_cast<const int32_t*>(t.data); }
 
-// Whether the kernel can copy t's rows 16 bytes at a time ([b, s, h, d], d contiguous).
-bool rows_16_byte_aligned(const TensorView& t) {
-  const auto elem = static_cast<int64_t>(dtype_size_bytes(t.dtype));
-  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0 || t.stride(3) != 1) return false;
-  for (int d = 0; d < 3; ++d)
-    if (t.stride(d) * elem % 16 != 0) return false;
-  return true;
-}
-
 }  // namespace
 
 void run_kvcache(const Problem& p, const KvCacheArgs& a, const KvCacheLayout& L, const RunContext& ctx) {
@@ -118,8 +109,9 @@ void run_kvcache(const Problem& p, const KvCacheArgs& a, const KvCacheLayout& L,
   }
   DecodeParams dp;
   // Without rotary the decode kernel reads the new tokens where they are and
-  // appends them itself: no kernel before it.
-  if (L.s_new > 0 && !L.rotary_half && rows_16_byte_aligned(a.k) && rows_16_byte_aligned(a.v)) {
+  // appends them itself (16 bytes at a time: the problem's row alignment,
+  // which supports() requires to be 16, covers k and v): no kernel before it.
+  if (L.s_new > 0 && !L.rotary_half) {
     dp.k_new = a.k.data;
     dp.v_new = a.v.data;
     for (int d = 0; d < 3; ++d) {
@@ -130,7 +122,6 @@ void run_kvcache(const Problem& p, const KvCacheArgs& a, const KvCacheLayout& L,
     dp.v_cache = a.v_cache.data;
   } else {
     dp.after_prologue = launch_kvcache_prologue(ap, p.dtype, stream);
-    dp.q_from_prologue = s.q_rot != nullptr;
   }
   dp.f = flash::forward_params(p, fa);
   dp.f.cache = cache;
