@@ -228,6 +228,13 @@ def plot(rows, ceiling, path, device):
     fig.savefig(path, dpi=90)
 
 
+def write_json(out, ceiling, gpu_kvcache, rows):
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "decode.json"), "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "ceiling_tbps": ceiling, "attn_gpu_kvcache": gpu_kvcache,
+                   "rows": rows}, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -266,10 +273,7 @@ def main():
                             print(f"d {d} b {b:3} s_kv {s_kv:6} h {h_q}/{h_kv} s_q {s_q} block {block:3}: TB/s " +
                                   ", ".join(cells), flush=True)
                             torch.cuda.empty_cache()
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "decode.json"), "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "ceiling_tbps": ceiling, "attn_gpu_kvcache": gpu_kvcache,
-                   "rows": rows}, f, indent=1)
+                            write_json(a.out, ceiling, gpu_kvcache, rows)  # after each point: a cut run keeps its rows
     plot(rows, ceiling, os.path.join(a.out, "decode.png"), torch.cuda.get_device_name())
 
 

@@ -2,7 +2,7 @@
 // too): head dims 64 and 128 on fresh random inputs against the fp64 reference, at the
 // edges of its 128-key and 64-query tiles, with GQA and MQA, every mask and
 // format (packed and padded sequences too), windows on both sides, both
-// dtypes; the forward is flash_sm90's too, so the pair runs as a Hopper
+// dtypes, softcap and ALiBi; the forward is flash_sm90's too, so the pair runs as a Hopper
 // training step would. Skipped off sm_90.
 #include <string>
 #include <vector>
@@ -60,6 +60,19 @@ std::vector<testing::CaseSpec> cases(int64_t d) {
   add(QkvFormat::sbhd, MaskType::padding, 2, 200, 260, 4, 4);
   out.back().seqlens_q = {200, 65};
   out.back().seqlens_kv = {129, 260};
+  // Score changes (the kernel's build with them): softcap, ALiBi (one slope
+  // per query head: the GQA group's heads differ), both, with masks,
+  // windows, packed sequences and fp16.
+  add(QkvFormat::bshd, MaskType::causal, 2, 300, 300, 8, 2);
+  out.back().softcap = 5.0;  // small: most scores are in tanh's curved part
+  add(QkvFormat::sbhd, MaskType::causal_bottom_right, 1, 130, 333, 4, 1, {}, DType::f16);
+  out.back().bias = BiasType::alibi;
+  add(QkvFormat::bshd, MaskType::no_mask, 1, 257, 400, 4, 2, {100, 50});
+  out.back().softcap = 20.0;
+  out.back().bias = BiasType::alibi;
+  packed(MaskType::padding_causal, {300, 0, 1, 77}, {300, 0, 1, 77}, {63, 0});
+  out.back().softcap = 30.0;
+  out.back().bias = BiasType::alibi;
   return out;
 }
 

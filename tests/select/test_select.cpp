@@ -142,9 +142,9 @@ TEST(Select, HopperBackwardPutsFlashSm90FirstForCausalGqa) {
   EXPECT_EQ(preference_order_for(simulated_device("sm80"), p).front(), "flash_sm80");
 }
 
-// flash_sm90's backward: head dims 64 and 128, every format, without score changes,
-// dropout or the deterministic mode; each refusal names what it lacks and
-// where it runs instead.
+// flash_sm90's backward: head dims 64 and 128, every format, softcap and
+// ALiBi, without dropout or the deterministic mode; each refusal names what it
+// lacks and where it runs instead.
 TEST(Select, FlashSm90BackwardSaysWhatItRuns) {
   const DeviceInfo dev = simulated_device("sm90");
   const Backend* b = find_backend("flash_sm90");
@@ -162,10 +162,9 @@ TEST(Select, FlashSm90BackwardSaysWhatItRuns) {
   EXPECT_TRUE(b->supports(q, dev).empty());
   q = p;
   q.softcap = 30.0;
-  refused(q, "softcap is not in flash_sm90's backward yet (cudnn and flash_sm80 run it)");
-  q = p;
+  EXPECT_TRUE(b->supports(q, dev).empty());
   q.bias = BiasType::alibi;
-  refused(q, "ALiBi");
+  EXPECT_TRUE(b->supports(q, dev).empty());
   q = p;
   q.dropout_p = 0.1;
   refused(q, "dropout");

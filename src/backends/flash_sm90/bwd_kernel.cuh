@@ -33,7 +33,7 @@
 
 namespace attn::flash_sm90 {
 
-template <typename T, int kDQK, int kDV>
+template <typename T, int kDQK, int kDV, bool kScoreMods>
 __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdParams args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
   BwdRegisters<Cfg> regs;
   regs.clear();
   if (blk.has_work()) {
-    const BwdMainloop<T, Cfg> mainloop{args.p.fwd, smem, blk, regs, wg, tid - 128, tid & 31, (tid / 32) & 3,
+    const BwdMainloop<T, Cfg, kScoreMods> mainloop{args.p.fwd, smem, blk, regs, wg, tid - 128, tid & 31, (tid / 32) & 3,
                                        __shfl_sync(0xffffffff, wg, 0) * 64, blk.n0 + wg * 64};
     mainloop.run();
   }
@@ -69,10 +69,10 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
 
 // One CTA per (KV tile, KV head, sequence) on the caller's stream, in the
 // chunked order above.
-template <typename T, int kDQK, int kDV>
+template <typename T, int kDQK, int kDV, bool kScoreMods>
 void launch_bwd(const Sm90BwdParams& args, cudaStream_t stream) {
   using Cfg = BwdConfig<kDQK, kDV>;
-  auto* kernel = flash_bwd_sm90_kernel<T, kDQK, kDV>;
+  auto* kernel = flash_bwd_sm90_kernel<T, kDQK, kDV, kScoreMods>;
   ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const auto& p = args.p.fwd;
   const int kv_tiles = (p.s_kv + Cfg::kBlockN - 1) / Cfg::kBlockN, pairs = p.h_q / p.h_per_kv * p.batch;

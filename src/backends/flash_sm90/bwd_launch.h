@@ -9,7 +9,9 @@
 namespace attn::flash_sm90 {
 
 // The main kernel: dK, dV written, dQ added into the fp32 accumulator.
-template <typename T, int kDQK, int kDV>
+// kScoreMods: the build with softcap and ALiBi (bwd_mainloop.cuh), for calls
+// with either; the other build keeps the plain path's registers and speed.
+template <typename T, int kDQK, int kDV, bool kScoreMods>
 void launch_bwd(const Sm90BwdParams& p, cudaStream_t stream);
 
 }  // namespace attn::flash_sm90

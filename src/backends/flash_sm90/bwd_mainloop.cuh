@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "backends/flash/dq_layout.h"
+#include "backends/flash/score_mods.cuh"
 #include "backends/flash/sequence.cuh"
 #include "backends/flash_sm90/bwd_kv_block.cuh"
 #include "backends/flash_sm90/bwd_smem.cuh"
@@ -42,7 +43,7 @@ struct BwdRegisters {
   }
 };
 
-template <typename T, class Cfg>
+template <typename T, class Cfg, bool kScoreMods>
 struct BwdMainloop {
   static constexpr int kD = Cfg::kHeadDim, kM = Cfg::kBlockM, kN = Cfg::kBlockN, kS = Cfg::kStages;
   static constexpr int kConsumerThreads = 128 * Cfg::kConsumers;
@@ -116,30 +117,42 @@ struct BwdMainloop {
     sm90::wgmma_commit();
   }
 
-  // S^T -> P^T in place. Element s[i][2 hr + e]: key key0 + 16 warp + 8 hr +
-  // lane / 4, query m0 + 8 i + 2 (lane % 4) + e. A consumer tile needs the
-  // mask unless every valid query row sees all 64 of its keys (both ends of
-  // a row's range grow with the row, so the first and last rows decide).
-  // P = 0 where masked, so dS = P (dP - D) is 0 there too.
+  // Element s[i][2 hr + e] of S^T: key first_key() + 8 hr, query m0 + 8 i +
+  // 2 (lane % 4) + e. A consumer tile needs the mask unless every valid
+  // query row sees all 64 of its keys (both ends of a row's range grow with
+  // the row, so the first and last rows decide).
+  __device__ __forceinline__ bool needs_mask(int m0) const {
+    const int last_row = min(m0 + kM, blk.seq.len_q) - 1;
+    return last_row < m0 || flash::row_key_begin(p, blk.seq, last_row) > key0 ||
+           flash::row_key_end(p, blk.seq, m0) < key0 + 64;
+  }
+  __device__ __forceinline__ int first_key() const { return key0 + 16 * warp + (lane >> 2); }
+  // The keys [begin, end) query m0 + c sees (all of the sequence's where the
+  // tile needs no mask). Tested as j < begin || j >= end: KeyRange's
+  // contains() made ptxas branch around each element's exp2.
+  __device__ __forceinline__ void row_bounds(int m0, int c, bool masked, int& begin, int& end) const {
+    begin = 0;
+    end = blk.seq.len_kv;
+    if (masked) {
+      const bool valid = m0 + c < blk.seq.len_q;
+      begin = valid ? flash::row_key_begin(p, blk.seq, m0 + c) : 0;
+      end = valid ? flash::row_key_end(p, blk.seq, m0 + c) : 0;
+    }
+  }
+
+  // S^T -> P^T in place. P = 0 where masked, so dS = P (dP - D) is 0 there too.
   __device__ __forceinline__ void probabilities(float (&s)[NS][4], int m0, const float2* terms) const {
-    const flash::SeqExtent seq = blk.seq;
-    const float unit = p.scale_log2;  // scores -> log2 units (score modifications are refused)
-    const int last_row = min(m0 + kM, seq.len_q) - 1;
-    const bool masked = last_row < m0 || flash::row_key_begin(p, seq, last_row) > key0 ||
-                        flash::row_key_end(p, seq, m0) < key0 + 64;
-    const int j0 = key0 + 16 * warp + (lane >> 2);  // this thread's first key (and j0 + 8)
+    const float unit = p.scale_log2;  // scores -> log2 units
+    const bool masked = needs_mask(m0);
+    const int j0 = first_key();
 #pragma unroll
     for (int i = 0; i < NS; ++i)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int c = 8 * i + 2 * (lane & 3) + e;
         const float lse2 = terms[c].x;
-        int begin = 0, end = seq.len_kv;
-        if (masked) {
-          const bool valid = m0 + c < seq.len_q;
-          begin = valid ? flash::row_key_begin(p, seq, m0 + c) : 0;
-          end = valid ? flash::row_key_end(p, seq, m0 + c) : 0;
-        }
+        int begin, end;
+        row_bounds(m0, c, masked, begin, end);
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
           const int j = j0 + 8 * hr;
@@ -147,6 +160,60 @@ struct BwdMainloop {
           x = (masked && (j < begin || j >= end)) ? 0.f : sm80::fast_exp2(x * unit - lse2);
         }
       }
+  }
+
+  // With score changes: the forward's operations (flash/score_mods.cuh's
+  // order: scale, softcap, ALiBi, so P matches its lse), each a compile-time
+  // choice so the element loop has no branches. P^T goes straight into dV's
+  // A fragments (a_fragments' layout) and P^T (1 - tanh^2) stays in s, so
+  // dscores' dS = s (dP - D) carries softcap's derivative: one tanh and one
+  // exp2 per element, no register held across dV's product. ALiBi's
+  // distance |i + shift - j| is formed in floats (exact below 2^24).
+  template <bool kSoftcap, bool kAlibi>
+  __device__ __forceinline__ void probabilities_modified(float (&s)[NS][4], uint32_t (&pa)[NS / 2][4], int m0,
+                                                         const float2* terms, float slope) const {
+    const bool masked = needs_mask(m0);
+    const int j0 = first_key();
+    const float key_at[2] = {static_cast<float>(j0), static_cast<float>(j0 + 8)};
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+      float pr[4];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = 8 * i + 2 * (lane & 3) + e;
+        const float lse2 = terms[c].x, query_at = static_cast<float>(m0 + c + blk.seq.shift);
+        int begin, end;
+        row_bounds(m0, c, masked, begin, end);
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          float x = s[i][2 * hr + e] * p.scale, grad = 1.f;
+          if constexpr (kSoftcap) {
+            const float t = sm80::fast_tanh(x * p.softcap_inv);
+            x = p.softcap * t;
+            grad = 1.f - t * t;
+          }
+          if constexpr (kAlibi) x -= slope * fabsf(query_at - key_at[hr]);
+          const int j = j0 + 8 * hr;
+          const float prob = (masked && (j < begin || j >= end)) ? 0.f : sm80::fast_exp2(x * flash::kLog2e - lse2);
+          pr[2 * hr + e] = prob;
+          s[i][2 * hr + e] = prob * grad;
+        }
+      }
+      pa[i / 2][(i % 2) * 2] = sm80::pack2<T>(pr[0], pr[1]);
+      pa[i / 2][(i % 2) * 2 + 1] = sm80::pack2<T>(pr[2], pr[3]);
+    }
+  }
+  // The build for this call's changes (uniform: one branch per tile). A
+  // non-positive softmax_scale alone takes the <false, false> build.
+  __device__ __forceinline__ void probabilities_modified(float (&s)[NS][4], uint32_t (&pa)[NS / 2][4], int m0,
+                                                         const float2* terms, float slope) const {
+    if (p.softcap > 0.f) {
+      if (p.alibi) probabilities_modified<true, true>(s, pa, m0, terms, slope);
+      else probabilities_modified<true, false>(s, pa, m0, terms, slope);
+    } else {
+      if (p.alibi) probabilities_modified<false, true>(s, pa, m0, terms, slope);
+      else probabilities_modified<false, false>(s, pa, m0, terms, slope);
+    }
   }
 
   // dV += P^T.dO (dO read MN-major: d is its contiguous dim).
@@ -157,7 +224,8 @@ struct BwdMainloop {
     sm90::wgmma_commit();
   }
 
-  // dS^T = P^T (dP^T - D), in dp's registers.
+  // dS^T = P^T (dP^T - D), in dp's registers (with softcap, s holds P^T (1 -
+  // tanh^2); ALiBi's bias has no gradient: the slopes are not learned).
   __device__ __forceinline__ void dscores(const float (&s)[NS][4], float (&dp)[NS][4], const float2* terms) const {
 #pragma unroll
     for (int i = 0; i < NS; ++i)
@@ -241,8 +309,8 @@ struct BwdMainloop {
     smem.dq_full(q_stage).arrive();
   }
 
-  // The `it`-th query tile of the walk (tile m of its head).
-  __device__ __forceinline__ void run_tile(int it, int m) const {
+  // The `it`-th query tile of the walk (tile m of query head hh of the group).
+  __device__ __forceinline__ void run_tile(int it, int m, int hh) const {
     const int stage = it % kS, m0 = m * kM;
     const QueryTile q_tile = smem.q_tile(stage), do_tile = smem.do_tile(stage);
     smem.full(stage).wait((it / kS) & 1);
@@ -256,9 +324,16 @@ struct BwdMainloop {
     sm90::wgmma_wait<1>();  // S^T
     sm90::fence_registers(*reinterpret_cast<float(*)[kM / 2]>(&s));
     const float2* terms = reinterpret_cast<const float2*>(smem.to_generic(smem.terms(stage)));
-    probabilities(s, m0, terms);
     uint32_t pa[kM / 16][4];
-    a_fragments(s, pa);
+    float slope = 0.f;
+    if constexpr (kScoreMods) {
+      const int hq = blk.h_kv * p.h_per_kv + hh;
+      if (p.alibi) slope = p.alibi[blk.b * p.alibi_batch_stride + hq * p.alibi_head_stride];
+      probabilities_modified(s, pa, m0, terms, slope);
+    } else {
+      probabilities(s, m0, terms);
+      a_fragments(s, pa);
+    }
     issue_dv(pa, do_tile);
     sm90::wgmma_wait<1>();  // dP^T (dV's product may run on)
     sm90::fence_registers(*reinterpret_cast<float(*)[kM / 2]>(&dp));
@@ -283,7 +358,7 @@ struct BwdMainloop {
     await_keys();
     int it = 0;
     for (int hh = 0; hh < p.h_per_kv; ++hh)
-      for (int m = blk.mt.first; m <= blk.mt.last; ++m, ++it) run_tile(it, m);
+      for (int m = blk.mt.first; m <= blk.mt.last; ++m, ++it) run_tile(it, m, hh);
   }
 };
 

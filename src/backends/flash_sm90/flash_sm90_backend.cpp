@@ -49,8 +49,6 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
     no.push_back(std::move(reason));
   if (bwd) {  // the backward's first version: what it does not run yet goes to cudnn or flash_sm80
     const std::string later = " is not in flash_sm90's backward yet (cudnn and flash_sm80 run it)";
-    if (p.softcap > 0) no.push_back("softcap" + later);
-    if (p.bias == BiasType::alibi) no.push_back("ALiBi" + later);
     if (p.dropout_p > 0) no.push_back("dropout" + later);
     if (p.deterministic) no.push_back("deterministic mode (dQ is added with unordered atomics)" + later);
     constexpr int64_t kTileKeys = BwdConfig<128, 128>::kBlockN, kMaxKeys = 65535 * kTileKeys;

@@ -36,7 +36,12 @@ void run(const Problem& p, const BackwardArgs& a, const flash::BwdParams& k, cud
   args.dv = tile_map(p, a.dv, tokens_kv, p.h_kv, kDV, 64, "dv");
   if (k.rows_q > 0) flash::launch_bwd_prepass<T>(k, kDQK, kDV, stream);
   flash::launch_bwd_dsink(k, stream);
-  if (p.s_kv > 0) launch_bwd<T, kDQK, kDV>(args, stream);
+  if (p.s_kv > 0) {
+    if (args.p.fwd.score_mods)
+      launch_bwd<T, kDQK, kDV, true>(args, stream);
+    else
+      launch_bwd<T, kDQK, kDV, false>(args, stream);
+  }
   if (k.rows_q > 0) flash::launch_bwd_convert_dq<T>(k, kDQK, stream);
 }
 
