@@ -47,9 +47,14 @@ TEST(DecodeSplits, PlanPacksQueryRowsAndHonoursNumSplits) {
   p.s_q = 4;
   p.s_kv = 10000;  // 157 tiles
   p.h_q = 32;
-  p.h_kv = 2;  // a group of 16: 4 x 16 = 64 rows, 4 CTAs of 16
+  p.h_kv = 2;  // a group of 16: 4 x 16 = 64 rows, 2 CTAs of 32
   p.d_qk = p.d_v = 128;
+  EXPECT_EQ(plan(p, 5).row_blocks, 2);
+  EXPECT_EQ(plan(p, 5).m_blocks, 2);
+  p.d_qk = p.d_v = 256;  // wide rows: 4 CTAs of 16
+  EXPECT_EQ(plan(p, 5).row_blocks, 1);
   EXPECT_EQ(plan(p, 5).m_blocks, 4);
+  p.d_qk = p.d_v = 128;
   EXPECT_EQ(plan(p, 5).splits, 5);
   EXPECT_EQ(plan(p, 1000).splits, kMaxSplits);
   p.s_kv = 100;  // 2 tiles: at most 2 splits when asked
@@ -57,6 +62,14 @@ TEST(DecodeSplits, PlanPacksQueryRowsAndHonoursNumSplits) {
   p.s_q = 1;
   p.h_kv = 32;  // no GQA: one row per KV head
   EXPECT_EQ(plan(p, 1).m_blocks, 1);
+  EXPECT_EQ(plan(p, 1).row_blocks, 1);
+  p.h_q = 64;
+  p.h_kv = 8;  // 4 tokens x 8 heads: 32 rows, one CTA
+  p.s_q = 4;
+  EXPECT_EQ(plan(p, 1).row_blocks, 2);
+  EXPECT_EQ(plan(p, 1).m_blocks, 1);
+  p.s_q = 5;  // 40 rows: two CTAs of 32
+  EXPECT_EQ(plan(p, 1).m_blocks, 2);
 }
 
 }  // namespace

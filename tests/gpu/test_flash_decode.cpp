@@ -325,6 +325,16 @@ TEST(FlashDecode, KvCacheMatchesTheCpuPath) {
     specs.push_back(g);
   }
   {
+    KvSpec g;  // GQA 8 with 4 speculative tokens, paged: 32 rows per KV head,
+    g.h_q = 64;  // two CTAs of 16 (a small batch), then one of 32 (fixed splits)
+    g.h_kv = 8;
+    g.s_q = g.s_new = 4;
+    g.block_size = 16;
+    specs.push_back(g);
+    g.num_splits = 2;
+    specs.push_back(g);
+  }
+  {
     KvSpec w;  // a window, softcap, ALiBi, a sink, s_q 16, fixed splits
     w.s_q = w.s_new = 16;
     w.window = {50, 0};

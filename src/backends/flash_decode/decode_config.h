@@ -1,17 +1,25 @@
-// The decode kernel's shape (decode_kernel.cuh): 4 warps, 16 packed query
-// rows, KV tiles of 64 keys (16 per warp) in kStages cp.async stages, and the
-// merge of the warps' partial softmaxes in the stages' memory afterwards.
+// The decode kernel's shape (decode_kernel.cuh): 4 warps, 16 or 32 packed
+// query rows (kRowBlocks mma row blocks), KV tiles of 64 keys (16 per warp)
+// in kStages cp.async stages, and the merge of the warps' partial softmaxes
+// in the stages' memory afterwards.
 #pragma once
 
 #include "kernels/sm80/swizzle.h"
 
 namespace attn::flash_decode {
 
-template <int kDQK, int kDV>
+// Two row blocks where a KV head's group has more than 16 rows (GQA 8 with
+// 4 tokens: 32), so one CTA reads its keys once for all of them; only
+// where the rows are narrow (d_qk + d_v <= 256: their accumulators and the
+// larger merge fit beside the stages).
+inline constexpr bool two_row_blocks_fit(int d_qk, int d_v) { return d_qk + d_v <= 256; }
+
+template <int kDQK, int kDV, int kRowBlocks = 1>
 struct DecodeConfig {
+  static_assert(kRowBlocks == 1 || (kRowBlocks == 2 && two_row_blocks_fit(kDQK, kDV)), "one or two row blocks");
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kRows = 16;               // packed query rows per CTA (one mma row block)
+  static constexpr int kRows = 16 * kRowBlocks;  // packed query rows per CTA
   static constexpr int kBlockN = 16 * kWarps;    // keys per tile: each warp takes 16
   // Three stages where they fit beside two CTAs per SM (measured on the
   // H100: 2.91 -> 3.00 TB/s at batch 64, 8k keys; 2.56 -> 2.65 at one 128k

@@ -3,7 +3,8 @@
 // to keep the KV reads streaming:
 // - GQA packing: the query heads of one KV head and the call's query tokens
 //   form the rows of one tile (row r: token r / g, head kv_head * g + r % g),
-//   so each K/V tile is read once for all of them;
+//   so each K/V tile is read once for all of them: 16 rows, or 32 (two mma
+//   row blocks, kRowBlocks) where the plan asks for them;
 // - split-KV: the keys of a sequence are cut into `splits` ranges, one CTA
 //   each, so a single long sequence still fills the GPU; the combine kernel
 //   merges the ranges' partial results by their lse (and adds the sink);
@@ -138,14 +139,17 @@ __device__ __forceinline__ void append_new_rows(const DecodeParams& dp, int b, i
   }
 }
 
-template <typename T, int kDQK, int kDV>
-__global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
+template <typename T, int kDQK, int kDV, int kRowBlocks>
+__global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
     flash_decode_kernel(const __grid_constant__ DecodeParams dp) {
-  using Cfg = DecodeConfig<kDQK, kDV>;
+  using Cfg = DecodeConfig<kDQK, kDV, kRowBlocks>;
   using TileQ = typename Cfg::TileQ;
   using TileK = typename Cfg::TileK;
   using TileV = typename Cfg::TileV;
-  constexpr int kN = Cfg::kBlockN, kRows = Cfg::kRows, NO = kDV / 8;
+  // MB row blocks of 16 (decode_config.h); a thread holds rows lane / 4 and
+  // lane / 4 + 8 of each: its kHalves "half rows", half h at row
+  // 16 (h / 2) + 8 (h % 2) + lane / 4, element e of block ma in half 2 ma + e / 2.
+  constexpr int kN = Cfg::kBlockN, kRows = Cfg::kRows, NO = kDV / 8, MB = kRowBlocks, kHalves = 2 * MB;
   const flash::FwdParams& p = dp.f;
   kernels::allow_dependent_launch();  // the combine kernel's CTAs wait for this grid's end
   extern __shared__ __align__(128) char smem[];
@@ -176,15 +180,15 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
   }
 
   // This thread's two rows (mma layout: lane / 4 and lane / 4 + 8).
-  KeyRange<int> keys[2];
-  float slope[2];
-  int token[2];
+  KeyRange<int> keys[kHalves];
+  float slope[kHalves];
+  int token[kHalves];
   // The keys both rows see (rows past the tile's last, which no one reads,
   // see all): a tile inside them needs no mask.
   KeyRange<int> seen_by_both{INT_MIN, INT_MAX};
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = r0 + lane / 4 + 8 * h;
+  for (int h = 0; h < kHalves; ++h) {
+    const int r = r0 + 16 * (h / 2) + 8 * (h % 2) + lane / 4;
     token[h] = r / g;
     const bool valid = r < rows && token[h] < seq.len_q;
     keys[h] = valid ? flash::row_keys(p, seq, token[h]) : KeyRange<int>{0, 0};
@@ -215,9 +219,14 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
   // of q, K or V and no write before it has finished.
   kernels::wait_for_prior_grid();
 
-  float o[1][NO][4];
+  float o[MB][NO][4];
   sm80::zero(o);
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float m[kHalves], l[kHalves];
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.f;
+  }
   if (t_begin < t_end) {
     constexpr int kCQ = kDQK / 8;
     for (int idx = tid; idx < kRows * kCQ; idx += Cfg::kThreads) {
@@ -257,39 +266,45 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
     if (prefetch) ahead = rows_of(t + kStages);
     __syncthreads();
 
-    float sc[1][2][4];
+    float sc[MB][2][4];
     sm80::zero(sc);
-    sm80::gemm_abt<T, 1, 2, kDQK, TileQ, TileK>(sc, q_smem, k_stage(s) + 16 * warp * TileK::kRowBytes, 0, lane);
+    sm80::gemm_abt<T, MB, 2, kDQK, TileQ, TileK>(sc, q_smem, k_stage(s) + 16 * warp * TileK::kRowBytes, 0, lane);
     const int n0 = t * kN + 16 * warp;
     const bool unmasked = __all_sync(0xffffffffu, seen_by_both.begin <= n0 && n0 + 16 <= seen_by_both.end);
     if (unmasked && !p.score_mods) {  // most tiles of a decode step: the scale alone
 #pragma unroll
-      for (int na = 0; na < 2; ++na)
+      for (int ma = 0; ma < MB; ++ma)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) sc[0][na][e] *= p.scale_log2;
+        for (int na = 0; na < 2; ++na)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sc[ma][na][e] *= p.scale_log2;
     } else {
 #pragma unroll
-      for (int na = 0; na < 2; ++na)
+      for (int ma = 0; ma < MB; ++ma)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e >> 1, j = n0 + 8 * na + 2 * (lane & 3) + (e & 1);
-          float x = sc[0][na][e];
-          if (p.score_mods) {
-            float unused;
-            x = flash::modified_score(x, p, slope[h], token[h], j, seq.shift, unused);
-          } else {
-            x *= p.scale_log2;
+        for (int na = 0; na < 2; ++na)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = 2 * ma + (e >> 1), j = n0 + 8 * na + 2 * (lane & 3) + (e & 1);
+            float x = sc[ma][na][e];
+            if (p.score_mods) {
+              float unused;
+              x = flash::modified_score(x, p, slope[h], token[h], j, seq.shift, unused);
+            } else {
+              x *= p.scale_log2;
+            }
+            sc[ma][na][e] = keys[h].contains(j) ? x : -INFINITY;
           }
-          sc[0][na][e] = keys[h].contains(j) ? x : -INFINITY;
-        }
     }
     // The running softmax of the warp's keys, per row (log2 units). A NaN
     // score is left out of the max, so exp2 turns it into a NaN sum and
     // output: it stays visible.
-    float alpha[2];
+    float alpha[kHalves];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = fmaxf(fmaxf(sc[0][0][2 * h], sc[0][0][2 * h + 1]), fmaxf(sc[0][1][2 * h], sc[0][1][2 * h + 1]));
+    for (int h = 0; h < kHalves; ++h) {
+      float(&row)[2][4] = sc[h / 2];
+      const int e0 = 2 * (h % 2);
+      float mx = fmaxf(fmaxf(row[0][e0], row[0][e0 + 1]), fmaxf(row[1][e0], row[1][e0 + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m[h], mx);
@@ -301,24 +316,29 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
       for (int na = 0; na < 2; ++na)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float pr = sm80::fast_exp2(sc[0][na][2 * h + e] - base);
-          sc[0][na][2 * h + e] = pr;
+          const float pr = sm80::fast_exp2(row[na][e0 + e] - base);
+          row[na][e0 + e] = pr;
           sum += pr;
         }
       l[h] = l[h] * alpha[h] + sum;
     }
     // Past the first tiles a row's max rarely moves: skip the identity
     // rescale of the warp's accumulators (exact: x * 1 == x, NaN included).
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+    bool moved = false;
 #pragma unroll
-      for (int no = 0; no < NO; ++no) {
-        o[0][no][0] *= alpha[0];
-        o[0][no][1] *= alpha[0];
-        o[0][no][2] *= alpha[1];
-        o[0][no][3] *= alpha[1];
-      }
+    for (int h = 0; h < kHalves; ++h) moved = moved || alpha[h] != 1.f;
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int ma = 0; ma < MB; ++ma)
+#pragma unroll
+        for (int no = 0; no < NO; ++no) {
+          o[ma][no][0] *= alpha[2 * ma];
+          o[ma][no][1] *= alpha[2 * ma];
+          o[ma][no][2] *= alpha[2 * ma + 1];
+          o[ma][no][3] *= alpha[2 * ma + 1];
+        }
     }
-    sm80::gemm_rb<T, 1, 2, NO, TileV>(o, sc, v_stage(s) + 16 * warp * TileV::kRowBytes, lane);
+    sm80::gemm_rb<T, MB, 2, NO, TileV>(o, sc, v_stage(s) + 16 * warp * TileV::kRowBytes, lane);
     if (prefetch) row_at[(t % kStages) * kN + tid] = ahead;
     __syncthreads();  // tile t's stage is free, tile t + kStages's offsets visible
   }
@@ -328,14 +348,14 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
   float* const m_merge = o_merge + Cfg::kWarps * kRows * kDV;              // [warp][row]
   float* const l_merge = m_merge + Cfg::kWarps * kRows;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < kHalves; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    const int row = lane / 4 + 8 * h;
+    const int row = 16 * (h / 2) + 8 * (h % 2) + lane / 4, e0 = 2 * (h % 2);
     float* const orow = o_merge + (warp * kRows + row) * kDV + 2 * (lane & 3);
 #pragma unroll
     for (int no = 0; no < NO; ++no)
-      *reinterpret_cast<float2*>(orow + 8 * no) = make_float2(o[0][no][2 * h], o[0][no][2 * h + 1]);
+      *reinterpret_cast<float2*>(orow + 8 * no) = make_float2(o[h / 2][no][e0], o[h / 2][no][e0 + 1]);
     if ((lane & 3) == 0) {
       m_merge[warp * kRows + row] = m[h];
       l_merge[warp * kRows + row] = l[h];
@@ -344,66 +364,70 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV>::kThreads)
   __syncthreads();
 
   // Each row by 8 threads, 2 columns at a time.
-  const int row = tid / 8, sub = tid % 8, r = r0 + row;
-  if (r >= rows) return;
-  const int i = r / g, hq = kvh * g + r % g;
-  float mw[Cfg::kWarps], big = -INFINITY;
-#pragma unroll
-  for (int w = 0; w < Cfg::kWarps; ++w) {
-    mw[w] = i < seq.len_q ? m_merge[w * kRows + row] : -INFINITY;
-    big = fmaxf(big, mw[w]);
-  }
-  const float base = big == -INFINITY ? 0.f : big;
-  float sum = 0.f;
-#pragma unroll
-  for (int w = 0; w < Cfg::kWarps; ++w) {
-    mw[w] = mw[w] == -INFINITY ? 0.f : exp2f(mw[w] - base);  // the warp's weight
-    sum += mw[w] * l_merge[w * kRows + row];
-  }
-  // lse of the CTA's keys, natural units, without the sink.
-  const float lse_keys = big == -INFINITY ? -INFINITY : (big + __log2f(sum)) * flash::kLn2;
-  if (p.max_logit && big != -INFINITY && sub == 0)
-    detail::atomic_max_keeping_nan(p.max_logit + hq * p.max_logit_stride, sum != sum ? sum : big * flash::kLn2);
-
-  // Columns c, c + 1 of the row over the four warps' keys (relative to exp2(big)).
-  auto merged = [&](int c) {
-    float2 acc = make_float2(0.f, 0.f);
+  const int sub = tid % 8;
+  auto finish_row = [&](int row) {
+    const int r = r0 + row;
+    if (r >= rows) return;
+    const int i = r / g, hq = kvh * g + r % g;
+    float mw[Cfg::kWarps], big = -INFINITY;
 #pragma unroll
     for (int w = 0; w < Cfg::kWarps; ++w) {
-      const float2 x = *reinterpret_cast<const float2*>(o_merge + (w * kRows + row) * kDV + c);
-      acc.x += mw[w] * x.x;
-      acc.y += mw[w] * x.y;
+      mw[w] = i < seq.len_q ? m_merge[w * kRows + row] : -INFINITY;
+      big = fmaxf(big, mw[w]);
     }
-    return acc;
-  };
-  const int64_t token_index = p.packed ? static_cast<int64_t>(seq.start_q) + i : static_cast<int64_t>(b) * p.s_q + i;
-  if (dp.splits > 1) {  // the combine kernel adds the sink and normalizes across splits
-    const int64_t row_id = token_index * p.h_q + hq;
-    const float inv = big == -INFINITY ? 0.f : 1.f / sum;
-    float* const dst = dp.o_partial + (static_cast<int64_t>(split) * dp.rows + row_id) * kDV;
+    const float base = big == -INFINITY ? 0.f : big;
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < Cfg::kWarps; ++w) {
+      mw[w] = mw[w] == -INFINITY ? 0.f : exp2f(mw[w] - base);  // the warp's weight
+      sum += mw[w] * l_merge[w * kRows + row];
+    }
+    // lse of the CTA's keys, natural units, without the sink.
+    const float lse_keys = big == -INFINITY ? -INFINITY : (big + __log2f(sum)) * flash::kLn2;
+    if (p.max_logit && big != -INFINITY && sub == 0)
+      detail::atomic_max_keeping_nan(p.max_logit + hq * p.max_logit_stride, sum != sum ? sum : big * flash::kLn2);
+
+    // Columns c, c + 1 of the row over the four warps' keys (relative to exp2(big)).
+    auto merged = [&](int c) {
+      float2 acc = make_float2(0.f, 0.f);
+#pragma unroll
+      for (int w = 0; w < Cfg::kWarps; ++w) {
+        const float2 x = *reinterpret_cast<const float2*>(o_merge + (w * kRows + row) * kDV + c);
+        acc.x += mw[w] * x.x;
+        acc.y += mw[w] * x.y;
+      }
+      return acc;
+    };
+    const int64_t token_index = p.packed ? static_cast<int64_t>(seq.start_q) + i : static_cast<int64_t>(b) * p.s_q + i;
+    if (dp.splits > 1) {  // the combine kernel adds the sink and normalizes across splits
+      const int64_t row_id = token_index * p.h_q + hq;
+      const float inv = big == -INFINITY ? 0.f : 1.f / sum;
+      float* const dst = dp.o_partial + (static_cast<int64_t>(split) * dp.rows + row_id) * kDV;
+#pragma unroll
+      for (int c = 2 * sub; c < kDV; c += 16) {
+        const float2 acc = merged(c);
+        *reinterpret_cast<float2*>(dst + c) = make_float2(acc.x * inv, acc.y * inv);
+      }
+      if (sub == 0) dp.lse_partial[static_cast<int64_t>(split) * dp.rows + row_id] = lse_keys;
+      return;
+    }
+    // One split: the sink joins here, and the rows are final.
+    const float sink = detail::sink_logit(p.sink, hq);
+    const float hi = fmaxf(lse_keys, sink);
+    const float lse = hi == -INFINITY ? -INFINITY : hi + __logf(__expf(lse_keys - hi) + __expf(sink - hi));
+    // A row that sees no key writes exact zeros (its P is 0, but 0 times a
+    // non-finite value of a key it does not see would not be).
+    const bool none = lse == -INFINITY || big == -INFINITY;
+    const float scale = none ? 0.f : __expf(big * flash::kLn2 - lse);
+    T* const out = out_row<T>(p, b, static_cast<int64_t>(seq.start_q) + i, hq);
 #pragma unroll
     for (int c = 2 * sub; c < kDV; c += 16) {
       const float2 acc = merged(c);
-      *reinterpret_cast<float2*>(dst + c) = make_float2(acc.x * inv, acc.y * inv);
+      *reinterpret_cast<uint32_t*>(out + c) = sm80::pack2<T>(none ? 0.f : acc.x * scale, none ? 0.f : acc.y * scale);
     }
-    if (sub == 0) dp.lse_partial[static_cast<int64_t>(split) * dp.rows + row_id] = lse_keys;
-    return;
-  }
-  // One split: the sink joins here, and the rows are final.
-  const float sink = detail::sink_logit(p.sink, hq);
-  const float hi = fmaxf(lse_keys, sink);
-  const float lse = hi == -INFINITY ? -INFINITY : hi + __logf(__expf(lse_keys - hi) + __expf(sink - hi));
-  // A row that sees no key writes exact zeros (its P is 0, but 0 times a
-  // non-finite value of a key it does not see would not be).
-  const bool none = lse == -INFINITY || big == -INFINITY;
-  const float scale = none ? 0.f : __expf(big * flash::kLn2 - lse);
-  T* const out = out_row<T>(p, b, static_cast<int64_t>(seq.start_q) + i, hq);
-#pragma unroll
-  for (int c = 2 * sub; c < kDV; c += 16) {
-    const float2 acc = merged(c);
-    *reinterpret_cast<uint32_t*>(out + c) = sm80::pack2<T>(none ? 0.f : acc.x * scale, none ? 0.f : acc.y * scale);
-  }
-  if (p.lse && sub == 0) *lse_at(p, b, static_cast<int64_t>(seq.start_q) + i, hq) = lse;
+    if (p.lse && sub == 0) *lse_at(p, b, static_cast<int64_t>(seq.start_q) + i, hq) = lse;
+  };
+  for (int row = tid / 8; row < kRows; row += Cfg::kThreads / 8) finish_row(row);
 }
 
 // The combine kernel's shape: one CTA per row; its threads are groups of

@@ -14,11 +14,12 @@ namespace attn::flash_decode {
 struct DecodeParams {
   flash::FwdParams f;  // KV-cache calls: f.cache; paged, f.k_batch_stride / f.v_batch_stride step one block
 
-  // The grid: x = split * m_blocks + m_block (16 packed query rows: the
-  // query tokens of one KV head's group of query heads), y = KV head, z =
-  // sequence. With splits > 1 each CTA writes its rows' partial output
-  // (normalized) and lse here, and the combine kernel merges them.
+  // The grid: x = split * m_blocks + m_block (16 row_blocks packed query
+  // rows: the query tokens of one KV head's group of query heads), y = KV
+  // head, z = sequence. With splits > 1 each CTA writes its rows' partial
+  // output (normalized) and lse here, and the combine kernel merges them.
   int m_blocks = 1;
+  int row_blocks = 1;  // the kernel's build: 16 or 32 rows per CTA (host only)
   int splits = 1;
   float* o_partial = nullptr;    // [splits][rows][d_v]
   float* lse_partial = nullptr;  // [splits][rows]

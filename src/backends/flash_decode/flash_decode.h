@@ -31,6 +31,9 @@ const Backend& backend();
 // the GPU in nearly whole waves (sizes only: a graph replays the same plan).
 struct Plan {
   int m_blocks = 1;
+  // 16-row blocks per CTA: 2 where a group has more than 16 rows, d_qk + d_v
+  // <= 256, and one-block CTAs would fill the GPU (or the splits are fixed).
+  int row_blocks = 1;
   int splits = 1;
 };
 Plan plan(const Problem& p, int requested_splits = 0);
@@ -63,7 +66,7 @@ struct KvCacheLayout {
 };
 // The append (rotated), q's rotation into scratch, and the attention, on
 // ctx's stream; the decode kernel takes any s_q, at the cost of a re-read of
-// the keys per 16 query rows.
+// the keys per 16 (narrow rows: 32) query rows.
 void run_kvcache(const Problem& p, const KvCacheArgs& a, const KvCacheLayout& layout, const RunContext& ctx);
 
 }  // namespace attn::flash_decode

@@ -25,23 +25,39 @@
 namespace attn::flash_decode {
 namespace {
 
-int64_t smem_bytes_for(int64_t d_qk, int64_t d_v) {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Whether a CTA may take two 16-row blocks: a KV head's group has more than
+// 16 rows and the rows are narrow enough (decode_config.h).
+bool two_row_blocks_allowed(const Problem& p) {
+  const int64_t rows = p.s_q * (p.h_q / std::max<int64_t>(p.h_kv, 1));
+  return rows > 16 && two_row_blocks_fit(static_cast<int>(p.d_qk), static_cast<int>(p.d_v));
+}
+
+template <int kDQK, int kDV>
+int64_t smem_bytes(bool two_row_blocks) {
+  if constexpr (two_row_blocks_fit(kDQK, kDV))
+    if (two_row_blocks) return DecodeConfig<kDQK, kDV, 2>::kSmemBytes;
+  return DecodeConfig<kDQK, kDV, 1>::kSmemBytes;
+}
+
+// Shared memory of the largest build plan() may pick for p.
+int64_t smem_bytes_for(const Problem& p) {
+  const bool two = two_row_blocks_allowed(p);
 #define ATTN_DECODE_SMEM(dqk, dv) \
-  if (d_qk == (dqk) && d_v == (dv)) return DecodeConfig<dqk, dv>::kSmemBytes;
+  if (p.d_qk == (dqk) && p.d_v == (dv)) return smem_bytes<dqk, dv>(two);
   ATTN_FLASH_DECODE_TABLE(ATTN_DECODE_SMEM)
 #undef ATTN_DECODE_SMEM
   return 0;
 }
 
-int ctas_per_sm(const Problem& p) {
+int ctas_per_sm(const Problem& p, int row_blocks) {
 #define ATTN_DECODE_OCC(dqk, dv) \
-  if (p.d_qk == (dqk) && p.d_v == (dv)) return decode_ctas_per_sm<dqk, dv>(p.device.index);
+  if (p.d_qk == (dqk) && p.d_v == (dv)) return decode_ctas_per_sm<dqk, dv>(p.device.index, row_blocks);
   ATTN_FLASH_DECODE_TABLE(ATTN_DECODE_OCC)
 #undef ATTN_DECODE_OCC
   return 1;
 }
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 template <typename T>
 bool dispatch(const Problem& p, const DecodeParams& dp, cudaStream_t stream) {
@@ -85,7 +101,7 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
     no.push_back("s_q=" + std::to_string(p.s_q) + " > " + std::to_string(kMaxQueryTokens) +
                  ": flash_decode takes at most 16 query tokens per sequence; longer queries go to the prefill kernels");
   if (p.dropout_p > 0) no.push_back("dropout (flash_decode serves inference)");
-  for (std::string& reason : flash::head_dim_reasons(p, dev, "flash_decode", smem_bytes_for(p.d_qk, p.d_v),
+  for (std::string& reason : flash::head_dim_reasons(p, dev, "flash_decode", smem_bytes_for(p),
                                                      {ATTN_FLASH_DECODE_TABLE(ATTN_FLASH_HEAD_DIMS)}))
     no.push_back(std::move(reason));
   for (std::string& reason : flash::kernel_reasons(p, "flash_decode")) no.push_back(std::move(reason));
@@ -97,18 +113,31 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
 Plan plan(const Problem& p, int requested) {
   Plan pl;
   const int64_t rows = p.s_q * (p.h_q / std::max<int64_t>(p.h_kv, 1));
-  pl.m_blocks = static_cast<int>(std::max<int64_t>(ceil_div(rows, 16), 1));
+  auto cut = [&](int row_blocks) {
+    pl.row_blocks = row_blocks;
+    pl.m_blocks = static_cast<int>(std::max<int64_t>(ceil_div(rows, 16 * row_blocks), 1));
+  };
+  cut(1);
   const int64_t tiles = ceil_div(p.s_kv, DecodeConfig<64, 64>::kBlockN);
-  if (requested > 0) {
+  if (requested > 0) {  // a fixed split count: each group's keys read once where the rows allow
+    if (two_row_blocks_allowed(p)) cut(2);
     const int64_t most = std::min<int64_t>(kMaxSplits, std::max<int64_t>(tiles, 1));
     pl.splits = static_cast<int>(std::clamp<int64_t>(requested, 1, most));
     return pl;
   }
   const DeviceInfo dev = query_device(p.device);
   // A simulated device (another architecture's limits) has no occupancy to ask this GPU for.
-  const int64_t per_sm = dev.simulated ? 1 : std::max(ctas_per_sm(p), 1);
-  const int64_t slots = static_cast<int64_t>(std::max(dev.sm_count, 1)) * per_sm;
-  pl.splits = choose_splits(pl.m_blocks * p.h_kv * p.batch, tiles, slots);
+  auto slots = [&](int row_blocks) {
+    const int64_t per_sm = dev.simulated ? 1 : std::max(ctas_per_sm(p, row_blocks), 1);
+    return static_cast<int64_t>(std::max(dev.sm_count, 1)) * per_sm;
+  };
+  // Two row blocks read a group's keys once rather than once per 16 rows.
+  // That pays where one-block CTAs fill the GPU without splitting the keys;
+  // below, the second read comes from L2 and the lighter CTAs end a short
+  // wave sooner (H100, h 64/8, 4 tokens, d 128, TB/s one block / two: b 64
+  // 8k 2.88 / 3.00, paged 16 2.48 / 2.97; b 1 8k 1.49 / 1.31).
+  if (two_row_blocks_allowed(p) && pl.m_blocks * p.h_kv * p.batch >= slots(1)) cut(2);
+  pl.splits = choose_splits(pl.m_blocks * p.h_kv * p.batch, tiles, slots(pl.row_blocks));
   return pl;
 }
 
@@ -128,6 +157,7 @@ void run(const Problem& p, DecodeParams dp, const Plan& pl, const RunContext& ct
   if (dp.f.max_logit) detail::launch_fill(dp.f.max_logit, p.h_q, dp.f.max_logit_stride, -INFINITY, stream);
   if (p.batch == 0 || p.h_q == 0 || p.s_q == 0 || p.total_q == 0) return;
   dp.m_blocks = pl.m_blocks;
+  dp.row_blocks = pl.row_blocks;
   dp.splits = pl.splits;
   dp.rows = p.total_q * p.h_q;
   const DeviceInfo dev = query_device(p.device);
