@@ -5,7 +5,11 @@ without, over shared/ANCHORS.md's d 64/128 grid (seqlen 1k/4k/16k, causal or
 not, batch = 16384/seqlen, heads = 2048/d). Two timings in one process:
 back-to-back calls between CUDA events (bench/compare.py's interleaved
 medians) and each call alone after an L2 flush (as triton's do_bench).
-Prints ratios (time with / time without; 1.00 = free) and writes JSON.
+Prints ratios (time with / time without; 1.00 = free) and writes JSON. A
+third estimate pairs the samples: each round times the call without the
+feature and then each call with it back to back, and the ratio is the median
+of the rounds' ratios (clock and power drift between rounds cancel; the 2%
+clause of the max logit sits near this bench's round-to-round noise).
 
     python bench/sinks.py [--backend flash_sm90] [--quick] [--out DIR]
 """
@@ -21,6 +25,26 @@ import attn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import flushed_median, interleaved_medians, make_sets, warm  # noqa: E402
+
+def paired_ratios(fns, base, calls_per_sample=8, rounds=40):
+    """Median over rounds of (time of fns[name]) / (time of fns[base]), the
+    calls of one round back to back: {name: ratio} for every name but base."""
+    ratios = {name: [] for name in fns if name != base}
+    for r in range(rounds):
+        t = {}
+        for name, (fn, sets) in fns.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            fn(sets[(r + calls_per_sample) % len(sets)])  # busy GPU at the start event
+            start.record()
+            for j in range(calls_per_sample):
+                fn(sets[(r + j) % len(sets)])
+            end.record()
+            end.synchronize()
+            t[name] = start.elapsed_time(end)
+        for name in ratios:
+            ratios[name].append(t[name] / t[base])
+    return {name: statistics.median(v) for name, v in ratios.items()}
+
 
 def variants(backend, causal, h):
     mask = "causal" if causal else "no_mask"
@@ -53,7 +77,8 @@ def main():
     ap.add_argument("--out", default="bench_out")
     a = ap.parse_args()
     rows = []
-    print(f"{'d':>4} {'s':>6} {'causal':>6} | fwd sink  fwd max_logit  bwd sink(+dsink) | same, each call after an L2 flush")
+    print(f"{'d':>4} {'s':>6} {'causal':>6} | fwd sink  fwd max_logit  bwd sink(+dsink) | same, each call after an L2 flush"
+          " | same, paired per round")
     for d in (64, 128):
         for s in ((1024, 4096) if a.quick else (1024, 4096, 16384)):
             for causal in (False, True):
@@ -66,6 +91,8 @@ def main():
                     warm(fn, fn_sets)
                 loop = {f"fwd_{k}": v for k, v in interleaved_medians(fwd_fns).items()}
                 loop.update({f"bwd_{k}": v for k, v in interleaved_medians(bwd_fns).items()})
+                paired = {f"fwd_{k}": v for k, v in paired_ratios(fwd_fns, "vanilla").items()}
+                paired.update({f"bwd_{k}": v for k, v in paired_ratios(bwd_fns, "vanilla").items()})
                 cold = {f"fwd_{k}": flushed_median(*v) for k, v in fwd_fns.items()}
                 cold.update({f"bwd_{k}": flushed_median(*v) for k, v in bwd_fns.items()})
                 r = {"d": d, "seqlen": s, "causal": causal, "batch": b, "heads": h, "loop_ms": loop, "flushed_ms": cold}
@@ -73,12 +100,15 @@ def main():
                 cols = [(ratio(t, "fwd_sink", "fwd_vanilla"), ratio(t, "fwd_max_logit", "fwd_vanilla"),
                          ratio(t, "bwd_sink", "bwd_vanilla")) for t in (loop, cold)]
                 r["ratios_loop"], r["ratios_flushed"] = cols
+                r["ratios_paired"] = [paired["fwd_sink"], paired["fwd_max_logit"], paired["bwd_sink"]]
                 rows.append(r)
+                pr = r["ratios_paired"]
                 print(f"{d:>4} {s:>6} {str(causal):>6} | {cols[0][0]:8.3f} {cols[0][1]:13.3f} {cols[0][2]:17.3f} | "
-                      f"{cols[1][0]:.3f} {cols[1][1]:.3f} {cols[1][2]:.3f}", flush=True)
+                      f"{cols[1][0]:.3f} {cols[1][1]:.3f} {cols[1][2]:.3f} | {pr[0]:.3f} {pr[1]:.3f} {pr[2]:.3f}",
+                      flush=True)
                 del sets, fwd_fns, bwd_fns
                 torch.cuda.empty_cache()
-    for key in ("ratios_loop", "ratios_flushed"):
+    for key in ("ratios_loop", "ratios_flushed", "ratios_paired"):
         worst = [max(r[key][i] for r in rows) for i in range(3)]
         gm = [statistics.geometric_mean([r[key][i] for r in rows]) for i in range(3)]
         print(f"{key}: geomean fwd sink {gm[0]:.3f}, max_logit {gm[1]:.3f}, bwd sink {gm[2]:.3f}; "
