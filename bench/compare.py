@@ -1,6 +1,8 @@
 """Side-by-side attention timing on one GPU: attn's backends and the peers
 (PyTorch SDPA with its cuDNN and flash backends forced) in one process, on the
 same bf16 tensors. Prints a TFLOP/s table with ratios, writes JSON and a PNG.
+--deterministic also times attn in its deterministic mode (attn_det) and
+prints its time over the default mode's.
 
 Default sweep: the grid of shared/ANCHORS.md (d 64/128/256, seqlen 1k/4k/16k,
 causal or not, batch = 16384/seqlen, heads = 2048/d), forward and backward;
@@ -10,7 +12,7 @@ FLOPs: 4*b*h*s*s*d forward (halved for causal), backward 2.5x (DESIGN.md).
 Timing: CUDA events, warm-up, median of repeats (~200 ms per point), two input
 sets alternated (each set is hundreds of MB, far beyond L2).
 
-    python bench/compare.py [--quick] [--dropout P] [--gqa G] [--out DIR]
+    python bench/compare.py [--quick] [--dropout P] [--gqa G] [--deterministic] [--out DIR]
 
 --dropout P times every implementation with dropout probability P (the
 forward of a training step; the backward replays the same dropout).
@@ -103,21 +105,22 @@ def make_sets(b, s, h, d, n=2, h_kv=None):
     return sets
 
 
-def attn_fns(causal, backend=None, dropout=0.0):
+def attn_fns(causal, backend=None, dropout=0.0, deterministic=False):
     mask = "causal" if causal else "no_mask"
 
     def fwd(t):
         q, k, v, _ = t
-        attn.forward(q, k, v, mask=mask, backend=backend, dropout_p=dropout)
+        attn.forward(q, k, v, mask=mask, backend=backend, dropout_p=dropout, deterministic=deterministic)
 
     def bwd_prep(sets):
         return [(q, k, v, dout) + attn.forward(q, k, v, mask=mask, return_lse=True, backend=backend,
-                                               dropout_p=dropout)
+                                               dropout_p=dropout, deterministic=deterministic)
                 for q, k, v, dout in sets]
 
     def bwd(t):
         q, k, v, dout, out, lse = t
-        attn.backward(q, k, v, out, dout, lse, mask=mask, backend=backend, dropout_p=dropout)
+        attn.backward(q, k, v, out, dout, lse, mask=mask, backend=backend, dropout_p=dropout,
+                      deterministic=deterministic)
 
     return fwd, bwd_prep, bwd
 
@@ -255,6 +258,8 @@ def main():
     ap.add_argument("--dims", default="64,128,256", help="head dims of the grid, comma-separated")
     ap.add_argument("--dropout", type=float, default=0.0, help="dropout probability for every implementation")
     ap.add_argument("--gqa", type=int, default=1, help="query heads per K/V head (GQA); 1: MHA")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="also time attn in its deterministic mode (attn_det), interleaved with the default")
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for compare.json and compare.png")
     args = ap.parse_args()
     dev = torch.cuda.get_device_name()
@@ -264,6 +269,8 @@ def main():
         "sdpa_cudnn": lambda c: sdpa_fns(SDPBackend.CUDNN_ATTENTION, c, args.dropout, gqa),
         "sdpa_flash": lambda c: sdpa_fns(SDPBackend.FLASH_ATTENTION, c, args.dropout, gqa),
     }
+    if args.deterministic:
+        impls["attn_det"] = lambda c: attn_fns(c, args.backend, args.dropout, deterministic=True)
     rows = []
     for d, s, causal in ([] if args.flex_only else grid(args.quick, [int(x) for x in args.dims.split(",")])):
         b, h = 16384 // s, 2048 // d
@@ -316,6 +323,13 @@ def main():
         if rs:
             print(f"{p}: attn / sdpa_cudnn geomean {statistics.geometric_mean(rs):.3f}, min {min(rs):.3f} "
                   f"over {len(rs)} points")
+    if args.deterministic:
+        for p in ("fwd", "bwd"):
+            rs = [r["attn_det"][p + "_ms"] / r["attn"][p + "_ms"] for r in rows
+                  if p + "_ms" in r.get("attn_det", {}) and p + "_ms" in r["attn"]]
+            if rs:
+                print(f"{p}: deterministic / default time geomean {statistics.geometric_mean(rs):.3f}, "
+                      f"max {max(rs):.3f} over {len(rs)} points")
     if flex_rows:
         print("FlexAttention cases (d 128, b 2, h 16, 8k tokens per row; useful TFLOP/s, forward)")
         for r in flex_rows:
