@@ -116,12 +116,17 @@ def options(*args: Any) -> _C.Options:
     microseconds of attribute calls per call, and a model repeats the same few
     keyword sets. Only plain values are keys (a tensor-valued scale could change
     in place); the C++ side never modifies an Options it is given, and nor may
-    a caller of this function: the object is shared."""
-    if not all(type(a) in _PLAIN or (type(a) is tuple and all(type(x) in _PLAIN for x in a)) for a in args):
+    a caller of this function: the object is shared. The lookup comes first
+    (only keys of plain values are ever stored, so a hit is one); the type
+    test, which costs more than the lookup, runs on a miss."""
+    try:
+        o = _OPTIONS_CACHE.get(args)
+    except TypeError:  # an unhashable value (a list window, say): not cached
         return build_options(*args)
-    o = _OPTIONS_CACHE.get(args)
-    if o is None:
-        o = build_options(*args)
+    if o is not None:
+        return o
+    o = build_options(*args)
+    if all(type(a) in _PLAIN or (type(a) is tuple and all(type(x) in _PLAIN for x in a)) for a in args):
         if len(_OPTIONS_CACHE) >= 256:  # e.g. a fresh dropout seed per call
             _OPTIONS_CACHE.clear()
         _OPTIONS_CACHE[args] = o

@@ -149,11 +149,12 @@ class _Call(_CallFields):
         return _device_rng_state(q)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], sink: Optional[Tensor] = None,
-                rng_state: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+                rng_state: Optional[Tensor] = None, need_lse: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
+        """(out, lse); lse is None with need_lse=False (the call then writes none)."""
         out = q.new_empty(q.shape[:-1] + v.shape[-1:])
-        lse = q.new_empty(_lse_shape(q, self.qkv_format), dtype=torch.float32)
+        lse = q.new_empty(_lse_shape(q, self.qkv_format), dtype=torch.float32) if need_lse else None
         try:
-            _C.forward(self.opts, to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), to_dlpack(lse),
+            _C.forward(self.opts, to_dlpack(q), to_dlpack(k), to_dlpack(v), to_dlpack(out), _capsule(lse),
                        *self._extras(bias), self.backend, _NO_DISABLE, _stream(q),
                        self._capture_workspace(q, rng_state), _capsule(rng_state), _capsule(sink))
         except (TypeError, ValueError) as e:
@@ -400,7 +401,7 @@ def attention(
     elif torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, bias, sink)):
         out, lse = _EagerAttention.apply(q, k, v, bias, sink, call)
     else:  # no gradient to take (inference, a decode step): the forward alone, without autograd's Function
-        out, lse = call.forward(q, k, v, bias, sink, call.capture_rng_state(q))
+        out, lse = call.forward(q, k, v, bias, sink, call.capture_rng_state(q), need_lse=return_lse)
     return (out, lse) if return_lse else out
 
 

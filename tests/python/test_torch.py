@@ -135,6 +135,24 @@ def test_lse_output_has_no_gradient(gen):
     assert out.requires_grad and not lse.requires_grad
 
 
+def test_inference_call_with_and_without_lse_agrees(gen):
+    # Without autograd the forward runs alone, and writes no lse unless asked.
+    q, k, v = (randn(gen, 2, 5, 4, 8) for _ in range(3))
+    with torch.no_grad():
+        out = at.attention(q, k, v, mask="causal")
+        out2, lse = at.attention(q, k, v, mask="causal", return_lse=True)
+    want, want_lse = attn.forward(q, k, v, mask="causal", return_lse=True)
+    assert torch.equal(out, want) and torch.equal(out2, want) and torch.equal(lse, want_lse)
+
+
+def test_options_cache_takes_unhashable_and_repeated_keywords():
+    from attn import _keywords
+    a = _keywords.options("bshd", "causal", (3, 0), 0.5, 0.0, None, None, 0.0, 0, 0, False, True)
+    assert _keywords.options("bshd", "causal", (3, 0), 0.5, 0.0, None, None, 0.0, 0, 0, False, True) is a
+    b = _keywords.options("bshd", "causal", [3, 0], 0.5, 0.0, None, None, 0.0, 0, 0, False, True)  # a list: built
+    assert b is not a and b.window == a.window
+
+
 def test_dropout_seed_comes_from_torch_default_generator(gen):
     q, k, v = (randn(gen, 1, 6, 2, 8) for _ in range(3))
     torch.manual_seed(1234)
