@@ -6,10 +6,10 @@
 #include <atomic>
 #include <string>
 
+#include "attn/error.h"
 #include "backends/flash_decode/decode_kernel.cuh"
 #include "backends/flash_decode/decode_launch.h"
 #include "backends/flash_decode/decode_table.h"
-#include "attn/error.h"
 #include "core/cuda_check.h"
 
 #if !defined(ATTN_DECODE_DQK) || !defined(ATTN_DECODE_DV)
