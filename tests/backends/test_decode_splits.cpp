@@ -1,10 +1,11 @@
 // flash_decode's split rule (choose_splits) and plan: the fewest splits whose
 // waves fill the device's CTA slots to 95% of the best count's, each split at
 // least 4 tiles of 64 keys; num_splits overrides within [1, 128] and the
-// tiles; query rows packed 16 to a CTA (s_q x GQA group).
+// tiles; query rows packed 16 or 32 to a CTA (s_q x GQA group).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "backends/flash_decode/flash_decode.h"
 
@@ -70,6 +71,35 @@ TEST(DecodeSplits, PlanPacksQueryRowsAndHonoursNumSplits) {
   EXPECT_EQ(plan(p, 1).m_blocks, 1);
   p.s_q = 5;  // 40 rows: two CTAs of 32
   EXPECT_EQ(plan(p, 1).m_blocks, 2);
+}
+
+// Two row blocks per CTA only where one-block CTAs would fill the GPU (a
+// simulated H100: 132 SMs, one slot each as plan() counts a simulated
+// device): h 64/8 with 4 tokens is 32 rows, two one-block CTAs per KV head.
+TEST(DecodeSplits, TwoRowBlocksWhereOneBlockCtasFillTheGpu) {
+  setenv("ATTN_SIMULATE_DEVICE", "sm90", 1);
+  Problem p;
+  p.device = Device::cuda(0);
+  p.s_q = 4;
+  p.s_kv = 8192;
+  p.h_q = 64;
+  p.h_kv = 8;
+  p.d_qk = p.d_v = 128;
+  p.batch = 64;  // 2 x 8 x 64 = 1024 one-block CTAs >= 132
+  const Plan big = plan(p);
+  p.batch = 1;  // 16 < 132: the lighter CTAs, split further
+  const Plan small = plan(p);
+  p.batch = 64;
+  p.d_qk = p.d_v = 256;  // wide rows: one block whatever the batch
+  const Plan wide = plan(p);
+  unsetenv("ATTN_SIMULATE_DEVICE");
+  EXPECT_EQ(big.row_blocks, 2);
+  EXPECT_EQ(big.m_blocks, 1);
+  EXPECT_EQ(small.row_blocks, 1);
+  EXPECT_EQ(small.m_blocks, 2);
+  EXPECT_GT(small.splits, 1);
+  EXPECT_EQ(wide.row_blocks, 1);
+  EXPECT_EQ(wide.m_blocks, 2);
 }
 
 }  // namespace
