@@ -14,6 +14,14 @@ namespace attn::flash {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// softcap: c tanh(x / c); `grad` gets its derivative 1 - tanh^2.
+__device__ __forceinline__ float softcapped(float x, const FwdParams& p, float& grad) {
+  const float t = sm80::fast_tanh(x * p.softcap_inv);
+  const float capped = p.softcap * t;
+  grad = 1.f - t * t;
+  return capped;
+}
+
 // The score of row i, key j: scale, softcap and ALiBi (natural units), then
 // into log2 units (the caller exponentiates with scale 1). `softcap_grad`
 // gets the softcap's derivative 1 - tanh^2 (1 without softcap), which the
@@ -22,11 +30,7 @@ __device__ __forceinline__ float modified_score(float raw, const FwdParams& p, f
                                                 float& softcap_grad) {
   float x = raw * p.scale;
   softcap_grad = 1.f;
-  if (p.softcap > 0.f) {
-    const float t = sm80::fast_tanh(x * p.softcap_inv);
-    x = p.softcap * t;
-    softcap_grad = 1.f - t * t;
-  }
+  if (p.softcap > 0.f) x = softcapped(x, p, softcap_grad);
   if (p.alibi) x += alibi_bias<float, int>(slope, i, j, shift);
   return x * kLog2e;
 }

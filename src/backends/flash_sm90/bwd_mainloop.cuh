@@ -168,7 +168,9 @@ struct BwdMainloop {
   // A fragments (a_fragments' layout) and P^T (1 - tanh^2) stays in s, so
   // dscores' dS = s (dP - D) carries softcap's derivative: one tanh and one
   // exp2 per element, no register held across dV's product. ALiBi's
-  // distance |i + shift - j| is formed in floats (exact below 2^24).
+  // distance |i + shift - j| is formed in floats (exact below 2^24):
+  // attn/mask_rule.h's alibi_bias in ints, or in floats through its
+  // branch, cost 168 more SASS instructions at d 64.
   template <bool kSoftcap, bool kAlibi>
   __device__ __forceinline__ void probabilities_modified(float (&s)[NS][4], uint32_t (&pa)[NS / 2][4], int m0,
                                                          const float2* terms, float slope) const {
@@ -187,11 +189,7 @@ struct BwdMainloop {
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
           float x = s[i][2 * hr + e] * p.scale, grad = 1.f;
-          if constexpr (kSoftcap) {
-            const float t = sm80::fast_tanh(x * p.softcap_inv);
-            x = p.softcap * t;
-            grad = 1.f - t * t;
-          }
+          if constexpr (kSoftcap) x = flash::softcapped(x, p, grad);
           if constexpr (kAlibi) x -= slope * fabsf(query_at - key_at[hr]);
           const int j = j0 + 8 * hr;
           const float prob = (masked && (j < begin || j >= end)) ? 0.f : sm80::fast_exp2(x * flash::kLog2e - lse2);
@@ -325,10 +323,9 @@ struct BwdMainloop {
     sm90::fence_registers(*reinterpret_cast<float(*)[kM / 2]>(&s));
     const float2* terms = reinterpret_cast<const float2*>(smem.to_generic(smem.terms(stage)));
     uint32_t pa[kM / 16][4];
-    float slope = 0.f;
     if constexpr (kScoreMods) {
       const int hq = blk.h_kv * p.h_per_kv + hh;
-      if (p.alibi) slope = p.alibi[blk.b * p.alibi_batch_stride + hq * p.alibi_head_stride];
+      const float slope = p.alibi ? p.alibi[blk.b * p.alibi_batch_stride + hq * p.alibi_head_stride] : 0.f;
       probabilities_modified(s, pa, m0, terms, slope);
     } else {
       probabilities(s, m0, terms);
