@@ -41,8 +41,10 @@ def grid(quick, dims=(64, 128, 256)):
                 yield d, s, causal
 
 
-def interleaved_medians(fns, calls_per_sample=8, budget_ms=600.0, min_rounds=5, max_rounds=60):
-    """Median time of one call for each implementation: {name: (fn, input_sets)}.
+def interleaved_samples(fns, calls_per_sample=8, budget_ms=600.0, min_rounds=5, max_rounds=60):
+    """Time of one call per round for each implementation: {name: (fn,
+    input_sets)} -> {name: [ms, one per round]}, entry r of every list from
+    the same round.
     A sample times several back-to-back calls between two CUDA events (rotating
     input sets that do not fit in L2), as a training loop issues them: the host's
     per-call overhead counts only where it exceeds the GPU's time (one untimed call
@@ -64,7 +66,12 @@ def interleaved_medians(fns, calls_per_sample=8, budget_ms=600.0, min_rounds=5, 
             spent += start.elapsed_time(end)
         i += calls_per_sample
         rounds += 1
-    return {name: statistics.median(t) for name, t in samples.items()}
+    return samples
+
+
+def interleaved_medians(fns, **kw):
+    """Median time of one call for each implementation (interleaved_samples)."""
+    return {name: statistics.median(t) for name, t in interleaved_samples(fns, **kw).items()}
 
 
 _FLUSH = None

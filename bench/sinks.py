@@ -6,9 +6,8 @@ not, batch = 16384/seqlen, heads = 2048/d). Two timings in one process:
 back-to-back calls between CUDA events (bench/compare.py's interleaved
 medians) and each call alone after an L2 flush (as triton's do_bench).
 Prints ratios (time with / time without; 1.00 = free) and writes JSON. A
-third estimate pairs the samples: each round times the call without the
-feature and then each call with it back to back, and the ratio is the median
-of the rounds' ratios (clock and power drift between rounds cancel; the 2%
+third estimate pairs the back-to-back samples: the median over rounds of the
+ratio within each round (clock and power drift between rounds cancel; the 2%
 clause of the max logit sits near this bench's round-to-round noise).
 
     python bench/sinks.py [--backend flash_sm90] [--quick] [--out DIR]
@@ -24,26 +23,17 @@ import torch
 import attn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import flushed_median, interleaved_medians, make_sets, warm  # noqa: E402
+from compare import flushed_median, interleaved_samples, make_sets, warm  # noqa: E402
 
-def paired_ratios(fns, base, calls_per_sample=8, rounds=40):
-    """Median over rounds of (time of fns[name]) / (time of fns[base]), the
-    calls of one round back to back: {name: ratio} for every name but base."""
-    ratios = {name: [] for name in fns if name != base}
-    for r in range(rounds):
-        t = {}
-        for name, (fn, sets) in fns.items():
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            fn(sets[(r + calls_per_sample) % len(sets)])  # busy GPU at the start event
-            start.record()
-            for j in range(calls_per_sample):
-                fn(sets[(r + j) % len(sets)])
-            end.record()
-            end.synchronize()
-            t[name] = start.elapsed_time(end)
-        for name in ratios:
-            ratios[name].append(t[name] / t[base])
-    return {name: statistics.median(v) for name, v in ratios.items()}
+def medians_and_paired_ratios(fns, base):
+    """From one interleaved run: the median time of each implementation, and
+    for each but base the median over rounds of its time / base's time in
+    the same round."""
+    samples = interleaved_samples(fns)
+    medians = {name: statistics.median(t) for name, t in samples.items()}
+    paired = {name: statistics.median(x / y for x, y in zip(t, samples[base]))
+              for name, t in samples.items() if name != base}
+    return medians, paired
 
 
 def variants(backend, causal, h):
@@ -89,10 +79,11 @@ def main():
                 bwd_fns = {k: (bwd(kw), bwd_sets(kw, sets)) for k, kw in kinds.items() if k != "max_logit"}
                 for fn, fn_sets in list(fwd_fns.values()) + list(bwd_fns.values()):
                     warm(fn, fn_sets)
-                loop = {f"fwd_{k}": v for k, v in interleaved_medians(fwd_fns).items()}
-                loop.update({f"bwd_{k}": v for k, v in interleaved_medians(bwd_fns).items()})
-                paired = {f"fwd_{k}": v for k, v in paired_ratios(fwd_fns, "vanilla").items()}
-                paired.update({f"bwd_{k}": v for k, v in paired_ratios(bwd_fns, "vanilla").items()})
+                loop, paired = {}, {}
+                for p, fns in (("fwd", fwd_fns), ("bwd", bwd_fns)):
+                    medians, ratios = medians_and_paired_ratios(fns, "vanilla")
+                    loop.update({f"{p}_{k}": v for k, v in medians.items()})
+                    paired.update({f"{p}_{k}": v for k, v in ratios.items()})
                 cold = {f"fwd_{k}": flushed_median(*v) for k, v in fwd_fns.items()}
                 cold.update({f"bwd_{k}": flushed_median(*v) for k, v in bwd_fns.items()})
                 r = {"d": d, "seqlen": s, "causal": causal, "batch": b, "heads": h, "loop_ms": loop, "flushed_ms": cold}
