@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -568,6 +569,15 @@ TEST(FlashDecode, KvCacheGraphReplaysOnNewLengthsAndContents) {
   s.rotary_dim = 0;
   SCOPED_TRACE("decode without rotary");
   expect_graph_replays(s);  // the decode kernel appends: one kernel and the combine
+  {
+    KvSpec w = s;  // 32 rows per KV head (GQA 8, 4 tokens), fixed splits: the two-row-block build
+    w.h_q = 64;
+    w.h_kv = 8;
+    w.s_q = w.s_new = 4;
+    w.num_splits = 3;
+    SCOPED_TRACE("decode, 32 rows per CTA");
+    expect_graph_replays(w);
+  }
   s.rotary_dim = 128;
   s.s_q = s.s_new = 64;
   s.lens = {5, 1000, 4000 - 64};
@@ -577,37 +587,45 @@ TEST(FlashDecode, KvCacheGraphReplaysOnNewLengthsAndContents) {
 
 // A NaN in a cached key reaches exactly the query heads of its KV head in
 // that sequence (and their lse and max logit); the other rows stay finite.
+// Also with 32 rows per KV head over enough sequences that the plan takes
+// two row blocks per CTA on an H100 (2 x 8 x 24 one-block CTAs fill its
+// 132 x 2 slots).
 TEST(FlashDecode, NaNStaysVisible) {
   ATTN_REQUIRE_GPU();
-  CaseSpec s;
-  s.batch = 2;
-  s.s_q = 2;
-  s.s_kv = 3000;
-  s.h_q = 8;
-  s.h_kv = 2;
-  s.d_qk = s.d_v = 128;
-  s.mask = MaskType::causal_bottom_right;
-  s.return_lse = true;
-  s.return_max_logit = true;
-  testing::Case c = testing::make_case(s, Device::cuda(0), 31);
-  const uint16_t bf16_nan = 0x7FC0;
-  const int64_t at = ((1 * s.s_kv + 1234) * s.h_kv + 1) * s.d_qk + 5;  // sequence 1, key 1234, KV head 1
-  ATTN_CUDA_OK(cudaMemcpy(static_cast<uint16_t*>(c.k.data()) + at, &bf16_nan, 2, cudaMemcpyHostToDevice));
-  testing::run_forced(c, "flash_decode");
-  ATTN_CUDA_OK(cudaDeviceSynchronize());
-  const std::vector<double> out = c.out.to(Device::cpu()).to_doubles(), lse = c.lse.to(Device::cpu()).to_doubles();
-  const std::vector<double> m = c.max_logit.to(Device::cpu()).to_doubles();
-  for (int64_t b = 0; b < s.batch; ++b)
-    for (int64_t i = 0; i < s.s_q; ++i)
-      for (int64_t h = 0; h < s.h_q; ++h) {
-        const bool reaches = b == 1 && h / 4 == 1;
-        bool nan = false;
-        for (int64_t c2 = 0; c2 < s.d_v; ++c2) nan |= std::isnan(out[((b * s.s_q + i) * s.h_q + h) * s.d_v + c2]);
-        EXPECT_EQ(nan, reaches) << "out row (" << b << ", " << i << ", " << h << ")";
-        EXPECT_EQ(std::isnan(lse[(b * s.h_q + h) * s.s_q + i]), reaches)
-            << "lse (" << b << ", " << i << ", " << h << ")";
-      }
-  for (int64_t h = 0; h < s.h_q; ++h) EXPECT_EQ(std::isnan(m[h]), h / 4 == 1) << "max_logit[" << h << "]";
+  for (const auto& [batch, s_q, h_q, h_kv] :
+       {std::array<int64_t, 4>{2, 2, 8, 2}, std::array<int64_t, 4>{24, 4, 64, 8}}) {
+    SCOPED_TRACE("h_q " + std::to_string(h_q) + " h_kv " + std::to_string(h_kv) + " s_q " + std::to_string(s_q));
+    CaseSpec s;
+    s.batch = batch;
+    s.s_q = s_q;
+    s.s_kv = 3000;
+    s.h_q = h_q;
+    s.h_kv = h_kv;
+    s.d_qk = s.d_v = 128;
+    s.mask = MaskType::causal_bottom_right;
+    s.return_lse = true;
+    s.return_max_logit = true;
+    testing::Case c = testing::make_case(s, Device::cuda(0), 31);
+    const uint16_t bf16_nan = 0x7FC0;
+    const int64_t at = ((1 * s.s_kv + 1234) * s.h_kv + 1) * s.d_qk + 5;  // sequence 1, key 1234, KV head 1
+    ATTN_CUDA_OK(cudaMemcpy(static_cast<uint16_t*>(c.k.data()) + at, &bf16_nan, 2, cudaMemcpyHostToDevice));
+    testing::run_forced(c, "flash_decode");
+    ATTN_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<double> out = c.out.to(Device::cpu()).to_doubles(), lse = c.lse.to(Device::cpu()).to_doubles();
+    const std::vector<double> m = c.max_logit.to(Device::cpu()).to_doubles();
+    const int64_t g = s.h_q / s.h_kv;
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t i = 0; i < s.s_q; ++i)
+        for (int64_t h = 0; h < s.h_q; ++h) {
+          const bool reaches = b == 1 && h / g == 1;
+          bool nan = false;
+          for (int64_t c2 = 0; c2 < s.d_v; ++c2) nan |= std::isnan(out[((b * s.s_q + i) * s.h_q + h) * s.d_v + c2]);
+          EXPECT_EQ(nan, reaches) << "out row (" << b << ", " << i << ", " << h << ")";
+          EXPECT_EQ(std::isnan(lse[(b * s.h_q + h) * s.s_q + i]), reaches)
+              << "lse (" << b << ", " << i << ", " << h << ")";
+        }
+    for (int64_t h = 0; h < s.h_q; ++h) EXPECT_EQ(std::isnan(m[h]), h / g == 1) << "max_logit[" << h << "]";
+  }
 }
 
 }  // namespace
