@@ -4,6 +4,8 @@
 // format (packed and padded sequences too), windows on both sides, both
 // dtypes, softcap and ALiBi; the forward is flash_sm90's too, so the pair runs as a Hopper
 // training step would. Skipped off sm_90.
+#include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -96,6 +98,55 @@ TEST(FlashSm90Backward, MatchesTheReference) {
     ATTN_CUDA_OK(cudaDeviceSynchronize());
     testing::expect_matches_reference(gpu);
   }
+}
+
+// A NaN in one cached key stays visible through the score-changing backward
+// (softcap and ALiBi) and stays in its (sequence, KV head): the dq rows that
+// see the key and that head's dk / dv hold NaN; the rows before the key,
+// the other head and the other sequence stay finite.
+TEST(FlashSm90Backward, NaNStaysVisibleWithScoreChanges) {
+  ATTN_REQUIRE_GPU();
+  if (!on_sm90()) GTEST_SKIP() << "flash_sm90 runs on sm_90 only";
+  testing::CaseSpec s;
+  s.mask = MaskType::causal;
+  s.batch = 2;
+  s.s_q = s.s_kv = 300;
+  s.h_q = 4;
+  s.h_kv = 2;
+  s.d_qk = s.d_v = 64;
+  s.softcap = 20.0;
+  s.bias = BiasType::alibi;
+  s.backward = true;
+  testing::Case c = testing::make_case(s, Device::cuda(0), 41);
+  constexpr int64_t kKey = 100;  // sequence 1, KV head 1
+  const uint16_t bf16_nan = 0x7FC0;
+  const int64_t at = ((1 * s.s_kv + kKey) * s.h_kv + 1) * s.d_qk + 5;
+  ATTN_CUDA_OK(cudaMemcpy(static_cast<uint16_t*>(c.k.data()) + at, &bf16_nan, 2, cudaMemcpyHostToDevice));
+  testing::run_forced(c, "flash_sm90");
+  ATTN_CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<double> dq = c.dq.to(Device::cpu()).to_doubles(), dk = c.dk.to(Device::cpu()).to_doubles(),
+                            dv = c.dv.to(Device::cpu()).to_doubles();
+  auto row_has_nan = [](const std::vector<double>& x, int64_t row, int64_t d) {
+    for (int64_t e = 0; e < d; ++e)
+      if (std::isnan(x[row * d + e])) return true;
+    return false;
+  };
+  const int64_t g = s.h_q / s.h_kv;
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t i = 0; i < s.s_q; ++i)
+      for (int64_t h = 0; h < s.h_q; ++h)  // dq [b, s, h_q, d]
+        EXPECT_EQ(row_has_nan(dq, (b * s.s_q + i) * s.h_q + h, s.d_qk), b == 1 && h / g == 1 && i >= kKey)
+            << "dq row (" << b << ", " << i << ", " << h << ")";
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.h_kv; ++h) {  // dk, dv [b, s, h_kv, d]
+      bool nan_k = false, nan_v = false;
+      for (int64_t j = 0; j < s.s_kv; ++j) {
+        nan_k |= row_has_nan(dk, (b * s.s_kv + j) * s.h_kv + h, s.d_qk);
+        nan_v |= row_has_nan(dv, (b * s.s_kv + j) * s.h_kv + h, s.d_v);
+      }
+      EXPECT_EQ(nan_k, b == 1 && h == 1) << "dk of sequence " << b << ", KV head " << h;
+      EXPECT_EQ(nan_v, b == 1 && h == 1) << "dv of sequence " << b << ", KV head " << h;
+    }
 }
 
 }  // namespace
