@@ -2,7 +2,7 @@
 // too): head dims 64 and 128 on fresh random inputs against the fp64 reference, at the
 // edges of its 128-key and 64-query tiles, with GQA and MQA, every mask and
 // format (packed and padded sequences too), windows on both sides, both
-// dtypes, softcap and ALiBi; the forward is flash_sm90's too, so the pair runs as a Hopper
+// dtypes, softcap, ALiBi and dropout; the forward is flash_sm90's too, so the pair runs as a Hopper
 // training step would. Skipped off sm_90.
 #include <cmath>
 #include <cstdint>
@@ -75,6 +75,19 @@ std::vector<testing::CaseSpec> cases(int64_t d) {
   packed(MaskType::padding_causal, {300, 0, 1, 77}, {300, 0, 1, 77}, {63, 0});
   out.back().softcap = 30.0;
   out.back().bias = BiasType::alibi;
+  // Dropout (the forward's Philox bits, bit for bit): alone, with GQA, a
+  // window, packed sequences and softcap.
+  add(QkvFormat::bshd, MaskType::causal, 2, 300, 300, 8, 2);
+  out.back().dropout_p = 0.2;
+  out.back().seed = 11;
+  add(QkvFormat::sbhd, MaskType::no_mask, 1, 130, 333, 4, 4, {100, 50}, DType::f16);
+  out.back().dropout_p = 0.1;
+  out.back().seed = 12;
+  out.back().offset = 7;
+  packed(MaskType::padding_causal_bottom_right, {200, 0, 1, 64}, {333, 5, 0, 190});
+  out.back().dropout_p = 0.3;
+  out.back().seed = 13;
+  out.back().softcap = 20.0;
   return out;
 }
 
@@ -100,10 +113,12 @@ TEST(FlashSm90Backward, MatchesTheReference) {
   }
 }
 
-// A NaN in one cached key stays visible through the score-changing backward
+// A NaN in one key stays visible through the score-changing backward
 // (softcap and ALiBi) and stays in its (sequence, KV head): the dq rows that
-// see the key and that head's dk / dv hold NaN; the rows before the key,
-// the other head and the other sequence stay finite.
+// see the key and that head's dk / dv hold NaN; the other head and the other
+// sequence stay finite. Rows before the key whose query tile meets the key's
+// KV tile may hold NaN too: their dS there is 0, but dQ += dS K multiplies it
+// by the NaN key in the tensor core (0 x NaN), as in FlashAttention.
 TEST(FlashSm90Backward, NaNStaysVisibleWithScoreChanges) {
   ATTN_REQUIRE_GPU();
   if (!on_sm90()) GTEST_SKIP() << "flash_sm90 runs on sm_90 only";
@@ -135,8 +150,9 @@ TEST(FlashSm90Backward, NaNStaysVisibleWithScoreChanges) {
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t i = 0; i < s.s_q; ++i)
       for (int64_t h = 0; h < s.h_q; ++h)  // dq [b, s, h_q, d]
-        EXPECT_EQ(row_has_nan(dq, (b * s.s_q + i) * s.h_q + h, s.d_qk), b == 1 && h / g == 1 && i >= kKey)
-            << "dq row (" << b << ", " << i << ", " << h << ")";
+        if (i >= kKey || b != 1 || h / g != 1)
+          EXPECT_EQ(row_has_nan(dq, (b * s.s_q + i) * s.h_q + h, s.d_qk), b == 1 && h / g == 1)
+              << "dq row (" << b << ", " << i << ", " << h << ")";
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t h = 0; h < s.h_kv; ++h) {  // dk, dv [b, s, h_kv, d]
       bool nan_k = false, nan_v = false;
@@ -147,6 +163,65 @@ TEST(FlashSm90Backward, NaNStaysVisibleWithScoreChanges) {
       EXPECT_EQ(nan_k, b == 1 && h == 1) << "dk of sequence " << b << ", KV head " << h;
       EXPECT_EQ(nan_v, b == 1 && h == 1) << "dv of sequence " << b << ", KV head " << h;
     }
+}
+
+// The deterministic mode (KV tiles add dQ in ascending order behind
+// per-tile counters): three more runs give the same bytes, and the answer
+// is the reference's. Causal GQA with many KV tiles per query tile, a
+// window, packed sequences with an empty one.
+TEST(FlashSm90Backward, DeterministicModeIsBitwiseRepeatable) {
+  ATTN_REQUIRE_GPU();
+  if (!on_sm90()) GTEST_SKIP() << "flash_sm90 runs on sm_90 only";
+  Policy force;
+  force.forced = "flash_sm90";
+  std::vector<testing::CaseSpec> specs;
+  testing::CaseSpec s;
+  s.mask = MaskType::no_mask;
+  s.batch = 2;
+  s.s_q = 700;
+  s.s_kv = 900;
+  s.h_q = 8;
+  s.h_kv = 2;
+  s.d_qk = s.d_v = 128;
+  s.backward = true;
+  specs.push_back(s);
+  s.mask = MaskType::causal;
+  s.s_q = s.s_kv = 1000;
+  s.d_qk = s.d_v = 64;
+  s.window = {300, 0};
+  specs.push_back(s);
+  testing::CaseSpec t = s;
+  t.format = QkvFormat::thd;
+  t.mask = MaskType::padding_causal_bottom_right;
+  t.seqlens_q = {700, 0, 333};
+  t.seqlens_kv = {900, 4, 333};
+  t.batch = 3;
+  t.window = {};
+  specs.push_back(t);
+  int index = 0;
+  for (const testing::CaseSpec& spec : specs) {
+    SCOPED_TRACE("case " + std::to_string(index));
+    testing::Case gpu = testing::make_case(spec, Device::cuda(0), 700 + index++);
+    gpu.opts.deterministic = true;
+    Problem pd = testing::problem_of(spec, Pass::backward, Device::cuda(0));
+    pd.deterministic = true;
+    ASSERT_TRUE(find_backend("flash_sm90")->supports(pd, query_device(Device::cuda(0))).empty());
+    forward(gpu.opts, gpu.fwd, {}, force);
+    backward(gpu.opts, gpu.bwd, {}, force);
+    ATTN_CUDA_OK(cudaDeviceSynchronize());
+    const auto dq = gpu.dq.host_bytes(), dk = gpu.dk.host_bytes(), dv = gpu.dv.host_bytes();
+    for (int run = 0; run < 3; ++run) {
+      gpu.dq.fill_nan();
+      gpu.dk.fill_nan();
+      gpu.dv.fill_nan();
+      backward(gpu.opts, gpu.bwd, {}, force);
+      ATTN_CUDA_OK(cudaDeviceSynchronize());
+      EXPECT_TRUE(gpu.dq.host_bytes() == dq) << "dq differs in run " << run;
+      EXPECT_TRUE(gpu.dk.host_bytes() == dk) << "dk differs in run " << run;
+      EXPECT_TRUE(gpu.dv.host_bytes() == dv) << "dv differs in run " << run;
+    }
+    testing::expect_matches_reference(gpu);
+  }
 }
 
 }  // namespace

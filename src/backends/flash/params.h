@@ -102,6 +102,9 @@ struct BwdParams {
   // CTA adds its part only when every earlier KV tile has (a fixed order).
   int* dq_semaphore = nullptr;  // [batch][h_q][m_tiles], zeroed; null: unordered atomics
   int m_tiles = 0;
+  // flash_sm90's order of those adds (bwd_dq_order.h); flash_sm80 adds in
+  // ascending KV tile order.
+  int dq_order = 0;
   // Unordered mode on an sm_90 build: dQ goes in by bulk reduce-adds from a
   // shared-memory stage after the kernel's other buffers (bwd_dq.cuh); the
   // launch sets it where the stage fits the device's shared memory.

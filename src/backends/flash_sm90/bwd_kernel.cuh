@@ -33,7 +33,7 @@
 
 namespace attn::flash_sm90 {
 
-template <typename T, int kDQK, int kDV, bool kScoreMods>
+template <typename T, int kDQK, int kDV, bool kScoreMods, bool kDropout>
 __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdParams args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -59,8 +59,9 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
   BwdRegisters<Cfg> regs;
   regs.clear();
   if (blk.has_work()) {
-    const BwdMainloop<T, Cfg, kScoreMods> mainloop{args.p.fwd, smem, blk, regs, wg, tid - 128, tid & 31, (tid / 32) & 3,
-                                       __shfl_sync(0xffffffff, wg, 0) * 64, blk.n0 + wg * 64};
+    const BwdMainloop<T, Cfg, kScoreMods, kDropout> mainloop{
+        args.p.fwd, smem, blk, regs, wg, tid - 128, tid & 31, (tid / 32) & 3, __shfl_sync(0xffffffff, wg, 0) * 64,
+        blk.n0 + wg * 64};
     mainloop.run();
   }
   bwd_store_dk_dv<T, Cfg>(args, smem, blk, regs, tid);
@@ -69,10 +70,10 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
 
 // One CTA per (KV tile, KV head, sequence) on the caller's stream, in the
 // chunked order above.
-template <typename T, int kDQK, int kDV, bool kScoreMods>
-void launch_bwd(const Sm90BwdParams& args, cudaStream_t stream) {
+template <typename T, int kDQK, int kDV, bool kScoreMods, bool kDropout>
+void launch_bwd(const Sm90BwdParams& args, int sm_count, cudaStream_t stream) {
   using Cfg = BwdConfig<kDQK, kDV>;
-  auto* kernel = flash_bwd_sm90_kernel<T, kDQK, kDV, kScoreMods>;
+  auto* kernel = flash_bwd_sm90_kernel<T, kDQK, kDV, kScoreMods, kDropout>;
   ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const auto& p = args.p.fwd;
   const int kv_tiles = (p.s_kv + Cfg::kBlockN - 1) / Cfg::kBlockN, pairs = p.h_q / p.h_per_kv * p.batch;
@@ -83,6 +84,7 @@ void launch_bwd(const Sm90BwdParams& args, cudaStream_t stream) {
          "use another backend (cudnn, flash_sm80) for longer sequences");
   Sm90BwdParams a = args;
   a.p.group_chunk = flash::bwd_group_chunk(p.h_per_kv, p.window_left, p.window_right, p.s_q, kDQK, kDV, pairs);
+  if (a.p.dq_semaphore) a.p.dq_order = dq_order(p.window_left, p.window_right, a.p.group_chunk, kv_tiles, sm_count);
   const dim3 grid(a.p.group_chunk, kv_tiles, (pairs + a.p.group_chunk - 1) / a.p.group_chunk);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
   ATTN_CUDA(cudaGetLastError());

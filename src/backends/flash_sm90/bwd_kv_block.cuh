@@ -12,6 +12,7 @@
 #include "backends/flash/params.h"
 #include "backends/flash/sequence.cuh"
 #include "backends/flash/tile_ranges.h"
+#include "backends/flash_sm90/bwd_dq_order.h"
 
 namespace attn::flash_sm90 {
 
@@ -24,7 +25,15 @@ struct BwdKvBlock {
   int rows_out;
   flash::QTiles mt;  // the query tiles that see its keys
   int64_t tok0;      // the workspace's token of the sequence's row 0
+  int rot = 0;       // its walk starts rot tiles after mt.first (bwd_dq_order.h)
   __device__ bool has_work() const { return mt.first <= mt.last; }
+  __device__ int tiles() const { return mt.last - mt.first + 1; }
+  // The t-th query tile of its walk: mt.first + rot, ..., mt.last, then
+  // mt.first, ... (rot < tiles()).
+  __device__ __forceinline__ int tile(int t) const {
+    const int u = t + rot;
+    return mt.first + (u >= tiles() ? u - tiles() : u);
+  }
 };
 
 // This CTA's block; false where it has none (the last chunk's spare CTAs, or
@@ -35,7 +44,8 @@ __device__ __forceinline__ bool bwd_kv_block(const flash::BwdParams& bp, BwdKvBl
   const flash::FwdParams& p = bp.fwd;
   const int heads_kv = p.h_q / p.h_per_kv, pair = blockIdx.z * bp.group_chunk + blockIdx.x;
   if (pair >= heads_kv * p.batch) return false;
-  blk.n = blockIdx.y;
+  // Descending dQ order: the later KV tiles, whose adds come first, launch first.
+  blk.n = bp.dq_order == kDqDescending ? static_cast<int>(gridDim.y - 1 - blockIdx.y) : static_cast<int>(blockIdx.y);
   blk.h_kv = pair % heads_kv;
   blk.b = pair / heads_kv;
   blk.n0 = blk.n * kN;
@@ -51,6 +61,11 @@ __device__ __forceinline__ bool bwd_kv_block(const flash::BwdParams& bp, BwdKvBl
   while (blk.mt.first <= blk.mt.last && !sees(blk.mt.first)) ++blk.mt.first;
   while (blk.mt.first <= blk.mt.last && !sees(blk.mt.last)) --blk.mt.last;
   blk.tok0 = p.packed ? blk.seq.start_q : static_cast<int64_t>(blk.b) * p.s_q;
+  if (bp.dq_order == kDqRotated && blk.has_work()) {  // every KV tile sees every query tile
+    const flash::KvTiles kt = flash::kv_tiles<kM, kN>(p, blk.seq, blk.mt.first * kM);
+    const int adding = last_adding_kv_tile(kt.last, blk.seq.len_kv, kN) - kt.first + 1;
+    blk.rot = dq_rotation(blk.tiles(), adding, blk.n - kt.first);
+  }
   return true;
 }
 

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "attn/philox.h"
 #include "backends/flash/dq_layout.h"
 #include "backends/flash/score_mods.cuh"
 #include "backends/flash/sequence.cuh"
@@ -43,8 +44,11 @@ struct BwdRegisters {
   }
 };
 
-template <typename T, class Cfg, bool kScoreMods>
+// kScoreMods: the build with softcap and ALiBi; kDropout (with kScoreMods):
+// the build with dropout too.
+template <typename T, class Cfg, bool kScoreMods, bool kDropout>
 struct BwdMainloop {
+  static_assert(kScoreMods || !kDropout, "the dropout build is the score-changing one with dropout");
   static constexpr int kD = Cfg::kHeadDim, kM = Cfg::kBlockM, kN = Cfg::kBlockN, kS = Cfg::kStages;
   static constexpr int kConsumerThreads = 128 * Cfg::kConsumers;
   static constexpr int NS = kM / 8;                                      // S^T's 8-column blocks (queries)
@@ -173,7 +177,7 @@ struct BwdMainloop {
   // branch, cost 168 more SASS instructions at d 64.
   template <bool kSoftcap, bool kAlibi>
   __device__ __forceinline__ void probabilities_modified(float (&s)[NS][4], uint32_t (&pa)[NS / 2][4], int m0,
-                                                         const float2* terms, float slope) const {
+                                                         const float2* terms, float slope, uint32_t keep) const {
     const bool masked = needs_mask(m0);
     const int j0 = first_key();
     const float key_at[2] = {static_cast<float>(j0), static_cast<float>(j0 + 8)};
@@ -193,7 +197,9 @@ struct BwdMainloop {
           if constexpr (kAlibi) x -= slope * fabsf(query_at - key_at[hr]);
           const int j = j0 + 8 * hr;
           const float prob = (masked && (j < begin || j >= end)) ? 0.f : sm80::fast_exp2(x * flash::kLog2e - lse2);
-          pr[2 * hr + e] = prob;
+          // dV's P is the dropped one (kept / (1 - p)); dS's P (1 - tanh^2)
+          // is not: dscores applies the keep bit to dP.
+          pr[2 * hr + e] = kDropout ? (kept(keep, i, hr, e) ? prob * p.dropout_scale : 0.f) : prob;
           s[i][2 * hr + e] = prob * grad;
         }
       }
@@ -204,14 +210,66 @@ struct BwdMainloop {
   // The build for this call's changes (uniform: one branch per tile). A
   // non-positive softmax_scale alone takes the <false, false> build.
   __device__ __forceinline__ void probabilities_modified(float (&s)[NS][4], uint32_t (&pa)[NS / 2][4], int m0,
-                                                         const float2* terms, float slope) const {
+                                                         const float2* terms, float slope, uint32_t keep) const {
     if (p.softcap > 0.f) {
-      if (p.alibi) probabilities_modified<true, true>(s, pa, m0, terms, slope);
-      else probabilities_modified<true, false>(s, pa, m0, terms, slope);
+      if (p.alibi) probabilities_modified<true, true>(s, pa, m0, terms, slope, keep);
+      else probabilities_modified<true, false>(s, pa, m0, terms, slope, keep);
     } else {
-      if (p.alibi) probabilities_modified<false, true>(s, pa, m0, terms, slope);
-      else probabilities_modified<false, false>(s, pa, m0, terms, slope);
+      if (p.alibi) probabilities_modified<false, true>(s, pa, m0, terms, slope, keep);
+      else probabilities_modified<false, false>(s, pa, m0, terms, slope, keep);
     }
+  }
+
+  // Element s[i][2 hr + e]'s keep bit in keep_bits()'s word.
+  __device__ __forceinline__ static bool kept(uint32_t keep, int i, int hr, int e) {
+    return (keep >> (4 * i + 2 * hr + e)) & 1u;
+  }
+
+  // Dropout's keep bits of this thread's 32 elements of S^T (bit 4 i + 2 hr
+  // + e), drawn by include/attn/philox.h's rule as the forward drew them
+  // (flash/dropout_bits.cuh): one Philox block per (query, 4 keys). The 4
+  // lanes with the same lane % 4 and lane / 16 hold a block's 4 keys (key
+  // lane / 4 % 4 of it) for the same 16 queries: each draws the blocks of 4
+  // of those queries (i = 2k, 2k + 1, both e) for both of its key quads
+  // (hr), 8 blocks, and the 4 trade them in 4 shuffles. Run under S^T's and
+  // dP^T's products, which leave the ALU idle.
+  __device__ __forceinline__ uint32_t keep_bits(int m0, uint32_t bh) const {
+    uint64_t seed = p.seed;
+    uint32_t offset = p.offset;
+    if (p.rng_state) {
+      seed = static_cast<uint64_t>(p.rng_state[0]);
+      offset = static_cast<uint32_t>(p.rng_state[1]);
+    }
+    const int k = (lane >> 2) & 3, col = lane & 3, half = lane >> 4;
+    const uint32_t quad0 = static_cast<uint32_t>(key0 + 16 * warp + 4 * half) >> 2;  // hr = 1: quad0 + 2
+    uint32_t mine = 0u;  // nibble 4 ii + 2 e + hr: the keep bits of block (query 8 (2 k + ii) + 2 col + e, hr)
+#pragma unroll
+    for (int ii = 0; ii < 2; ++ii)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const uint32_t query = static_cast<uint32_t>(m0 + 8 * (2 * k + ii) + 2 * col + e);
+          const PhiloxBlock r = philox4x32_10(PhiloxBlock{{quad0 + 2 * hr, query, bh, offset}},
+                                              static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+          uint32_t bits = 0u;
+#pragma unroll
+          for (int x = 0; x < 4; ++x) bits |= (r.x[x] >= p.dropout_threshold ? 1u : 0u) << x;
+          mine |= bits << (4 * (4 * ii + 2 * e + hr));
+        }
+    uint32_t keep = 0u;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {  // the lane that drew queries i = 2 kk, 2 kk + 1
+      const uint32_t theirs = __shfl_sync(0xffffffffu, mine, 16 * half + 4 * kk + col);
+#pragma unroll
+      for (int ii = 0; ii < 2; ++ii)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr)
+            keep |= ((theirs >> (4 * (4 * ii + 2 * e + hr) + k)) & 1u) << (4 * (2 * kk + ii) + 2 * hr + e);
+    }
+    return keep;
   }
 
   // dV += P^T.dO (dO read MN-major: d is its contiguous dim).
@@ -224,14 +282,21 @@ struct BwdMainloop {
 
   // dS^T = P^T (dP^T - D), in dp's registers (with softcap, s holds P^T (1 -
   // tanh^2); ALiBi's bias has no gradient: the slopes are not learned).
-  __device__ __forceinline__ void dscores(const float (&s)[NS][4], float (&dp)[NS][4], const float2* terms) const {
+  // With dropout dS = P (z dP - D), z = keep / (1 - p) (D = rowsum(dO O)
+  // of the dropped output).
+  __device__ __forceinline__ void dscores(const float (&s)[NS][4], float (&dp)[NS][4], const float2* terms,
+                                          uint32_t keep) const {
 #pragma unroll
     for (int i = 0; i < NS; ++i)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const float delta = terms[8 * i + 2 * (lane & 3) + e].y;
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) dp[i][2 * hr + e] = s[i][2 * hr + e] * (dp[i][2 * hr + e] - delta);
+        for (int hr = 0; hr < 2; ++hr) {
+          float d = dp[i][2 * hr + e];
+          if constexpr (kDropout) d = kept(keep, i, hr, e) ? d * p.dropout_scale : 0.f;
+          dp[i][2 * hr + e] = s[i][2 * hr + e] * (d - delta);
+        }
       }
   }
 
@@ -319,14 +384,17 @@ struct BwdMainloop {
     }
     float s[NS][4], dp[NS][4];
     issue_scores(q_tile, do_tile, s, dp);
+    const int hq = blk.h_kv * p.h_per_kv + hh;
+    uint32_t keep = ~0u;
+    if constexpr (kDropout)
+      if (p.dropout_threshold) keep = keep_bits(m0, static_cast<uint32_t>(blk.b) * p.h_q + hq);
     sm90::wgmma_wait<1>();  // S^T
     sm90::fence_registers(*reinterpret_cast<float(*)[kM / 2]>(&s));
     const float2* terms = reinterpret_cast<const float2*>(smem.to_generic(smem.terms(stage)));
     uint32_t pa[kM / 16][4];
     if constexpr (kScoreMods) {
-      const int hq = blk.h_kv * p.h_per_kv + hh;
       const float slope = p.alibi ? p.alibi[blk.b * p.alibi_batch_stride + hq * p.alibi_head_stride] : 0.f;
-      probabilities_modified(s, pa, m0, terms, slope);
+      probabilities_modified(s, pa, m0, terms, slope, keep);
     } else {
       probabilities(s, m0, terms);
       a_fragments(s, pa);
@@ -334,7 +402,7 @@ struct BwdMainloop {
     issue_dv(pa, do_tile);
     sm90::wgmma_wait<1>();  // dP^T (dV's product may run on)
     sm90::fence_registers(*reinterpret_cast<float(*)[kM / 2]>(&dp));
-    dscores(s, dp, terms);
+    dscores(s, dp, terms, keep);
     uint32_t dsa[kM / 16][4];
     a_fragments(dp, dsa);
     const KeyTile ds_tile = store_ds(dsa, it);
@@ -355,7 +423,7 @@ struct BwdMainloop {
     await_keys();
     int it = 0;
     for (int hh = 0; hh < p.h_per_kv; ++hh)
-      for (int m = blk.mt.first; m <= blk.mt.last; ++m, ++it) run_tile(it, m, hh);
+      for (int t = 0; t < blk.tiles(); ++t, ++it) run_tile(it, blk.tile(t), hh);
   }
 };
 

@@ -47,10 +47,7 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
        bwd ? flash::head_dim_reasons(p, dev, "flash_sm90", smem, {ATTN_FLASH_SM90_BWD_TABLE(ATTN_FLASH_HEAD_DIMS)})
            : flash::head_dim_reasons(p, dev, "flash_sm90", smem, {ATTN_FLASH_SM90_FWD_TABLE(ATTN_FLASH_HEAD_DIMS)}))
     no.push_back(std::move(reason));
-  if (bwd) {  // the backward's first version: what it does not run yet goes to cudnn or flash_sm80
-    const std::string later = " is not in flash_sm90's backward yet (cudnn and flash_sm80 run it)";
-    if (p.dropout_p > 0) no.push_back("dropout" + later);
-    if (p.deterministic) no.push_back("deterministic mode (dQ is added with unordered atomics)" + later);
+  if (bwd) {
     constexpr int64_t kTileKeys = BwdConfig<128, 128>::kBlockN, kMaxKeys = 65535 * kTileKeys;
     static_assert(BwdConfig<64, 64>::kBlockN == kTileKeys, "one KV tile size for every backward row");
     if (p.s_kv > kMaxKeys)
@@ -66,9 +63,11 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
 bool leads_backward(const Problem& p, std::string* rule) {
   // Its chunked grid runs the heavy first KV tiles of several heads together,
   // where cuDNN also sums dK and dV over the group in extra kernels (at d 64
-  // cuDNN stays ahead).
+  // cuDNN stays ahead). Not with dropout (its Philox draws cost flash_sm90
+  // more: 0.64x cuDNN's dropout backward over the d 64/128 grid, H100) nor
+  // in the deterministic mode (docs/FLASH_SM90.md).
   const int64_t h_per_kv = p.h_kv > 0 ? p.h_q / p.h_kv : 0;
-  const bool yes = p.d_qk == 128 && p.d_v == 128 && h_per_kv >= 4 &&
+  const bool yes = p.d_qk == 128 && p.d_v == 128 && h_per_kv >= 4 && p.dropout_p == 0 && !p.deterministic &&
                    flash::bwd_first_kv_tiles_heavy(static_cast<int>(h_per_kv), p.window_left, p.window_right);
   if (yes && rule) *rule = "flash_sm90 first for a causal GQA backward at d 128 (4+ query heads per KV head)";
   return yes;
