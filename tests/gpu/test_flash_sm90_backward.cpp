@@ -165,10 +165,11 @@ TEST(FlashSm90Backward, NaNStaysVisibleWithScoreChanges) {
     }
 }
 
-// The deterministic mode (KV tiles add dQ in ascending order behind
-// per-tile counters): three more runs give the same bytes, and the answer
-// is the reference's. Causal GQA with many KV tiles per query tile, a
-// window, packed sequences with an empty one.
+// The deterministic mode (KV tiles add dQ in a fixed order behind per-tile
+// counters, bwd_dq_order.h): three more runs give the same bytes, and the
+// answer is the reference's. Each order: ascending (GQA, more KV tiles than
+// query tiles / 2), descending (a causal window; packed sequences with an
+// empty one), rotated, and descending over more KV tiles than SMs.
 TEST(FlashSm90Backward, DeterministicModeIsBitwiseRepeatable) {
   ATTN_REQUIRE_GPU();
   if (!on_sm90()) GTEST_SKIP() << "flash_sm90 runs on sm_90 only";
@@ -197,7 +198,18 @@ TEST(FlashSm90Backward, DeterministicModeIsBitwiseRepeatable) {
   t.seqlens_kv = {900, 4, 333};
   t.batch = 3;
   t.window = {};
-  specs.push_back(t);
+  specs.push_back(t);  // descending (bwd_dq_order.h), the chunk fits
+  testing::CaseSpec r = s;
+  r.mask = MaskType::no_mask;
+  r.window = {};
+  r.s_q = 1000;
+  r.s_kv = 400;
+  specs.push_back(r);  // rotated: 16 query tiles over 4 KV tiles
+  r.mask = MaskType::causal_bottom_right;
+  r.s_q = 300;
+  r.s_kv = 17000;
+  r.batch = 1;
+  specs.push_back(r);  // descending over 133 KV tiles, more than an H100 runs at once
   int index = 0;
   for (const testing::CaseSpec& spec : specs) {
     SCOPED_TRACE("case " + std::to_string(index));
