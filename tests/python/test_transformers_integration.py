@@ -473,6 +473,20 @@ def test_continuous_batching_generates_as_sdpa(monkeypatch):
     assert got == alone
 
 
+@needs_gpu
+def test_cuda_continuous_batching_generates_as_sdpa(monkeypatch):
+    # The same serving loop on the GPU in bf16 at head dim 64, so "paged|attn"
+    # reads transformers' paged cache through attn's CUDA kernels: greedy
+    # tokens as with "paged|sdpa" on the same bf16 weights.
+    model = tiny_model("llama_gqa", dtype=torch.bfloat16, device="cuda", head_dim=64).eval()
+    g = torch.Generator().manual_seed(12)
+    prompts = [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in (5, 23, 40, 1)]
+    got = _generate_batch(model, "attn", prompts, 8, monkeypatch)
+    want = _generate_batch(model, "sdpa", prompts, 8, monkeypatch)
+    assert [len(t) for t in got] == [8] * len(prompts)
+    assert got == want
+
+
 def test_paged_attn_outside_continuous_batching_says_why():
     model = tiny_model("llama_gqa")
     model.set_attn_implementation("paged|attn")

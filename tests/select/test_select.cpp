@@ -127,6 +127,9 @@ TEST(Select, HopperBackwardPutsFlashSm90FirstForCausalGqa) {
   q.h_q = 8;  // GQA 2
   EXPECT_EQ(first(q), "cudnn");
   q = p;
+  q.h_q = 32;  // GQA 8: each CTA walks too many heads
+  EXPECT_EQ(first(q), "cudnn");
+  q = p;
   q.dropout_p = 0.1;  // cuDNN's dropout backward is faster
   EXPECT_EQ(first(q), "cudnn");
   q = p;

@@ -23,8 +23,8 @@ int64_t forward_workspace_bytes(const Problem& p);
 int64_t backward_workspace_bytes(const Problem& p);
 
 // Whether Hopper's backward order should put flash_sm90 first for p, where
-// it measured faster than cuDNN: head dim 128 under a causal shape with 4 or
-// more query heads per KV head. `rule` (if given) gets the sentence selection
+// it measured faster than cuDNN: head dim 128 under a causal shape with 4 to
+// 7 query heads per KV head, without dropout or the deterministic mode. `rule` (if given) gets the sentence selection
 // reports.
 bool leads_backward(const Problem& p, std::string* rule);
 
