@@ -10,7 +10,8 @@
 namespace attn::detail {
 namespace {
 
-__global__ void fill_kernel(float* base, int64_t n, int64_t stride, float value) {
+__global__ void fill_kernel(float* base, int64_t n, int64_t stride, float value, int* counter) {
+  if (counter && blockIdx.x == 0 && threadIdx.x == 0) *counter = 0;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x)
     base[e * stride] = value;
@@ -18,10 +19,10 @@ __global__ void fill_kernel(float* base, int64_t n, int64_t stride, float value)
 
 }  // namespace
 
-void launch_fill(float* base, int64_t n, int64_t stride, float value, void* stream) {
-  if (n <= 0) return;
+void launch_fill(float* base, int64_t n, int64_t stride, float value, void* stream, int* counter) {
+  if (n <= 0 && !counter) return;
   const int blocks = static_cast<int>(n < 256 * 1024 ? std::max<int64_t>((n + 255) / 256, 1) : 1024);
-  fill_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(base, n, stride, value);
+  fill_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(base, n, stride, value, counter);
   ATTN_CUDA(cudaGetLastError());
 }
 

@@ -6,7 +6,9 @@
 
 namespace attn::detail {
 
-// base[i * stride] = value for i < n, on `stream` (a cudaStream_t).
-void launch_fill(float* base, int64_t n, int64_t stride, float value, void* stream);
+// base[i * stride] = value for i < n, on `stream` (a cudaStream_t); with
+// `counter`, *counter = 0 in the same launch (a kernel's work counter, whose
+// own memset would be one more operation on the stream).
+void launch_fill(float* base, int64_t n, int64_t stride, float value, void* stream, int* counter = nullptr);
 
 }  // namespace attn::detail

@@ -26,17 +26,4 @@ __device__ __forceinline__ void atomic_max_keeping_nan(float* addr, float x) {
     atomicMin(reinterpret_cast<unsigned int*>(addr), __float_as_uint(x));
 }
 
-// A grid's one-time flag: set after this thread's earlier writes (and those
-// a barrier ordered before them) are visible GPU-wide; awaited with acquire
-// loads, so the waiter then sees those writes.
-__device__ __forceinline__ void publish_flag(int* flag) {
-  asm volatile("st.release.gpu.global.s32 [%0], 1;\n" ::"l"(flag) : "memory");
-}
-__device__ __forceinline__ void await_flag(const int* flag) {
-  int v = 0;
-  do {
-    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
-  } while (v == 0);
-}
-
 }  // namespace attn::detail

@@ -71,9 +71,6 @@ void run(const Problem& p, const ForwardArgs& a, const flash::CacheParams* cache
   }
   args.o = tile_map(p, a.out, packed ? p.total_q : p.s_q, p.h_q, kDV, 64, "out");
   args.item_counter = item_counter;
-  // forward()'s workspace holds the max logit's flag after the counter; a
-  // KV-cache call fills max_logit itself.
-  args.max_logit_ready = !cache && args.p.max_logit ? item_counter + 1 : nullptr;
   args.section_pairs = fwd_section_pairs(args.p.h_per_kv, args.p.window_left, args.p.window_right, args.p.s_kv,
                                          kDQK, kDV, args.p.h_q * args.p.batch);
   const int sm_count = query_device(p.device).sm_count;  // cached per device
@@ -108,7 +105,7 @@ void run_row(const Problem& p, const ForwardArgs& a, const flash::CacheParams* c
 
 }  // namespace
 
-int64_t forward_workspace_bytes(const Problem&) { return 2 * sizeof(int); }  // the counter, the max logit's flag
+int64_t forward_workspace_bytes(const Problem&) { return sizeof(int); }
 
 void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) {
   ATTN_CUDA(cudaSetDevice(p.device.index));
@@ -119,11 +116,13 @@ void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) {
     if (max_logit) detail::launch_fill(max_logit, p.h_q, max_logit_stride, -INFINITY, stream);
     return;
   }
-  // The work-item counter and the max logit's flag: the call's workspace,
-  // zeroed on the stream; the kernel writes max_logit's -inf itself (CTA 0,
-  // then the flag), so the max logit costs no operation of its own.
+  // The work-item counter: the call's workspace, zeroed on the stream (with
+  // max_logit's fill where there is one: one operation either way).
   int* item_counter = static_cast<int*>(detail::workspace(ctx, p.device.index, forward_workspace_bytes(p)));
-  ATTN_CUDA(cudaMemsetAsync(item_counter, 0, forward_workspace_bytes(p), stream));
+  if (max_logit)
+    detail::launch_fill(max_logit, p.h_q, max_logit_stride, -INFINITY, stream, item_counter);
+  else
+    ATTN_CUDA(cudaMemsetAsync(item_counter, 0, sizeof(int), stream));
   run_row(p, args, nullptr, item_counter, {}, stream);
 }
 

@@ -32,9 +32,8 @@ namespace attn::flash_sm90 {
 // 1.6% (d 64 1k causal, H100). The dropout build reduces in the epilogue:
 // the carry's registers spill there.
 struct MaxLogitCarry {
-  int key = 0;         // this thread's share of the item held (an ordered key)
-  int h = -1;          // its head (kept where the next epilogue overlaps: two consumers' registers)
-  bool ready = false;  // this thread has seen max_logit's -inf written (Sm90FwdParams::max_logit_ready)
+  int key = 0;  // this thread's share of the item held (an ordered key)
+  int h = -1;   // its head (kept where the next epilogue overlaps: two consumers' registers)
 };
 
 template <typename T, class Cfg>
@@ -152,7 +151,7 @@ struct FwdEpilogue {
         read_warp_keys(prev);
         prev_h = cur.h;
       }
-      max_into(prev_h, prev, carry.ready);
+      max_into(prev_h, prev);
     }
     if (!by_tma) {
       constexpr int kChunks = kDV / 8;
@@ -196,12 +195,9 @@ struct FwdEpilogue {
     asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(h) : "r"(smem.held_head(wg)) : "memory");
     return h;
   }
-  __device__ __forceinline__ void max_into(int h, const int (&k)[4], bool& ready) const {
+  __device__ __forceinline__ void max_into(int h, const int (&k)[4]) const {
     const float m = flash::from_ordered_key(max(max(k[0], k[1]), max(k[2], k[3])));
-    if (h < 0 || m == -INFINITY) return;
-    if (!ready && args.max_logit_ready) detail::await_flag(args.max_logit_ready);  // CTA 0's -inf first
-    ready = true;
-    detail::atomic_max_keeping_nan(args.p.max_logit + h * args.p.max_logit_stride, m);
+    if (h >= 0 && m != -INFINITY) detail::atomic_max_keeping_nan(args.p.max_logit + h * args.p.max_logit_stride, m);
   }
 
   // Each warp's key of the item held (head h; -1: none) into shared memory,
@@ -217,7 +213,7 @@ struct FwdEpilogue {
   // The output tile stays until its last store is done; the last item's max
   // logit goes in (flushed already where the epilogue does not overlap).
   template <bool kDefer>
-  __device__ __forceinline__ void finish(MaxLogitCarry& carry) const {
+  __device__ __forceinline__ void finish(const MaxLogitCarry& carry) const {
     if (kDefer && args.p.max_logit) {
       if (Cfg::kOverlapEpilogue) flush<kDefer>(carry, carry.h);
       const sm90::NamedBarrier own{kBarConsumer0 + wg, 128};
@@ -225,7 +221,7 @@ struct FwdEpilogue {
       if ((ctid & 127) == 0) {
         int k[4];
         read_warp_keys(k);
-        max_into(read_held_head(), k, carry.ready);
+        max_into(read_held_head(), k);
       }
     }
     if ((ctid & 127) == 0) sm90::bulk_wait<0>();

@@ -21,7 +21,6 @@
 
 #include <cstdint>
 
-#include "backends/common/softmax_sink.cuh"  // the max logit's flag
 #include "backends/flash_sm90/fwd_config.h"
 #include "backends/flash_sm90/fwd_epilogue.cuh"
 #include "backends/flash_sm90/fwd_mainloop.cuh"
@@ -50,13 +49,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   const FwdSmem<Cfg> smem(smem_raw);
   const int tid = threadIdx.x;
   if (tid == 0) smem.init_barriers();
-  const bool fills_max_logit = blockIdx.x == 0 && args.max_logit_ready;
-  if (fills_max_logit) {  // max_logit's -inf, which every CTA's first max awaits (MaxLogitCarry::ready)
-    for (int h = tid; h < args.p.h_q; h += blockDim.x) args.p.max_logit[h * args.p.max_logit_stride] = -INFINITY;
-    __threadfence();
-  }
   __syncthreads();
-  if (fills_max_logit && tid == 0) detail::publish_flag(args.max_logit_ready);
   FwdWorkQueue<Cfg> queue(args, smem);
 
   if (tid < 128) {  // the producer warpgroup: one thread issues the copies (a warp for a paged cache)

@@ -17,11 +17,6 @@ struct Sm90FwdParams {
   CUtensorMap o;        // the same, in boxes of 64 rows (one consumer warpgroup's)
   FwdParams p;
   int* item_counter;  // zeroed before the launch (workspace)
-  // Set: p.max_logit is not filled before the launch; CTA 0 writes its -inf
-  // first and then sets this flag (zeroed with item_counter), which each
-  // thread that maxes into p.max_logit waits for once. Null: p.max_logit
-  // holds -inf already (a KV-cache call's fill).
-  int* max_logit_ready = nullptr;
   int section_pairs;  // the walk's order (fwd_tiles.h: work_item, fwd_section_pairs)
   // A paged KV cache (p.cache.block_table): k and v map the blocks, (column,
   // row in the block, head, block), in boxes of kv_box_rows keys, which
