@@ -46,6 +46,13 @@ std::vector<testing::CaseSpec> cases(int64_t d) {
   add(QkvFormat::bshd, MaskType::no_mask, 1, 300, 1, 4, 2);                  // many queries, one key
   add(QkvFormat::bshd, MaskType::causal, 1, 1024, 1024, 8, 2, {}, DType::f16);  // fp16, GQA 4, many tiles
   add(QkvFormat::bshd, MaskType::no_mask, 2, 512, 640, 4, 4);               // whole tiles, no mask
+  // GQA 8 and 16 under a causal shape: two CTAs per KV tile, each with half
+  // the query heads, dK / dV summed in fp32 (flash::bwd_head_split).
+  add(QkvFormat::bshd, MaskType::causal, 2, 300, 300, 8, 1);
+  add(QkvFormat::sbhd, MaskType::causal_bottom_right, 2, 200, 333, 32, 2, {}, DType::f16);
+  add(QkvFormat::bshd, MaskType::padding_causal, 3, 300, 300, 16, 2);  // rows past a sequence get zeros
+  out.back().seqlens_q = {300, 77, 1};
+  out.back().seqlens_kv = {300, 130, 0};
   // cu_seqlens: packed sequences (an empty one, length 1, ends inside both
   // tiles, a sequence whose queries see no key) and padded batches (their
   // padding rows hold random values, which no gradient may take in).
@@ -67,6 +74,8 @@ std::vector<testing::CaseSpec> cases(int64_t d) {
   // windows, packed sequences and fp16.
   add(QkvFormat::bshd, MaskType::causal, 2, 300, 300, 8, 2);
   out.back().softcap = 5.0;  // small: most scores are in tanh's curved part
+  add(QkvFormat::bshd, MaskType::causal, 1, 200, 200, 8, 1);  // with the head split
+  out.back().bias = BiasType::alibi;
   add(QkvFormat::sbhd, MaskType::causal_bottom_right, 1, 130, 333, 4, 1, {}, DType::f16);
   out.back().bias = BiasType::alibi;
   add(QkvFormat::bshd, MaskType::no_mask, 1, 257, 400, 4, 2, {100, 50});
@@ -191,6 +200,10 @@ TEST(FlashSm90Backward, DeterministicModeIsBitwiseRepeatable) {
   s.d_qk = s.d_v = 64;
   s.window = {300, 0};
   specs.push_back(s);
+  testing::CaseSpec split = s;
+  split.window = {};
+  split.h_kv = 1;
+  specs.push_back(split);  // GQA 8, causal: two CTAs per KV tile, dK / dV summed in fp32
   testing::CaseSpec t = s;
   t.format = QkvFormat::thd;
   t.mask = MaskType::padding_causal_bottom_right;

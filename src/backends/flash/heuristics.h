@@ -39,6 +39,17 @@ constexpr int bwd_clamp_group_chunk(long long chunk, int pairs) {
   chunk = chunk > pairs ? pairs : chunk;
   return static_cast<int>(chunk < fewest ? fewest : chunk < 1 ? 1 : chunk);
 }
+// flash_sm90's backward: how many CTAs share a KV tile's query heads under
+// bwd_first_kv_tiles_heavy with 8 or more heads per KV head, where the first
+// KV tiles' CTAs each walking every head's query tiles would set the call's
+// length (GQA 8, causal, 4k: one CTA's walk was 83% of the call). Two: each
+// takes half the heads, and their dK / dV partials meet in an fp32 sum,
+// 0 + a + b, the same bits in either order. Padded batches only (a packed
+// tensor's rows between sequences are not written). 1: no split.
+constexpr int bwd_head_split(int h_per_kv, long long window_left, long long window_right, bool packed) {
+  return !packed && h_per_kv >= 8 && h_per_kv % 2 == 0 && causal_shape(window_left, window_right) ? 2 : 1;
+}
+
 constexpr int bwd_group_chunk(int h_per_kv, long long window_left, long long window_right, long long s_q, int d_qk,
                               int d_v, int pairs) {
   const long long pair_bytes = static_cast<long long>(h_per_kv) * s_q * (d_qk + d_v) * 2;

@@ -19,6 +19,35 @@
 
 namespace attn::flash_sm90 {
 
+// With a head split (args.dkv_accum): this CTA's part of dK (times the
+// scale) and dV added into the fp32 accumulators from registers, two floats
+// per reduction, rows past the sequence left out (their zeros stay).
+template <class Cfg>
+__device__ __forceinline__ void bwd_add_dk_dv(const Sm90BwdParams& args, const BwdKvBlock& blk,
+                                              const BwdRegisters<Cfg>& regs, int tid) {
+  constexpr int kD = Cfg::kHeadDim, ND = kD / 8;
+  const flash::FwdParams& p = args.p.fwd;
+  const int wg = tid / 128 - 1, lane = tid & 31, warp = (tid / 32) & 3;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.s_kv, heads_kv = p.h_q / p.h_per_kv;
+  float* const dk_acc = args.dkv_accum + (blk.h_kv * rows + static_cast<int64_t>(blk.b) * p.s_kv + blk.n0) * kD;
+  float* const dv_acc = dk_acc + heads_kv * rows * kD;  // dV's accumulator follows dK's
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {  // accumulator rows 16 warp + lane / 4 (+ 8)
+    const int r = wg * 64 + 16 * warp + (lane >> 2) + 8 * hr;
+    if (r >= blk.rows_out || blk.n0 + r >= blk.seq.len_kv) continue;
+#pragma unroll
+    for (int i = 0; i < ND; ++i) {
+      const int c = 8 * i + 2 * (lane & 3);
+      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dk_acc + r * kD + c),
+                   "f"(regs.dk[i][2 * hr] * p.scale), "f"(regs.dk[i][2 * hr + 1] * p.scale)
+                   : "memory");
+      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dv_acc + r * kD + c), "f"(regs.dv[i][2 * hr]),
+                   "f"(regs.dv[i][2 * hr + 1])
+                   : "memory");
+    }
+  }
+}
+
 template <typename T, class Cfg>
 __device__ __forceinline__ void bwd_store_dk_dv(const Sm90BwdParams& args, const BwdSmem<Cfg>& smem,
                                                 const BwdKvBlock& blk, const BwdRegisters<Cfg>& regs, int tid) {
@@ -26,6 +55,10 @@ __device__ __forceinline__ void bwd_store_dk_dv(const Sm90BwdParams& args, const
   const flash::BwdParams& bp = args.p;
   const flash::FwdParams& p = bp.fwd;
   const int wg = tid / 128 - 1, lane = tid & 31, warp = (tid / 32) & 3;
+  if (args.dkv_accum) {
+    bwd_add_dk_dv<Cfg>(args, blk, regs, tid);
+    return;
+  }
   const auto dk_stage = smem.dk_stage(), dv_stage = smem.dv_stage();
   sm90::named_sync(kBarEpilogue, 128 * Cfg::kConsumers);
   {

@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = BwdConfig<kDQK, kDV>;
   BwdKvBlock blk;
-  if (!bwd_kv_block<Cfg>(args.p, blk)) return;  // the whole CTA
+  if (!bwd_kv_block<Cfg>(args, blk)) return;  // the whole CTA
   extern __shared__ char smem_raw[];
   const BwdSmem<Cfg> smem(smem_raw);
   const int tid = threadIdx.x;
@@ -76,16 +76,18 @@ void launch_bwd(const Sm90BwdParams& args, int sm_count, cudaStream_t stream) {
   auto* kernel = flash_bwd_sm90_kernel<T, kDQK, kDV, kScoreMods, kDropout>;
   ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const auto& p = args.p.fwd;
-  const int kv_tiles = (p.s_kv + Cfg::kBlockN - 1) / Cfg::kBlockN, pairs = p.h_q / p.h_per_kv * p.batch;
+  const int kv_tiles = (p.s_kv + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  const int units = p.h_q / p.h_per_kv * p.batch * args.head_split;  // (KV head, sequence) pairs, or their parts
   if (kv_tiles > 65535)  // grid y (supports() refuses these first)
     fail(ErrorKind::unsupported, "flash_sm90's backward takes at most 65535 KV tiles",
          "max_seqlen_kv " + std::to_string(p.s_kv),
          "at most " + std::to_string(65535LL * Cfg::kBlockN) + " keys per sequence",
          "use another backend (cudnn, flash_sm80) for longer sequences");
   Sm90BwdParams a = args;
-  a.p.group_chunk = flash::bwd_group_chunk(p.h_per_kv, p.window_left, p.window_right, p.s_q, kDQK, kDV, pairs);
+  a.p.group_chunk = flash::bwd_group_chunk(p.h_per_kv / args.head_split, p.window_left, p.window_right, p.s_q, kDQK,
+                                           kDV, units);
   if (a.p.dq_semaphore) a.p.dq_order = dq_order(p.window_left, p.window_right, a.p.group_chunk, kv_tiles, sm_count);
-  const dim3 grid(a.p.group_chunk, kv_tiles, (pairs + a.p.group_chunk - 1) / a.p.group_chunk);
+  const dim3 grid(a.p.group_chunk, kv_tiles, (units + a.p.group_chunk - 1) / a.p.group_chunk);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
   ATTN_CUDA(cudaGetLastError());
 }

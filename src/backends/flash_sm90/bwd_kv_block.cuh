@@ -1,10 +1,12 @@
 // flash_sm90's backward: the work of one CTA, from its grid position. The
-// grid is (pairs of a chunk, KV tiles, chunks) over (KV head, sequence) pairs
-// (flash/heuristics.h: bwd_group_chunk): under a causal mask with GQA the
-// first KV tiles carry the most work, and a chunk's pairs start theirs
-// together; otherwise one pair per chunk, each pair's tiles in turn. A CTA
-// owns kBlockN keys of one pair and walks the query tiles that see them, for
-// each query head of the KV head's group (GQA: nothing repeated).
+// grid is (units of a chunk, KV tiles, chunks) over units of (KV head,
+// sequence) pairs (flash/heuristics.h: bwd_group_chunk): under a causal mask
+// with GQA the first KV tiles carry the most work, and a chunk's units start
+// theirs together; otherwise one unit per chunk, each unit's tiles in turn.
+// A unit is a pair, or with a head split (bwd_head_split) a part of a pair's
+// query heads. A CTA owns kBlockN keys of one pair and walks the query tiles
+// that see them, for each query head of its part of the KV head's group
+// (GQA: nothing repeated).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include "backends/flash/sequence.cuh"
 #include "backends/flash/tile_ranges.h"
 #include "backends/flash_sm90/bwd_dq_order.h"
+#include "backends/flash_sm90/bwd_params.h"
 
 namespace attn::flash_sm90 {
 
@@ -25,6 +28,7 @@ struct BwdKvBlock {
   int rows_out;
   flash::QTiles mt;  // the query tiles that see its keys
   int64_t tok0;      // the workspace's token of the sequence's row 0
+  int hh0, hh1;      // its query heads of the group: [hh0, hh1)
   int rot = 0;       // its walk starts rot tiles after mt.first (bwd_dq_order.h)
   __device__ bool has_work() const { return mt.first <= mt.last; }
   __device__ int tiles() const { return mt.last - mt.first + 1; }
@@ -39,11 +43,15 @@ struct BwdKvBlock {
 // This CTA's block; false where it has none (the last chunk's spare CTAs, or
 // a KV tile past its sequence).
 template <class Cfg>
-__device__ __forceinline__ bool bwd_kv_block(const flash::BwdParams& bp, BwdKvBlock& blk) {
+__device__ __forceinline__ bool bwd_kv_block(const Sm90BwdParams& args, BwdKvBlock& blk) {
   constexpr int kM = Cfg::kBlockM, kN = Cfg::kBlockN;
+  const flash::BwdParams& bp = args.p;
   const flash::FwdParams& p = bp.fwd;
-  const int heads_kv = p.h_q / p.h_per_kv, pair = blockIdx.z * bp.group_chunk + blockIdx.x;
+  const int heads_kv = p.h_q / p.h_per_kv, unit = blockIdx.z * bp.group_chunk + blockIdx.x;
+  const int pair = unit / args.head_split, part = unit % args.head_split, heads = p.h_per_kv / args.head_split;
   if (pair >= heads_kv * p.batch) return false;
+  blk.hh0 = part * heads;
+  blk.hh1 = blk.hh0 + heads;
   // Descending dQ order: the later KV tiles, whose adds come first, launch first.
   blk.n = bp.dq_order == kDqDescending ? static_cast<int>(gridDim.y - 1 - blockIdx.y) : static_cast<int>(blockIdx.y);
   blk.h_kv = pair % heads_kv;

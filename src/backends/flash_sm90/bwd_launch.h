@@ -16,4 +16,9 @@ namespace attn::flash_sm90 {
 template <typename T, int kDQK, int kDV, bool kScoreMods, bool kDropout>
 void launch_bwd(const Sm90BwdParams& p, int sm_count, cudaStream_t stream);
 
+// With a head split (p.dkv_accum): dK and dV from the fp32 accumulators into
+// the caller's tensors (bwd_convert_dkv.cu), after launch_bwd.
+template <typename T>
+void launch_bwd_convert_dkv(const Sm90BwdParams& p, int d, cudaStream_t stream);
+
 }  // namespace attn::flash_sm90

@@ -422,7 +422,7 @@ struct BwdMainloop {
   __device__ __forceinline__ void run() const {
     await_keys();
     int it = 0;
-    for (int hh = 0; hh < p.h_per_kv; ++hh)
+    for (int hh = blk.hh0; hh < blk.hh1; ++hh)
       for (int t = 0; t < blk.tiles(); ++t, ++it) run_tile(it, blk.tile(t), hh);
   }
 };

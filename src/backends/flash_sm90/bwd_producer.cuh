@@ -39,7 +39,7 @@ __device__ __forceinline__ void bwd_load(const Sm90BwdParams& args, const BwdSme
     }
   }
   sm90::PipelineState<kS> ring;
-  for (int hh = 0; hh < p.h_per_kv; ++hh) {
+  for (int hh = blk.hh0; hh < blk.hh1; ++hh) {
     const int h = blk.h_kv * p.h_per_kv + hh;
     const float2* terms = bp.row_terms + h * bp.rows_q + blk.tok0;
     for (int step = 0; step < blk.tiles(); ++step, ring.advance()) {
@@ -84,7 +84,7 @@ __device__ __forceinline__ void bwd_add_dq(const flash::BwdParams& bp, const Bwd
   constexpr int kD = Cfg::kHeadDim, kM = Cfg::kBlockM;
   const flash::FwdParams& p = bp.fwd;
   int it = 0;
-  for (int hh = 0; hh < p.h_per_kv; ++hh) {
+  for (int hh = blk.hh0; hh < blk.hh1; ++hh) {
     const int hq = blk.h_kv * p.h_per_kv + hh;
     float* const dq_rows = bp.dq_accum + (hq * bp.rows_q + blk.tok0) * kD;
     for (int t = 0; t < blk.tiles(); ++t, ++it) {

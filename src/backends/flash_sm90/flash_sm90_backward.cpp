@@ -16,18 +16,34 @@
 #include "backends/flash_sm90/bwd_table.h"
 #include "backends/flash_sm90/flash_sm90.h"
 #include "backends/flash_sm90/tensor_maps.h"
+#include "backends/flash/heuristics.h"
 #include "core/cuda_check.h"
+#include "core/workspace.h"
 
 namespace attn::flash_sm90 {
 namespace {
 
+// The head split's fp32 dK / dV accumulators (bwd_params.h): bytes, 0 without a split.
+int head_split_of(const Problem& p) {
+  return flash::bwd_head_split(static_cast<int>(p.h_kv > 0 ? p.h_q / p.h_kv : 1), p.window_left, p.window_right,
+                               p.qkv_format == QkvFormat::thd);
+}
+int64_t dkv_accum_bytes(const Problem& p) {
+  return head_split_of(p) > 1 ? p.batch * p.s_kv * p.h_kv * (p.d_qk + p.d_v) * static_cast<int64_t>(sizeof(float)) : 0;
+}
+
 template <typename T, int kDQK, int kDV>
-void run(const Problem& p, const BackwardArgs& a, const flash::BwdParams& k, cudaStream_t stream) {
+void run(const Problem& p, const BackwardArgs& a, const flash::BwdParams& k, float* dkv_accum, cudaStream_t stream) {
   using Cfg = BwdConfig<kDQK, kDV>;
   const bool packed = p.qkv_format == QkvFormat::thd;
   const int64_t tokens_q = packed ? p.total_q : p.s_q, tokens_kv = packed ? p.total_kv : p.s_kv;
   Sm90BwdParams args;
   args.p = k;
+  if (dkv_accum) {
+    args.head_split = head_split_of(p);
+    args.dkv_accum = dkv_accum;
+    ATTN_CUDA(cudaMemsetAsync(dkv_accum, 0, dkv_accum_bytes(p), stream));
+  }
   args.q = tile_map(p, a.in.q, tokens_q, p.h_q, kDQK, Cfg::kBlockM, "q");
   args.dout = tile_map(p, a.dout, tokens_q, p.h_q, kDV, Cfg::kBlockM, "dout");
   args.k = tile_map(p, a.in.k, tokens_kv, p.h_kv, kDQK, Cfg::kBlockN, "k");
@@ -45,15 +61,17 @@ void run(const Problem& p, const BackwardArgs& a, const flash::BwdParams& k, cud
     else
       launch_bwd<T, kDQK, kDV, false, false>(args, sm_count, stream);
   }
+  if (dkv_accum) launch_bwd_convert_dkv<T>(args, kDQK, stream);
   if (k.rows_q > 0) flash::launch_bwd_convert_dq<T>(k, kDQK, stream);
 }
 
 template <typename T>
-bool dispatch(const Problem& p, const BackwardArgs& a, const flash::BwdParams& k, cudaStream_t stream) {
-#define ATTN_DISPATCH_ROW(dqk, dv)         \
-  if (p.d_qk == (dqk) && p.d_v == (dv)) {  \
-    run<T, dqk, dv>(p, a, k, stream);      \
-    return true;                           \
+bool dispatch(const Problem& p, const BackwardArgs& a, const flash::BwdParams& k, float* dkv_accum,
+              cudaStream_t stream) {
+#define ATTN_DISPATCH_ROW(dqk, dv)                   \
+  if (p.d_qk == (dqk) && p.d_v == (dv)) {            \
+    run<T, dqk, dv>(p, a, k, dkv_accum, stream);     \
+    return true;                                     \
   }
   ATTN_FLASH_SM90_BWD_TABLE(ATTN_DISPATCH_ROW)
 #undef ATTN_DISPATCH_ROW
@@ -62,17 +80,25 @@ bool dispatch(const Problem& p, const BackwardArgs& a, const flash::BwdParams& k
 
 }  // namespace
 
+// flash_sm80's workspace (row terms, dQ accumulator, counters), then the head
+// split's accumulators.
 int64_t backward_workspace_bytes(const Problem& p) {
-  return flash::backward_workspace_bytes(p, BwdConfig<64, 64>::kBlockM);
+  return flash::backward_workspace_bytes(p, BwdConfig<64, 64>::kBlockM) + dkv_accum_bytes(p);
 }
 
 void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx) {
   ATTN_CUDA(cudaSetDevice(p.device.index));
   if (p.batch == 0 || p.h_q == 0) return;  // nothing to write
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
+  // The whole workspace first, so that the pool's block holds both parts.
+  float* dkv_accum = nullptr;
+  if (dkv_accum_bytes(p) > 0) {
+    char* base = static_cast<char*>(detail::workspace(ctx, p.device.index, backward_workspace_bytes(p)));
+    dkv_accum = reinterpret_cast<float*>(base + flash::backward_workspace_bytes(p, BwdConfig<64, 64>::kBlockM));
+  }
   const flash::BwdParams k = flash::backward_params(p, args, BwdConfig<64, 64>::kBlockM, ctx);
-  const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, args, k, stream)
-                                          : dispatch<__half>(p, args, k, stream);
+  const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, args, k, dkv_accum, stream)
+                                          : dispatch<__half>(p, args, k, dkv_accum, stream);
   if (!ran)  // supports() refuses these; reaching here is a bug in attn
     flash::fail_missing_table_row(p, "flash_sm90 has no backward kernel", "bwd_table.h");
 }
