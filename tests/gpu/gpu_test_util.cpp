@@ -66,6 +66,30 @@ void expect_matches_reference(const Case& gpu) {
   expect_outputs_match(gpu, ref);
 }
 
+void expect_bitwise_repeatable_backward(const CaseSpec& spec, const std::string& backend, uint64_t seed) {
+  const Policy force = forcing(backend);
+  Case gpu = make_case(spec, Device::cuda(0), seed);
+  gpu.opts.deterministic = true;
+  Problem pd = problem_of(spec, Pass::backward, Device::cuda(0));
+  pd.deterministic = true;
+  ASSERT_TRUE(find_backend(backend)->supports(pd, query_device(Device::cuda(0))).empty());
+  forward(gpu.opts, gpu.fwd, {}, force);
+  backward(gpu.opts, gpu.bwd, {}, force);
+  ATTN_CUDA_OK(cudaDeviceSynchronize());
+  const auto dq = gpu.dq.host_bytes(), dk = gpu.dk.host_bytes(), dv = gpu.dv.host_bytes();
+  for (int run = 0; run < 3; ++run) {
+    gpu.dq.fill_nan();
+    gpu.dk.fill_nan();
+    gpu.dv.fill_nan();
+    backward(gpu.opts, gpu.bwd, {}, force);
+    ATTN_CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_TRUE(gpu.dq.host_bytes() == dq) << "dq differs in run " << run;
+    EXPECT_TRUE(gpu.dk.host_bytes() == dk) << "dk differs in run " << run;
+    EXPECT_TRUE(gpu.dv.host_bytes() == dv) << "dv differs in run " << run;
+  }
+  expect_matches_reference(gpu);  // out and lse of the first forward, dq, dk, dv of the last run
+}
+
 CaseSpec thd_edge_lengths(int64_t d, int64_t window_left) {
   CaseSpec s;
   s.format = QkvFormat::thd;

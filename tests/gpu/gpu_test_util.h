@@ -36,6 +36,11 @@ void expect_outputs_match(const Case& gpu, const Case& ref);
 // backend (the caller synchronizes first).
 void expect_matches_reference(const Case& gpu);
 
+// `backend`'s deterministic backward on the spec (inputs from `seed`): it
+// claims the call, three more runs (outputs refilled with NaN first) give the
+// same bytes of dq, dk and dv, and the answer matches the reference.
+void expect_bitwise_repeatable_backward(const CaseSpec& spec, const std::string& backend, uint64_t seed);
+
 // Packed edge lengths for a tiled kernel: thd, padding_causal, sequences of
 // 1, 0, 77 and 300 tokens (off every tile height, an empty one), GQA 8:2,
 // head dim d, a left window.

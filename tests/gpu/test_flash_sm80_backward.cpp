@@ -42,32 +42,10 @@ std::vector<testing::CaseSpec> cases() {
 
 TEST(FlashSm80Backward, DeterministicModeIsBitwiseRepeatable) {
   ATTN_REQUIRE_GPU();
-  Policy force;
-  force.forced = "flash_sm80";
   int index = 0;
   for (const testing::CaseSpec& spec : cases()) {
     SCOPED_TRACE("case " + std::to_string(index));
-    testing::Case gpu = testing::make_case(spec, Device::cuda(0), 500 + index++);
-    gpu.opts.deterministic = true;
-    const Problem p = testing::problem_of(spec, Pass::backward, Device::cuda(0));
-    Problem pd = p;
-    pd.deterministic = true;
-    ASSERT_TRUE(find_backend("flash_sm80")->supports(pd, query_device(Device::cuda(0))).empty());
-    forward(gpu.opts, gpu.fwd, {}, force);
-    backward(gpu.opts, gpu.bwd, {}, force);
-    ATTN_CUDA_OK(cudaDeviceSynchronize());
-    const auto dq = gpu.dq.host_bytes(), dk = gpu.dk.host_bytes(), dv = gpu.dv.host_bytes();
-    for (int run = 0; run < 3; ++run) {
-      gpu.dq.fill_nan();
-      gpu.dk.fill_nan();
-      gpu.dv.fill_nan();
-      backward(gpu.opts, gpu.bwd, {}, force);
-      ATTN_CUDA_OK(cudaDeviceSynchronize());
-      EXPECT_TRUE(gpu.dq.host_bytes() == dq) << "dq differs in run " << run;
-      EXPECT_TRUE(gpu.dk.host_bytes() == dk) << "dk differs in run " << run;
-      EXPECT_TRUE(gpu.dv.host_bytes() == dv) << "dv differs in run " << run;
-    }
-    testing::expect_matches_reference(gpu);  // out and lse of the first forward, dq, dk, dv of the last run
+    testing::expect_bitwise_repeatable_backward(spec, "flash_sm80", 500 + index++);
   }
 }
 

@@ -182,8 +182,6 @@ TEST(FlashSm90Backward, NaNStaysVisibleWithScoreChanges) {
 TEST(FlashSm90Backward, DeterministicModeIsBitwiseRepeatable) {
   ATTN_REQUIRE_GPU();
   if (!on_sm90()) GTEST_SKIP() << "flash_sm90 runs on sm_90 only";
-  Policy force;
-  force.forced = "flash_sm90";
   std::vector<testing::CaseSpec> specs;
   testing::CaseSpec s;
   s.mask = MaskType::no_mask;
@@ -226,26 +224,7 @@ TEST(FlashSm90Backward, DeterministicModeIsBitwiseRepeatable) {
   int index = 0;
   for (const testing::CaseSpec& spec : specs) {
     SCOPED_TRACE("case " + std::to_string(index));
-    testing::Case gpu = testing::make_case(spec, Device::cuda(0), 700 + index++);
-    gpu.opts.deterministic = true;
-    Problem pd = testing::problem_of(spec, Pass::backward, Device::cuda(0));
-    pd.deterministic = true;
-    ASSERT_TRUE(find_backend("flash_sm90")->supports(pd, query_device(Device::cuda(0))).empty());
-    forward(gpu.opts, gpu.fwd, {}, force);
-    backward(gpu.opts, gpu.bwd, {}, force);
-    ATTN_CUDA_OK(cudaDeviceSynchronize());
-    const auto dq = gpu.dq.host_bytes(), dk = gpu.dk.host_bytes(), dv = gpu.dv.host_bytes();
-    for (int run = 0; run < 3; ++run) {
-      gpu.dq.fill_nan();
-      gpu.dk.fill_nan();
-      gpu.dv.fill_nan();
-      backward(gpu.opts, gpu.bwd, {}, force);
-      ATTN_CUDA_OK(cudaDeviceSynchronize());
-      EXPECT_TRUE(gpu.dq.host_bytes() == dq) << "dq differs in run " << run;
-      EXPECT_TRUE(gpu.dk.host_bytes() == dk) << "dk differs in run " << run;
-      EXPECT_TRUE(gpu.dv.host_bytes() == dv) << "dv differs in run " << run;
-    }
-    testing::expect_matches_reference(gpu);
+    testing::expect_bitwise_repeatable_backward(spec, "flash_sm90", 700 + index++);
   }
 }
 
