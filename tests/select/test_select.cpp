@@ -8,6 +8,7 @@
 #include <string>
 
 #include "attn/attn.h"
+#include "backends/flash/heuristics.h"  // bwd_head_split
 #include "backends/flash_sm80/bwd_config.h"
 #include "backends/flash_sm80/fwd_config.h"
 
@@ -462,6 +463,20 @@ TEST(Select, FlashSm80BackwardGroupChunkAtD256) {
   EXPECT_EQ(bwd_group_chunk(4, -1, -1, 1024, 256, 256, 32), 1);  // no mask: even work
   EXPECT_EQ(bwd_group_chunk(4, 1023, 0, 1024, 256, 256, 32), 1); // sliding window: even work
   EXPECT_EQ(bwd_group_chunk(1, -1, -1, 1024, 256, 256, 200000), 4);  // grid z: at most 65535 chunks
+}
+
+TEST(Select, FlashSm90BackwardSplitsLargeGqaGroupsUnderACausalShape) {
+  // Two CTAs per KV tile from 8 query heads per KV head where the first KV
+  // tiles carry the most work; padded batches only (thd's rows between
+  // sequences are the caller's).
+  using flash::bwd_head_split;
+  EXPECT_EQ(bwd_head_split(8, -1, 0, false), 2);    // causal GQA 8
+  EXPECT_EQ(bwd_head_split(16, -1, 0, false), 2);   // GQA 16
+  EXPECT_EQ(bwd_head_split(4, -1, 0, false), 1);    // GQA 4: one CTA walks all four heads
+  EXPECT_EQ(bwd_head_split(8, -1, -1, false), 1);   // no mask: even work
+  EXPECT_EQ(bwd_head_split(8, 1023, 0, false), 1);  // sliding window: even work
+  EXPECT_EQ(bwd_head_split(8, -1, 0, true), 1);     // packed
+  EXPECT_EQ(bwd_head_split(9, -1, 0, false), 1);    // an odd group does not halve
 }
 
 TEST(Select, FlashSm80D256BackwardSaysWhereItsGridEnds) {
