@@ -1,10 +1,10 @@
 // flash_sm90's deterministic dQ order (bwd_dq_order.h), walked on the CPU
 // as the backward's CTAs walk their query tiles (bwd_kv_block.cuh): for
 // every query tile, the KV tiles that add into it take turns 0, 1, ... once
-// each (else its counter stalls); ascending and descending turns wait only
-// on CTAs launched earlier (no deadlock, whatever fits on the GPU); and in
-// the descending and rotated orders the turns follow the order in which the
-// walks reach the tile, so the CTAs do not wait on each other.
+// each (else its counter stalls); the turns wait only on CTAs launched
+// earlier (no deadlock, however few SMs the call gets); and in the
+// descending order they follow the order in which the walks reach the tile,
+// so the CTAs do not wait on each other.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,12 +24,7 @@ constexpr int kM = 64, kN = 128;  // the backward's tiles
 struct Walk {
   int n;
   flash::QTiles mt;
-  int rot = 0;
-  int tiles() const { return mt.last - mt.first + 1; }
-  int step_of(int m) const {  // where the walk reaches query tile m
-    const int u = m - mt.first - rot;
-    return u < 0 ? u + tiles() : u;
-  }
+  int step_of(int m) const { return m - mt.first; }  // where the walk reaches query tile m
 };
 
 void check(int len_q, int len_kv, bool bottom_right, int64_t left, int64_t right, int order) {
@@ -46,7 +41,7 @@ void check(int len_q, int len_kv, bool bottom_right, int64_t left, int64_t right
   s.shift = alignment_shift<int>(bottom_right, len_q, len_kv);
   const int n_tiles = (len_kv + kN - 1) / kN, m_tiles = (len_q + kM - 1) / kM;
   std::vector<Walk> walks;
-  for (int n = 0; n < n_tiles; ++n) {  // bwd_kv_block's trim and rotation
+  for (int n = 0; n < n_tiles; ++n) {  // bwd_kv_block's trim
     Walk w{n, flash::q_tiles<kM, kN>(p, s, n * kN)};
     auto sees = [&](int m) {
       const flash::KvTiles kt = flash::kv_tiles<kM, kN>(p, s, m * kM);
@@ -55,11 +50,6 @@ void check(int len_q, int len_kv, bool bottom_right, int64_t left, int64_t right
     while (w.mt.first <= w.mt.last && !sees(w.mt.first)) ++w.mt.first;
     while (w.mt.first <= w.mt.last && !sees(w.mt.last)) --w.mt.last;
     if (w.mt.first > w.mt.last) continue;
-    if (order == kDqRotated) {
-      const flash::KvTiles kt = flash::kv_tiles<kM, kN>(p, s, w.mt.first * kM);
-      w.rot = dq_rotation(w.tiles(), last_adding_kv_tile(kt.last, len_kv, kN) - kt.first + 1, n - kt.first);
-      ASSERT_LT(w.rot, w.tiles());
-    }
     walks.push_back(w);
   }
   for (int m = 0; m < m_tiles; ++m) {
@@ -68,7 +58,7 @@ void check(int len_q, int len_kv, bool bottom_right, int64_t left, int64_t right
     std::vector<const Walk*> by_turn(std::max(0, last - kt.first + 1), nullptr);
     for (const Walk& w : walks) {
       if (m < w.mt.first || m > w.mt.last) continue;
-      const int turn = dq_turn(order, kt.first, last, w.n, m - w.mt.first, w.tiles());
+      const int turn = dq_turn(order, kt.first, last, w.n);
       ASSERT_TRUE(turn >= 0 && turn < static_cast<int>(by_turn.size())) << "query tile " << m << ", KV tile " << w.n;
       ASSERT_EQ(by_turn[turn], nullptr) << "two KV tiles with turn " << turn << " at query tile " << m;
       by_turn[turn] = &w;
@@ -80,8 +70,6 @@ void check(int len_q, int len_kv, bool bottom_right, int64_t left, int64_t right
       if (order == kDqAscending) EXPECT_LT(before.n, after.n);  // launched first
       if (order == kDqDescending) EXPECT_GT(before.n, after.n);  // the grid runs in reverse
       if (order == kDqDescending) EXPECT_LE(before.step_of(m), after.step_of(m)) << "query tile " << m;
-      if (order == kDqRotated && by_turn.size() <= static_cast<size_t>(before.tiles()))  // else ascending
-        EXPECT_LT(before.step_of(m), after.step_of(m)) << "query tile " << m;
     }
   }
 }
@@ -91,7 +79,6 @@ TEST(Sm90DqOrder, TurnsArePermutationsInArrivalOrder) {
     for (int len_kv : {1, 128, 129, 700, 1000})
       for (bool br : {false, true}) {
         check(len_q, len_kv, br, -1, -1, kDqAscending);
-        check(len_q, len_kv, br, -1, -1, kDqRotated);
         for (int64_t left : {-1, 0, 100, 300}) check(len_q, len_kv, br, left, 0, kDqDescending);
         check(len_q, len_kv, br, 200, 50, kDqDescending);
         check(len_q, len_kv, br, 100, -1, kDqAscending);
@@ -100,18 +87,16 @@ TEST(Sm90DqOrder, TurnsArePermutationsInArrivalOrder) {
   for (int trial = 0; trial < 300; ++trial) {
     const int len_q = 1 + static_cast<int>(rng() % 3000), len_kv = 1 + static_cast<int>(rng() % 3000);
     const bool br = rng() % 2;
-    check(len_q, len_kv, br, -1, -1, kDqRotated);
+    check(len_q, len_kv, br, -1, -1, kDqAscending);
     check(len_q, len_kv, br, rng() % 2 ? -1 : static_cast<int64_t>(rng() % 1000), static_cast<int64_t>(rng() % 200),
           kDqDescending);
   }
 }
 
-TEST(Sm90DqOrder, PlanPicksTheOrderByMaskAndFit) {
-  EXPECT_EQ(dq_order(-1, 0, 4, 32, 132), kDqDescending);       // causal
-  EXPECT_EQ(dq_order(256, 256, 1, 1000, 132), kDqDescending);  // a window with a right edge
-  EXPECT_EQ(dq_order(-1, -1, 1, 128, 132), kDqRotated);        // every key: one chunk fits at once
-  EXPECT_EQ(dq_order(-1, -1, 2, 128, 132), kDqAscending);      // ... or does not
-  EXPECT_EQ(dq_order(500, -1, 1, 8, 132), kDqAscending);       // a left edge only
+TEST(Sm90DqOrder, PlanPicksTheOrderByMask) {
+  EXPECT_EQ(dq_order(0), kDqDescending);    // causal
+  EXPECT_EQ(dq_order(256), kDqDescending);  // a window with a right edge
+  EXPECT_EQ(dq_order(-1), kDqAscending);    // every key, or a left edge only
 }
 
 }  // namespace

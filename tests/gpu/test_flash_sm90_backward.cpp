@@ -176,9 +176,10 @@ TEST(FlashSm90Backward, NaNStaysVisibleWithScoreChanges) {
 
 // The deterministic mode (KV tiles add dQ in a fixed order behind per-tile
 // counters, bwd_dq_order.h): three more runs give the same bytes, and the
-// answer is the reference's. Each order: ascending (GQA, more KV tiles than
-// query tiles / 2), descending (a causal window; packed sequences with an
-// empty one), rotated, and descending over more KV tiles than SMs.
+// answer is the reference's. Each order: ascending (no mask, GQA; more
+// query tiles than KV tiles), descending (a causal window; causal GQA 8 with
+// the head split; packed sequences with an empty one; more KV tiles than
+// SMs).
 TEST(FlashSm90Backward, DeterministicModeIsBitwiseRepeatable) {
   ATTN_REQUIRE_GPU();
   if (!on_sm90()) GTEST_SKIP() << "flash_sm90 runs on sm_90 only";
@@ -215,7 +216,7 @@ TEST(FlashSm90Backward, DeterministicModeIsBitwiseRepeatable) {
   r.window = {};
   r.s_q = 1000;
   r.s_kv = 400;
-  specs.push_back(r);  // rotated: 16 query tiles over 4 KV tiles
+  specs.push_back(r);  // ascending: 16 query tiles over 4 KV tiles
   r.mask = MaskType::causal_bottom_right;
   r.s_q = 300;
   r.s_kv = 17000;

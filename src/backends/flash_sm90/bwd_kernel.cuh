@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
 // One CTA per (KV tile, KV head, sequence) on the caller's stream, in the
 // chunked order above.
 template <typename T, int kDQK, int kDV, bool kScoreMods, bool kDropout>
-void launch_bwd(const Sm90BwdParams& args, int sm_count, cudaStream_t stream) {
+void launch_bwd(const Sm90BwdParams& args, cudaStream_t stream) {
   using Cfg = BwdConfig<kDQK, kDV>;
   auto* kernel = flash_bwd_sm90_kernel<T, kDQK, kDV, kScoreMods, kDropout>;
   ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
@@ -86,7 +86,7 @@ void launch_bwd(const Sm90BwdParams& args, int sm_count, cudaStream_t stream) {
   Sm90BwdParams a = args;
   a.p.group_chunk = flash::bwd_group_chunk(p.h_per_kv / args.head_split, p.window_left, p.window_right, p.s_q, kDQK,
                                            kDV, units);
-  if (a.p.dq_semaphore) a.p.dq_order = dq_order(p.window_left, p.window_right, a.p.group_chunk, kv_tiles, sm_count);
+  if (a.p.dq_semaphore) a.p.dq_order = dq_order(p.window_right);
   const dim3 grid(a.p.group_chunk, kv_tiles, (units + a.p.group_chunk - 1) / a.p.group_chunk);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
   ATTN_CUDA(cudaGetLastError());

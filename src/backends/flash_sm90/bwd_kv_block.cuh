@@ -29,15 +29,7 @@ struct BwdKvBlock {
   flash::QTiles mt;  // the query tiles that see its keys
   int64_t tok0;      // the workspace's token of the sequence's row 0
   int hh0, hh1;      // its query heads of the group: [hh0, hh1)
-  int rot = 0;       // its walk starts rot tiles after mt.first (bwd_dq_order.h)
   __device__ bool has_work() const { return mt.first <= mt.last; }
-  __device__ int tiles() const { return mt.last - mt.first + 1; }
-  // The t-th query tile of its walk: mt.first + rot, ..., mt.last, then
-  // mt.first, ... (rot < tiles()).
-  __device__ __forceinline__ int tile(int t) const {
-    const int u = t + rot;
-    return mt.first + (u >= tiles() ? u - tiles() : u);
-  }
 };
 
 // This CTA's block; false where it has none (the last chunk's spare CTAs, or
@@ -69,11 +61,6 @@ __device__ __forceinline__ bool bwd_kv_block(const Sm90BwdParams& args, BwdKvBlo
   while (blk.mt.first <= blk.mt.last && !sees(blk.mt.first)) ++blk.mt.first;
   while (blk.mt.first <= blk.mt.last && !sees(blk.mt.last)) --blk.mt.last;
   blk.tok0 = p.packed ? blk.seq.start_q : static_cast<int64_t>(blk.b) * p.s_q;
-  if (bp.dq_order == kDqRotated && blk.has_work()) {  // every KV tile sees every query tile
-    const flash::KvTiles kt = flash::kv_tiles<kM, kN>(p, blk.seq, blk.mt.first * kM);
-    const int adding = last_adding_kv_tile(kt.last, blk.seq.len_kv, kN) - kt.first + 1;
-    blk.rot = dq_rotation(blk.tiles(), adding, blk.n - kt.first);
-  }
   return true;
 }
 

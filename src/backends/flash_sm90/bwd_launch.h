@@ -11,10 +11,9 @@ namespace attn::flash_sm90 {
 // The main kernel: dK, dV written, dQ added into the fp32 accumulator.
 // kScoreMods: the build with softcap and ALiBi (bwd_mainloop.cuh), for calls
 // with either; kDropout (with kScoreMods): the build with dropout too. The
-// plain build keeps the plain path's registers and speed. sm_count: the
-// device's, for the deterministic mode's order (bwd_dq_order.h).
+// plain build keeps the plain path's registers and speed.
 template <typename T, int kDQK, int kDV, bool kScoreMods, bool kDropout>
-void launch_bwd(const Sm90BwdParams& p, int sm_count, cudaStream_t stream);
+void launch_bwd(const Sm90BwdParams& p, cudaStream_t stream);
 
 // With a head split (p.dkv_accum): dK and dV from the fp32 accumulators into
 // the caller's tensors (bwd_convert_dkv.cu), after launch_bwd.

@@ -423,7 +423,7 @@ struct BwdMainloop {
     await_keys();
     int it = 0;
     for (int hh = blk.hh0; hh < blk.hh1; ++hh)
-      for (int t = 0; t < blk.tiles(); ++t, ++it) run_tile(it, blk.tile(t), hh);
+      for (int m = blk.mt.first; m <= blk.mt.last; ++m, ++it) run_tile(it, m, hh);
   }
 };
 

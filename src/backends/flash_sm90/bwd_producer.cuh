@@ -42,8 +42,8 @@ __device__ __forceinline__ void bwd_load(const Sm90BwdParams& args, const BwdSme
   for (int hh = blk.hh0; hh < blk.hh1; ++hh) {
     const int h = blk.h_kv * p.h_per_kv + hh;
     const float2* terms = bp.row_terms + h * bp.rows_q + blk.tok0;
-    for (int step = 0; step < blk.tiles(); ++step, ring.advance()) {
-      const int stage = ring.stage(), m0 = blk.tile(step) * kM;
+    for (int m = blk.mt.first; m <= blk.mt.last; ++m, ring.advance()) {
+      const int stage = ring.stage(), m0 = m * kM;
       // The tile's row terms are read before its stage is free, so their
       // latency runs under the wait. Rows past the sequence get lse2 = +inf:
       // their P is 0.
@@ -87,8 +87,8 @@ __device__ __forceinline__ void bwd_add_dq(const flash::BwdParams& bp, const Bwd
   for (int hh = blk.hh0; hh < blk.hh1; ++hh) {
     const int hq = blk.h_kv * p.h_per_kv + hh;
     float* const dq_rows = bp.dq_accum + (hq * bp.rows_q + blk.tok0) * kD;
-    for (int t = 0; t < blk.tiles(); ++t, ++it) {
-      const int m = blk.tile(t), rows = min(kM, blk.seq.len_q - m * kM);
+    for (int m = blk.mt.first; m <= blk.mt.last; ++m, ++it) {
+      const int rows = min(kM, blk.seq.len_q - m * kM);
       // Deterministic mode: the KV tiles that see query tile m add its dQ in
       // bp.dq_order (bwd_dq_order.h), each behind a per-(sequence, head,
       // tile) counter (flash_sm80's wait_turn / pass_turn; the same
@@ -99,7 +99,7 @@ __device__ __forceinline__ void bwd_add_dq(const flash::BwdParams& bp, const Bwd
       if (sem && rows > 0) {
         const flash::KvTiles kt = flash::kv_tiles<kM, Cfg::kBlockN>(p, blk.seq, m * kM);
         const int last = last_adding_kv_tile(kt.last, blk.seq.len_kv, Cfg::kBlockN);
-        const int turn = dq_turn(bp.dq_order, kt.first, last, blk.n, m - blk.mt.first, blk.tiles());
+        const int turn = dq_turn(bp.dq_order, kt.first, last, blk.n);
         while (*reinterpret_cast<const volatile int*>(sem) != turn) {
         }
         __threadfence();  // their adds are visible before ours start

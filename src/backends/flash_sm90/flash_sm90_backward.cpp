@@ -53,13 +53,12 @@ void run(const Problem& p, const BackwardArgs& a, const flash::BwdParams& k, flo
   if (k.rows_q > 0) flash::launch_bwd_prepass<T>(k, kDQK, kDV, stream);
   flash::launch_bwd_dsink(k, stream);
   if (p.s_kv > 0) {
-    const int sm_count = query_device(p.device).sm_count;  // cached per device
     if (args.p.fwd.dropout_threshold)
-      launch_bwd<T, kDQK, kDV, true, true>(args, sm_count, stream);
+      launch_bwd<T, kDQK, kDV, true, true>(args, stream);
     else if (args.p.fwd.score_mods)
-      launch_bwd<T, kDQK, kDV, true, false>(args, sm_count, stream);
+      launch_bwd<T, kDQK, kDV, true, false>(args, stream);
     else
-      launch_bwd<T, kDQK, kDV, false, false>(args, sm_count, stream);
+      launch_bwd<T, kDQK, kDV, false, false>(args, stream);
   }
   if (dkv_accum) launch_bwd_convert_dkv<T>(args, kDQK, stream);
   if (k.rows_q > 0) flash::launch_bwd_convert_dq<T>(k, kDQK, stream);
