@@ -110,7 +110,8 @@ int64_t backward_workspace_bytes(const Problem& p, int semaphore_block_m) {
   return carve(p, semaphore_block_m, nullptr, nullptr);
 }
 
-BwdParams backward_params(const Problem& p, const BackwardArgs& a, int semaphore_block_m, const RunContext& ctx) {
+BwdParams backward_params(const Problem& p, const BackwardArgs& a, int semaphore_block_m, const RunContext& ctx,
+                          int64_t tail_bytes, void** tail) {
   BwdParams k;
   k.fwd = forward_params(p, ForwardArgs{a.in, a.out, a.lse, {}});
   const QkvFormat f = p.qkv_format;
@@ -129,7 +130,9 @@ BwdParams backward_params(const Problem& p, const BackwardArgs& a, int semaphore
     k.dsink_stride = a.dsink.stride(0);
   }
   const int64_t bytes = backward_workspace_bytes(p, semaphore_block_m);
-  carve(p, semaphore_block_m, static_cast<char*>(detail::workspace(ctx, p.device.index, bytes)), &k);
+  char* const base = static_cast<char*>(detail::workspace(ctx, p.device.index, bytes + tail_bytes));
+  carve(p, semaphore_block_m, base, &k);
+  if (tail) *tail = tail_bytes > 0 ? base + bytes : nullptr;
   if (k.dq_semaphore)
     ATTN_CUDA(cudaMemsetAsync(k.dq_semaphore, 0, static_cast<size_t>(p.batch * p.h_q * k.m_tiles) * sizeof(int),
                               static_cast<cudaStream_t>(ctx.stream)));

@@ -30,6 +30,9 @@ int64_t backward_workspace_bytes(const Problem& p, int semaphore_block_m);
 
 // The forward's fields, dout / dq / dk / dv and their strides, and the
 // workspace carved for ctx's stream (deterministic mode's counters zeroed).
-BwdParams backward_params(const Problem& p, const BackwardArgs& a, int semaphore_block_m, const RunContext& ctx);
+// `tail_bytes` more of the same workspace follow it for the backend's own
+// use (256-byte aligned), their start in *tail: one request for both.
+BwdParams backward_params(const Problem& p, const BackwardArgs& a, int semaphore_block_m, const RunContext& ctx,
+                          int64_t tail_bytes = 0, void** tail = nullptr);
 
 }  // namespace attn::flash

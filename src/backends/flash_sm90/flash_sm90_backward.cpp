@@ -18,7 +18,6 @@
 #include "backends/flash_sm90/tensor_maps.h"
 #include "backends/flash/heuristics.h"
 #include "core/cuda_check.h"
-#include "core/workspace.h"
 
 namespace attn::flash_sm90 {
 namespace {
@@ -89,13 +88,9 @@ void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx)
   ATTN_CUDA(cudaSetDevice(p.device.index));
   if (p.batch == 0 || p.h_q == 0) return;  // nothing to write
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
-  // The whole workspace first, so that the pool's block holds both parts.
-  float* dkv_accum = nullptr;
-  if (dkv_accum_bytes(p) > 0) {
-    char* base = static_cast<char*>(detail::workspace(ctx, p.device.index, backward_workspace_bytes(p)));
-    dkv_accum = reinterpret_cast<float*>(base + flash::backward_workspace_bytes(p, BwdConfig<64, 64>::kBlockM));
-  }
-  const flash::BwdParams k = flash::backward_params(p, args, BwdConfig<64, 64>::kBlockM, ctx);
+  void* dkv = nullptr;  // the head split's accumulators, after flash's part of the workspace
+  const flash::BwdParams k = flash::backward_params(p, args, BwdConfig<64, 64>::kBlockM, ctx, dkv_accum_bytes(p), &dkv);
+  float* const dkv_accum = static_cast<float*>(dkv);
   const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, args, k, dkv_accum, stream)
                                           : dispatch<__half>(p, args, k, dkv_accum, stream);
   if (!ran)  // supports() refuses these; reaching here is a bug in attn
