@@ -1,6 +1,8 @@
 // Shared by the GPU tests (see gpu_test_util.h).
 #include "gpu/gpu_test_util.h"
 
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 
 #include "attn/attn.h"
@@ -88,6 +90,17 @@ void expect_bitwise_repeatable_backward(const CaseSpec& spec, const std::string&
     EXPECT_TRUE(gpu.dv.host_bytes() == dv) << "dv differs in run " << run;
   }
   expect_matches_reference(gpu);  // out and lse of the first forward, dq, dk, dv of the last run
+}
+
+void set_bf16_nan(TensorBuffer& t, int64_t at) {
+  const uint16_t bf16_nan = 0x7FC0;
+  ATTN_CUDA_OK(cudaMemcpy(static_cast<uint16_t*>(t.data()) + at, &bf16_nan, 2, cudaMemcpyHostToDevice));
+}
+
+bool row_has_nan(const std::vector<double>& x, int64_t row, int64_t width) {
+  for (int64_t e = 0; e < width; ++e)
+    if (std::isnan(x[row * width + e])) return true;
+  return false;
 }
 
 CaseSpec thd_edge_lengths(int64_t d, int64_t window_left) {

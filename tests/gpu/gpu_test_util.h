@@ -41,6 +41,12 @@ void expect_matches_reference(const Case& gpu);
 // same bytes of dq, dk and dv, and the answer matches the reference.
 void expect_bitwise_repeatable_backward(const CaseSpec& spec, const std::string& backend, uint64_t seed);
 
+// Element `at` of a bf16 device tensor set to NaN (the NaN-visibility tests).
+void set_bf16_nan(TensorBuffer& t, int64_t at);
+
+// Whether row `row` of `width` values of x (a tensor read back as doubles) holds a NaN.
+bool row_has_nan(const std::vector<double>& x, int64_t row, int64_t width);
+
 // Packed edge lengths for a tiled kernel: thd, padding_causal, sequences of
 // 1, 0, 77 and 300 tokens (off every tile height, an empty one), GQA 8:2,
 // head dim d, a left window.

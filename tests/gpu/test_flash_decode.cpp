@@ -606,9 +606,7 @@ TEST(FlashDecode, NaNStaysVisible) {
     s.return_lse = true;
     s.return_max_logit = true;
     testing::Case c = testing::make_case(s, Device::cuda(0), 31);
-    const uint16_t bf16_nan = 0x7FC0;
-    const int64_t at = ((1 * s.s_kv + 1234) * s.h_kv + 1) * s.d_qk + 5;  // sequence 1, key 1234, KV head 1
-    ATTN_CUDA_OK(cudaMemcpy(static_cast<uint16_t*>(c.k.data()) + at, &bf16_nan, 2, cudaMemcpyHostToDevice));
+    testing::set_bf16_nan(c.k, ((1 * s.s_kv + 1234) * s.h_kv + 1) * s.d_qk + 5);  // sequence 1, key 1234, KV head 1
     testing::run_forced(c, "flash_decode");
     ATTN_CUDA_OK(cudaDeviceSynchronize());
     const std::vector<double> out = c.out.to(Device::cpu()).to_doubles(), lse = c.lse.to(Device::cpu()).to_doubles();
@@ -618,9 +616,8 @@ TEST(FlashDecode, NaNStaysVisible) {
       for (int64_t i = 0; i < s.s_q; ++i)
         for (int64_t h = 0; h < s.h_q; ++h) {
           const bool reaches = b == 1 && h / g == 1;
-          bool nan = false;
-          for (int64_t c2 = 0; c2 < s.d_v; ++c2) nan |= std::isnan(out[((b * s.s_q + i) * s.h_q + h) * s.d_v + c2]);
-          EXPECT_EQ(nan, reaches) << "out row (" << b << ", " << i << ", " << h << ")";
+          EXPECT_EQ(testing::row_has_nan(out, (b * s.s_q + i) * s.h_q + h, s.d_v), reaches)
+              << "out row (" << b << ", " << i << ", " << h << ")";
           EXPECT_EQ(std::isnan(lse[(b * s.h_q + h) * s.s_q + i]), reaches)
               << "lse (" << b << ", " << i << ", " << h << ")";
         }

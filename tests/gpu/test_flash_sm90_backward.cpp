@@ -4,7 +4,6 @@
 // format (packed and padded sequences too), windows on both sides, both
 // dtypes, softcap, ALiBi and dropout; the forward is flash_sm90's too, so the pair runs as a Hopper
 // training step would. Skipped off sm_90.
-#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -143,18 +142,12 @@ TEST(FlashSm90Backward, NaNStaysVisibleWithScoreChanges) {
   s.backward = true;
   testing::Case c = testing::make_case(s, Device::cuda(0), 41);
   constexpr int64_t kKey = 100;  // sequence 1, KV head 1
-  const uint16_t bf16_nan = 0x7FC0;
-  const int64_t at = ((1 * s.s_kv + kKey) * s.h_kv + 1) * s.d_qk + 5;
-  ATTN_CUDA_OK(cudaMemcpy(static_cast<uint16_t*>(c.k.data()) + at, &bf16_nan, 2, cudaMemcpyHostToDevice));
+  testing::set_bf16_nan(c.k, ((1 * s.s_kv + kKey) * s.h_kv + 1) * s.d_qk + 5);
   testing::run_forced(c, "flash_sm90");
   ATTN_CUDA_OK(cudaDeviceSynchronize());
   const std::vector<double> dq = c.dq.to(Device::cpu()).to_doubles(), dk = c.dk.to(Device::cpu()).to_doubles(),
                             dv = c.dv.to(Device::cpu()).to_doubles();
-  auto row_has_nan = [](const std::vector<double>& x, int64_t row, int64_t d) {
-    for (int64_t e = 0; e < d; ++e)
-      if (std::isnan(x[row * d + e])) return true;
-    return false;
-  };
+  using testing::row_has_nan;
   const int64_t g = s.h_q / s.h_kv;
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t i = 0; i < s.s_q; ++i)

@@ -25,16 +25,12 @@ constexpr int64_t kB = 2, kS = 130, kHq = 4, kHkv = 2, kD = 64;
 
 // Element (b, s, h, c) of a contiguous bshd tensor with `heads` heads set to NaN.
 void poison(testing::TensorBuffer& t, int64_t heads, int64_t b, int64_t s, int64_t h, int64_t c) {
-  const uint16_t bf16_nan = 0x7FC0;
-  const int64_t at = ((b * kS + s) * heads + h) * kD + c;
-  ATTN_CUDA_OK(cudaMemcpy(static_cast<uint16_t*>(t.data()) + at, &bf16_nan, 2, cudaMemcpyHostToDevice));
+  testing::set_bf16_nan(t, ((b * kS + s) * heads + h) * kD + c);
 }
 
 // Whether out's row (b, s, h) holds a NaN.
 bool row_has_nan(const std::vector<double>& out, int64_t b, int64_t s, int64_t h) {
-  for (int64_t c = 0; c < kD; ++c)
-    if (std::isnan(out[((b * kS + s) * kHq + h) * kD + c])) return true;
-  return false;
+  return testing::row_has_nan(out, (b * kS + s) * kHq + h, kD);
 }
 
 class NaNStaysVisible : public ::testing::TestWithParam<std::string> {};
