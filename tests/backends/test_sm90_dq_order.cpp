@@ -19,7 +19,7 @@
 namespace attn::flash_sm90 {
 namespace {
 
-constexpr int kM = 64, kN = 128;  // the backward's tiles
+constexpr int kM = 64;  // the backward's query tiles; KV tiles of kN = 128 keys (64 at d 256)
 
 struct Walk {
   int n;
@@ -27,8 +27,9 @@ struct Walk {
   int step_of(int m) const { return m - mt.first; }  // where the walk reaches query tile m
 };
 
+template <int kN>
 void check(int len_q, int len_kv, bool bottom_right, int64_t left, int64_t right, int order) {
-  SCOPED_TRACE("len_q " + std::to_string(len_q) + " len_kv " + std::to_string(len_kv) + " window " +
+  SCOPED_TRACE("kN " + std::to_string(kN) + " len_q " + std::to_string(len_q) + " len_kv " + std::to_string(len_kv) + " window " +
                std::to_string(left) + "," + std::to_string(right) + (bottom_right ? " br" : " tl") + " order " +
                std::to_string(order));
   flash::FwdParams p;
@@ -74,23 +75,29 @@ void check(int len_q, int len_kv, bool bottom_right, int64_t left, int64_t right
   }
 }
 
-TEST(Sm90DqOrder, TurnsArePermutationsInArrivalOrder) {
+template <int kN>
+void check_orders() {
   for (int len_q : {1, 64, 65, 200, 1000})
-    for (int len_kv : {1, 128, 129, 700, 1000})
+    for (int len_kv : {1, 64, 128, 129, 700, 1000})
       for (bool br : {false, true}) {
-        check(len_q, len_kv, br, -1, -1, kDqAscending);
-        for (int64_t left : {-1, 0, 100, 300}) check(len_q, len_kv, br, left, 0, kDqDescending);
-        check(len_q, len_kv, br, 200, 50, kDqDescending);
-        check(len_q, len_kv, br, 100, -1, kDqAscending);
+        check<kN>(len_q, len_kv, br, -1, -1, kDqAscending);
+        for (int64_t left : {-1, 0, 100, 300}) check<kN>(len_q, len_kv, br, left, 0, kDqDescending);
+        check<kN>(len_q, len_kv, br, 200, 50, kDqDescending);
+        check<kN>(len_q, len_kv, br, 100, -1, kDqAscending);
       }
   std::mt19937 rng(5);
   for (int trial = 0; trial < 300; ++trial) {
     const int len_q = 1 + static_cast<int>(rng() % 3000), len_kv = 1 + static_cast<int>(rng() % 3000);
     const bool br = rng() % 2;
-    check(len_q, len_kv, br, -1, -1, kDqAscending);
-    check(len_q, len_kv, br, rng() % 2 ? -1 : static_cast<int64_t>(rng() % 1000), static_cast<int64_t>(rng() % 200),
-          kDqDescending);
+    check<kN>(len_q, len_kv, br, -1, -1, kDqAscending);
+    check<kN>(len_q, len_kv, br, rng() % 2 ? -1 : static_cast<int64_t>(rng() % 1000),
+              static_cast<int64_t>(rng() % 200), kDqDescending);
   }
+}
+
+TEST(Sm90DqOrder, TurnsArePermutationsInArrivalOrder) {
+  check_orders<128>();
+  check_orders<64>();  // d 256's KV tiles
 }
 
 TEST(Sm90DqOrder, PlanPicksTheOrderByMask) {

@@ -1,9 +1,10 @@
 // flash_sm90's backward beyond the shared grid (whose d 128 cases it claims
-// too): head dims 64 and 128 on fresh random inputs against the fp64 reference, at the
-// edges of its 128-key and 64-query tiles, with GQA and MQA, every mask and
-// format (packed and padded sequences too), windows on both sides, both
-// dtypes, softcap, ALiBi and dropout; the forward is flash_sm90's too, so the pair runs as a Hopper
-// training step would. Skipped off sm_90.
+// too): head dims 64, 128 and 256 on fresh random inputs against the fp64
+// reference, at the edges of its 128-key (64 at d 256) and 64-query tiles,
+// with GQA and MQA, every mask and format (packed and padded sequences too),
+// windows on both sides, both dtypes, softcap, ALiBi and dropout; the
+// forward is flash_sm90's too, so the pair runs as a Hopper training step
+// would. Skipped off sm_90.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -103,22 +104,34 @@ bool on_sm90() {
   return testing::have_gpu() && query_device(Device::cuda(0)).sm == 90;
 }
 
-TEST(FlashSm90Backward, MatchesTheReference) {
-  ATTN_REQUIRE_GPU();
-  if (!on_sm90()) GTEST_SKIP() << "flash_sm90 runs on sm_90 only";
+void expect_cases_match(const std::vector<testing::CaseSpec>& all, int first_seed) {
   int index = 0;
-  std::vector<testing::CaseSpec> all = cases(64);
-  for (const testing::CaseSpec& spec : cases(128)) all.push_back(spec);
   for (const testing::CaseSpec& spec : all) {
     SCOPED_TRACE("case " + std::to_string(index) + ": " +
                  describe_problem(testing::problem_of(spec, Pass::backward, Device::cuda(0))));
     ASSERT_TRUE(testing::claims("flash_sm90", spec, Pass::forward));
     ASSERT_TRUE(testing::claims("flash_sm90", spec, Pass::backward));
-    testing::Case gpu = testing::make_case(spec, Device::cuda(0), 900 + index++);
+    testing::Case gpu = testing::make_case(spec, Device::cuda(0), first_seed + index++);
     testing::run_forced(gpu, "flash_sm90");
     ATTN_CUDA_OK(cudaDeviceSynchronize());
     testing::expect_matches_reference(gpu);
   }
+}
+
+TEST(FlashSm90Backward, MatchesTheReference) {
+  ATTN_REQUIRE_GPU();
+  if (!on_sm90()) GTEST_SKIP() << "flash_sm90 runs on sm_90 only";
+  std::vector<testing::CaseSpec> all = cases(64);
+  for (const testing::CaseSpec& spec : cases(128)) all.push_back(spec);
+  expect_cases_match(all, 900);
+}
+
+// d 256: the wide tiles (64 keys per CTA, the consumers splitting d;
+// bwd_mainloop_wide.cuh), every case above.
+TEST(FlashSm90Backward, MatchesTheReferenceAtD256) {
+  ATTN_REQUIRE_GPU();
+  if (!on_sm90()) GTEST_SKIP() << "flash_sm90 runs on sm_90 only";
+  expect_cases_match(cases(256), 1900);
 }
 
 // A NaN in one key stays visible through the score-changing backward
@@ -215,6 +228,13 @@ TEST(FlashSm90Backward, DeterministicModeIsBitwiseRepeatable) {
   r.s_kv = 17000;
   r.batch = 1;
   specs.push_back(r);  // descending over 133 KV tiles, more than an H100 runs at once
+  testing::CaseSpec w = s;
+  w.d_qk = w.d_v = 256;
+  w.window = {};
+  specs.push_back(w);  // the wide tiles, descending
+  w.mask = MaskType::no_mask;
+  w.s_q = 700;
+  specs.push_back(w);  // ascending
   int index = 0;
   for (const testing::CaseSpec& spec : specs) {
     SCOPED_TRACE("case " + std::to_string(index));

@@ -7,20 +7,32 @@ namespace attn::flash_sm90 {
 
 // One CTA per (KV tile of kBlockN keys, KV head, sequence): a producer
 // warpgroup (one warp: TMA copies of Q and dO, the rows' lse and D; one
-// thread of another: dQ's bulk reduce-adds) and two
-// consumer warpgroups of 64 keys each, which keep dK and dV in registers and
-// walk the query tiles of kBlockM rows that see their keys, in a
-// kStages-deep ring. Per consumer thread at d 128: dK and dV 64 floats each,
-// S^T and dP^T 32 each, dQ's half 32 (FlashAttention-3's split, 240
-// registers per consumer); at d 64 half of that for dK, dV and dQ.
+// thread of another: dQ's bulk reduce-adds) and two consumer warpgroups,
+// which keep dK and dV in registers and walk the query tiles of kBlockM rows
+// that see their keys, in a kStages-deep ring.
+// - d <= 128: each consumer owns 64 keys (S^T = K.Q^T, keys on the
+//   accumulator's rows, bwd_mainloop.cuh). Per consumer thread at d 128: dK
+//   and dV 64 floats each, S^T and dP^T 32 each, dQ's half 32
+//   (FlashAttention-3's split, 240 registers per consumer); at d 64 half of
+//   that for dK, dV and dQ.
+// - d 256 (kWide): dK and dV of 64 keys over all of d would take 256
+//   registers per thread, so the two consumers share the CTA's 64 keys and
+//   split d: each computes S = Q.K^T and dP for 32 of the keys over all of d
+//   (the forward's layout, queries on the rows), P and dS go to shared
+//   memory, and each takes the dV, dK and dQ products of its half of d's
+//   columns (bwd_mainloop_wide.cuh): dK, dV and dQ 64 floats each, S and dP
+//   16. Shared memory holds one Q / dO stage and dQ's 64 KiB stage.
 template <int kDQK, int kDV>
 struct BwdConfig {
   static_assert(kDQK == kDV, "the backward's tiles assume d_qk == d_v");
   static constexpr int kHeadDim = kDQK;
-  static constexpr int kConsumers = 2;  // warpgroups, 64 keys each
+  static constexpr bool kWide = kDQK > 128;
+  static constexpr int kConsumers = 2;  // warpgroups
   static constexpr int kBlockM = 64;    // query rows per step
-  static constexpr int kBlockN = 64 * kConsumers;
-  static constexpr int kStages = 2;
+  static constexpr int kBlockN = kWide ? 64 : 64 * kConsumers;
+  static constexpr int kConsumerKeys = kWide ? kBlockN / kConsumers : 64;  // S's (or S^T's) keys per consumer
+  static constexpr int kConsumerCols = kWide ? kDQK / kConsumers : kDQK;  // dK's and dV's columns per consumer
+  static constexpr int kStages = kWide ? 1 : 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
@@ -32,6 +44,9 @@ struct BwdConfig {
   // stage); at d 64, whose half would be an n32 product, each takes all of d
   // over its own 64 keys and adds its own partial dQ (one dS^T buffer, one
   // stage per consumer): the consumers then never wait for each other.
+  // Wide: each its half of d over the 64 keys (one stage); the two buffers
+  // hold P and dS (queries on the rows), which one stage lets both
+  // consumers overwrite only after the previous tile's products.
   static constexpr bool kDqOverOwnKeys = kDQK == 64;
   static constexpr int kDsBuffers = kDqOverOwnKeys ? 1 : 2;
   static constexpr int kDqStages = kDqOverOwnKeys ? kConsumers : 1;
@@ -47,7 +62,7 @@ struct BwdConfig {
       2 * kSmemK + kStages * 2 * kSmemQ + kDsBuffers * kSmemDs + kDqStages * kSmemDq + kStages * kSmemTerms +
       kSmemBarriers + 1024;
   static_assert(kSmemBytes <= kSmemLimit, "shared memory");
-  static_assert(kDqOverOwnKeys || kDQK % 128 == 0, "dQ's product splits d in 64-column halves, one per consumer");
+  static_assert(kDqOverOwnKeys || kDQK % 128 == 0, "dQ's product splits d in whole 64-column blocks, one half per consumer");
   // The epilogue stages dK and dV (kBlockN rows each) where the Q and dO stages were.
   static_assert(kStages * kSmemQ >= kBlockN * kDQK * 2, "dK's staging fits in the Q stages");
 };

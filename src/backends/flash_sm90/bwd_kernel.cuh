@@ -1,13 +1,14 @@
 // flash_sm90's backward kernel: FlashAttention's backward on Hopper's
 // asynchronous units (FlashAttention-3's arrangement of the products). One CTA
-// per (KV tile of 128 keys, KV head, sequence) (bwd_kv_block.cuh: the grid's
+// per (KV tile of 128 keys, 64 at d 256, KV head, sequence) (bwd_kv_block.cuh: the grid's
 // order, the query tiles that see the keys); this file wires its stages:
 // - warpgroup 0 (bwd_producer.cuh): one warp loads K and V once, then each
 //   query tile's Q, dO and rows' {lse2, D} into a kStages-deep ring; one
 //   thread of another warp adds each tile's staged dQ to the fp32 accumulator;
-// - warpgroups 1 and 2, the consumers, 64 keys each: the main loop
-//   (bwd_mainloop.cuh: the five products, P and dS, dQ's staging) over the
-//   query tiles, dK and dV in registers throughout, then the epilogue
+// - warpgroups 1 and 2, the consumers, 64 keys each (at d 256 the same 64
+//   keys, half of d each): the main loop (bwd_mainloop.cuh, at d 256
+//   bwd_mainloop_wide.cuh: the five products, P and dS, dQ's staging) over
+//   the query tiles, dK and dV in registers throughout, then the epilogue
 //   (bwd_epilogue.cuh: dK and dV staged with stmatrix, written by TMA).
 // Shared memory is one struct (bwd_storage.cuh), addressed by bwd_smem.cuh.
 // The pre-pass (D, dq_accum = 0) and the dq conversion are the flash library's.
@@ -25,6 +26,7 @@
 #include "backends/flash_sm90/bwd_epilogue.cuh"
 #include "backends/flash_sm90/bwd_kv_block.cuh"
 #include "backends/flash_sm90/bwd_mainloop.cuh"
+#include "backends/flash_sm90/bwd_mainloop_wide.cuh"
 #include "backends/flash_sm90/bwd_params.h"
 #include "backends/flash_sm90/bwd_producer.cuh"
 #include "backends/flash_sm90/bwd_smem.cuh"
@@ -59,10 +61,20 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
   BwdRegisters<Cfg> regs;
   regs.clear();
   if (blk.has_work()) {
-    const BwdMainloop<T, Cfg, kScoreMods, kDropout> mainloop{
-        args.p.fwd, smem, blk, regs, wg, tid - 128, tid & 31, (tid / 32) & 3, __shfl_sync(0xffffffff, wg, 0) * 64,
-        blk.n0 + wg * 64};
-    mainloop.run();
+    const BwdMainloop<T, Cfg, kScoreMods, kDropout> mainloop{args.p.fwd,
+                                                              smem,
+                                                              blk,
+                                                              regs,
+                                                              wg,
+                                                              tid - 128,
+                                                              tid & 31,
+                                                              (tid / 32) & 3,
+                                                              __shfl_sync(0xffffffff, wg, 0) * Cfg::kConsumerKeys,
+                                                              blk.n0 + wg * Cfg::kConsumerKeys};
+    if constexpr (Cfg::kWide)
+      BwdMainloopWide<T, Cfg, kScoreMods, kDropout>(mainloop).run();
+    else
+      mainloop.run();
   }
   bwd_store_dk_dv<T, Cfg>(args, smem, blk, regs, tid);
 #endif

@@ -29,13 +29,15 @@ namespace attn::flash_sm90 {
 // dK and dV of a consumer thread, in registers over the whole walk. A struct
 // of its own, not BwdMainloop's members, as the forward's FwdRegisters: the
 // compiler then knows their stores leave the parameters alone.
+// Rows: the consumer's keys; columns: its kConsumerCols of d (all of d, or
+// its half with the wide tiles).
 template <class Cfg>
 struct BwdRegisters {
-  static constexpr int kD = Cfg::kHeadDim, ND = kD / 8;
+  static constexpr int kCols = Cfg::kConsumerCols, ND = kCols / 8;
   float dk[ND][4], dv[ND][4];
 
-  __device__ __forceinline__ float (&dk_flat())[kD / 2] { return *reinterpret_cast<float(*)[kD / 2]>(&dk); }
-  __device__ __forceinline__ float (&dv_flat())[kD / 2] { return *reinterpret_cast<float(*)[kD / 2]>(&dv); }
+  __device__ __forceinline__ float (&dk_flat())[kCols / 2] { return *reinterpret_cast<float(*)[kCols / 2]>(&dk); }
+  __device__ __forceinline__ float (&dv_flat())[kCols / 2] { return *reinterpret_cast<float(*)[kCols / 2]>(&dv); }
   __device__ __forceinline__ void clear() {
 #pragma unroll
     for (int i = 0; i < ND; ++i)

@@ -7,5 +7,6 @@
 // clang-format off
 #define ATTN_FLASH_SM90_BWD_TABLE(X) \
   X(64, 64)                          \
-  X(128, 128)
+  X(128, 128)                        \
+  X(256, 256)
 // clang-format on

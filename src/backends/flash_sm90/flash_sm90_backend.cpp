@@ -17,6 +17,16 @@
 namespace attn::flash_sm90 {
 namespace {
 
+// Keys per KV tile of the backward's row for (d_qk, d_v); 0: no such row.
+int64_t bwd_tile_keys(int64_t d_qk, int64_t d_v) {
+  int64_t keys = 0;
+#define ATTN_BWD_ROW(dqk, dv) \
+  if (d_qk == (dqk) && d_v == (dv)) keys = BwdConfig<dqk, dv>::kBlockN;
+  ATTN_FLASH_SM90_BWD_TABLE(ATTN_BWD_ROW)
+#undef ATTN_BWD_ROW
+  return keys;
+}
+
 // Shared memory of the pass's kernel for (d_qk, d_v); 0: no such row.
 int64_t smem_bytes_for(Pass pass, int64_t d_qk, int64_t d_v) {
   int64_t bytes = 0;
@@ -47,13 +57,9 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
        bwd ? flash::head_dim_reasons(p, dev, "flash_sm90", smem, {ATTN_FLASH_SM90_BWD_TABLE(ATTN_FLASH_HEAD_DIMS)})
            : flash::head_dim_reasons(p, dev, "flash_sm90", smem, {ATTN_FLASH_SM90_FWD_TABLE(ATTN_FLASH_HEAD_DIMS)}))
     no.push_back(std::move(reason));
-  if (bwd) {
-    constexpr int64_t kTileKeys = BwdConfig<128, 128>::kBlockN, kMaxKeys = 65535 * kTileKeys;
-    static_assert(BwdConfig<64, 64>::kBlockN == kTileKeys, "one KV tile size for every backward row");
-    if (p.s_kv > kMaxKeys)
-      no.push_back("max_seqlen_kv " + std::to_string(p.s_kv) + ": the backward's grid takes at most 65535 KV " +
-                   "tiles of " + std::to_string(kTileKeys) + " keys (" + std::to_string(kMaxKeys) + ")");
-  }
+  if (const int64_t tile_keys = bwd ? bwd_tile_keys(p.d_qk, p.d_v) : 0; tile_keys > 0 && p.s_kv > 65535 * tile_keys)
+    no.push_back("max_seqlen_kv " + std::to_string(p.s_kv) + ": the backward's grid takes at most 65535 KV " +
+                 "tiles of " + std::to_string(tile_keys) + " keys (" + std::to_string(65535 * tile_keys) + ")");
   for (std::string& reason : flash::kernel_reasons(p, "flash_sm90")) no.push_back(std::move(reason));
   if ((p.s_q + 127) / 128 * p.h_q * p.batch > INT32_MAX)
     no.push_back("more than 2^31 work items (128-row query tiles x heads x sequences)");

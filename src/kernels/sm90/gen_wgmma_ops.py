@@ -4,7 +4,7 @@ its own operand, so the asm strings are generated rather than typed.
 
     python3 src/kernels/sm90/gen_wgmma_ops.py > src/kernels/sm90/wgmma_ops.cuh
 """
-NS = (64, 80, 96, 112, 128, 176, 192, 256)
+NS = (32, 64, 80, 96, 112, 128, 176, 192, 256)
 TYPES = (("__nv_bfloat16", "bf16"), ("__half", "f16"))
 
 

@@ -1,0 +1,164 @@
+// flash_sm90's backward at d 256 (BwdConfig::kWide): the two consumers share
+// the CTA's 64 keys and split d. Per query tile and consumer:
+//   S = Q.K^T and dP = dO.V^T for its 32 keys over all of d (both operands
+//   K-major in shared memory; queries on the accumulator's rows, the
+//   forward's layout, so flash_sm80's backward score code runs unchanged:
+//   row terms, dropout's keep bits, softcap, ALiBi, the mask),
+//   P and dS to shared memory (queries x the 64 keys, each consumer its 32
+//   columns), a barrier of the two, then over its half of d's columns:
+//   dV += P^T.dO, dQ = dS.K and dK += dS^T.Q, all from shared memory, and
+//   dQ staged for the adder as at d 128 (the stage's other half is the
+//   other consumer's).
+// dK and dV of 64 keys over all of d (256 registers per thread) cannot stay
+// in one warpgroup's registers: split by columns they take 64 each, as dQ.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/flash/dropout_bits.cuh"
+#include "backends/flash/mask.cuh"
+#include "backends/flash/tile_ranges.h"
+#include "backends/flash_sm80/bwd_scores.cuh"
+#include "backends/flash_sm90/bwd_mainloop.cuh"
+
+namespace attn::flash_sm90 {
+
+template <typename T, class Cfg, bool kScoreMods, bool kDropout>
+struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
+  using Base = BwdMainloop<T, Cfg, kScoreMods, kDropout>;
+  static_assert(Cfg::kWide, "the wide tiles' loop");
+  static constexpr int kD = Cfg::kHeadDim, kM = Cfg::kBlockM, kN = Cfg::kBlockN, kS = Cfg::kStages;
+  static constexpr int kKeys = Cfg::kConsumerKeys, NA = kKeys / 8;  // S's 8-key blocks per consumer
+  static constexpr int kCols = Cfg::kConsumerCols;                  // this consumer's columns of d
+  using QueryTile = typename Base::QueryTile;
+  using KeyTile = typename Base::KeyTile;
+  using Base::blk;
+  using Base::lane;
+  using Base::p;
+  using Base::regs;
+  using Base::smem;
+  using Base::warp;
+  using Base::wg;
+
+  __device__ __forceinline__ explicit BwdMainloopWide(const Base& base) : Base(base) {}
+
+  // S = Q.K^T and dP = dO.V^T over this consumer's keys (rows wg_key0.. of K, V).
+  __device__ __forceinline__ void issue_scores(QueryTile q_tile, QueryTile do_tile, float (&s)[1][NA][4],
+                                               float (&dp)[1][NA][4]) const {
+    float(&s_flat)[kKeys / 2] = *reinterpret_cast<float(*)[kKeys / 2]>(&s);
+    float(&dp_flat)[kKeys / 2] = *reinterpret_cast<float(*)[kKeys / 2]>(&dp);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks)
+      sm90::Wgmma<kKeys, T>::template ss<0>(s_flat, q_tile.kmajor(0, ks), smem.k_tile().kmajor(this->wg_key0, ks),
+                                            ks > 0);
+    sm90::wgmma_commit();
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks)
+      sm90::Wgmma<kKeys, T>::template ss<0>(dp_flat, do_tile.kmajor(0, ks), smem.v_tile().kmajor(this->wg_key0, ks),
+                                            ks > 0);
+    sm90::wgmma_commit();
+  }
+
+  // A tile of queries x this consumer's keys (P or dS) into the columns
+  // wg_key0.. of `tile`, with stmatrix: lane l addresses row l % 8 of matrix
+  // l / 8, matrix j holding rows 8 (j % 2).. of key block 2 np + j / 2.
+  __device__ __forceinline__ void store_keys_block(KeyTile tile, const float (&x)[1][NA][4]) const {
+    const int st_row = 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+    for (int np = 0; np < NA / 2; ++np) {
+      uint32_t r[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int na = 2 * np + j / 2, e0 = 2 * (j % 2);
+        r[j] = sm80::pack2<T>(x[0][na][e0], x[0][na][e0 + 1]);
+      }
+      sm90::stmatrix_x4(tile.chunk(st_row, this->wg_key0 / 8 + 2 * np + (lane >> 4)), r[0], r[1], r[2], r[3]);
+    }
+  }
+
+  // dV += P^T.dO, dQ = dS.K, dK += dS^T.Q over this consumer's columns of d:
+  // P^T and dS^T read MN-major from the P and dS tiles (keys contiguous),
+  // dS K-major; dO, K and Q MN-major from its first column block.
+  __device__ __forceinline__ void issue_column_products(QueryTile q_tile, QueryTile do_tile,
+                                                        float (&dq)[kCols / 8][4]) const {
+    float(&dq_flat)[kCols / 2] = *reinterpret_cast<float(*)[kCols / 2]>(&dq);
+    const int cb0 = wg * (kCols / 64);
+    const QueryTile p_tile{smem.ds_tile(0).addr}, ds_tile{smem.ds_tile(1).addr};
+    const QueryTile do_half{do_tile.column_block(cb0)}, q_half{q_tile.column_block(cb0)};
+    const KeyTile k_half{smem.k_tile().column_block(cb0)};
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kM / 16; ++ks)
+      sm90::Wgmma<kCols, T>::template ss<1, 1>(regs.dv_flat(), p_tile.mnmajor(ks), do_half.mnmajor(ks), 1);
+    sm90::wgmma_commit();
+#pragma unroll
+    for (int ks = 0; ks < kN / 16; ++ks)
+      sm90::Wgmma<kCols, T>::template ss<1, 0>(dq_flat, ds_tile.kmajor(0, ks), k_half.mnmajor(ks), ks > 0);
+    sm90::wgmma_commit();
+#pragma unroll
+    for (int ks = 0; ks < kM / 16; ++ks)
+      sm90::Wgmma<kCols, T>::template ss<1, 1>(regs.dk_flat(), ds_tile.mnmajor(ks), q_half.mnmajor(ks), 1);
+    sm90::wgmma_commit();
+  }
+
+  // The `it`-th query tile of the walk (tile m of query head hh of the group).
+  __device__ __forceinline__ void run_tile(int it, int m, int hh, const flash::QTiles& unmasked) const {
+    const int stage = it % kS, m0 = m * kM;
+    const QueryTile q_tile = smem.q_tile(stage), do_tile = smem.do_tile(stage);
+    smem.full(stage).wait((it / kS) & 1);
+    if ((p.packed || blk.seq.len_q < p.s_q) && m0 + kM > blk.seq.len_q) {
+      this->clear_rows(q_tile, max(0, blk.seq.len_q - m0));
+      this->clear_rows(do_tile, max(0, blk.seq.len_q - m0));
+      this->cleared();
+    }
+    float s[1][NA][4], dp[1][NA][4];
+    issue_scores(q_tile, do_tile, s, dp);
+    const int hq = blk.h_kv * p.h_per_kv + hh, row0 = m0 + 16 * warp;
+    flash_sm80::RowTerms<1> rt;
+    rt.load(reinterpret_cast<const float2*>(smem.to_generic(smem.terms(stage))), 16 * warp, blk.seq.len_q - m0,
+            lane);
+    const bool dropout = kDropout && p.dropout_threshold;
+    flash::KeepBits<1, NA> keep;
+    if (dropout) keep.compute_paired(p, static_cast<uint32_t>(blk.b) * p.h_q + hq, row0, this->key0, lane);
+    sm90::wgmma_wait<0>();  // S and dP
+    sm90::fence_registers(*reinterpret_cast<float(*)[kKeys / 2]>(&s));
+    sm90::fence_registers(*reinterpret_cast<float(*)[kKeys / 2]>(&dp));
+    if (dropout) flash_sm80::dp_minus_delta<true>(dp, rt, keep, p);
+    else flash_sm80::dp_minus_delta<false>(dp, rt, keep, p);
+    float unit = p.scale_log2;
+    if constexpr (kScoreMods) {
+      if (p.score_mods) {
+        const float slope = p.alibi ? p.alibi[blk.b * p.alibi_batch_stride + hq * p.alibi_head_stride] : 0.f;
+        flash_sm80::score_mods_bwd(s, dp, p, slope, row0, this->key0, blk.seq.shift, lane);
+        unit = 1.f;
+      }
+    }
+    if (m < unmasked.first || m > unmasked.last) flash::apply_mask_by_key(s, p, blk.seq, row0, this->key0, lane);
+    if (dropout) flash_sm80::probabilities_and_grads<true>(s, dp, rt, keep, p, unit);
+    else flash_sm80::probabilities_and_grads<false>(s, dp, rt, keep, p, unit);
+    store_keys_block(smem.ds_tile(0), s);   // P (times z with dropout)
+    store_keys_block(smem.ds_tile(1), dp);  // dS
+    sm90::fence_proxy_async();              // the stores above, before wgmma reads them
+    sm90::named_sync(kBarDsWritten, 128 * Cfg::kConsumers);
+    float dq[kCols / 8][4];
+    issue_column_products(q_tile, do_tile, dq);
+    sm90::wgmma_wait<1>();  // dV and dQ
+    sm90::fence_registers(*reinterpret_cast<float(*)[kCols / 2]>(&dq));
+    this->stage_dq(dq, m0, it);
+    sm90::wgmma_wait<0>();  // dK
+    sm90::fence_registers(regs.dk_flat());
+    sm90::fence_registers(regs.dv_flat());
+    smem.empty(stage).arrive();  // Q, dO, the terms, P and dS are read
+  }
+
+  __device__ __forceinline__ void run() const {
+    this->await_keys();
+    const flash::QTiles unmasked = flash::unmasked_q_tiles<kM, kN>(p, blk.seq, blk.n0);
+    int it = 0;
+    for (int hh = blk.hh0; hh < blk.hh1; ++hh)
+      for (int m = blk.mt.first; m <= blk.mt.last; ++m, ++it) run_tile(it, m, hh, unmasked);
+  }
+};
+
+}  // namespace attn::flash_sm90
