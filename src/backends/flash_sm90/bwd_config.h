@@ -44,11 +44,12 @@ struct BwdConfig {
   // stage); at d 64, whose half would be an n32 product, each takes all of d
   // over its own 64 keys and adds its own partial dQ (one dS^T buffer, one
   // stage per consumer): the consumers then never wait for each other.
-  // Wide: each its half of d over the 64 keys (one stage); the two buffers
-  // hold P and dS (queries on the rows), which one stage lets both
-  // consumers overwrite only after the previous tile's products.
+  // Wide: each its half of d over the 64 keys (one stage); P and dS
+  // (queries on the rows) take two buffers each by tile parity: a consumer
+  // writes tile i + 1's while the other may still read tile i's dS in dQ's
+  // product, which runs after the stage is handed back.
   static constexpr bool kDqOverOwnKeys = kDQK == 64;
-  static constexpr int kDsBuffers = kDqOverOwnKeys ? 1 : 2;
+  static constexpr int kDsBuffers = kWide ? 4 : kDqOverOwnKeys ? 1 : 2;
   static constexpr int kDqStages = kDqOverOwnKeys ? kConsumers : 1;
   static constexpr int kSmemDs = kBlockN * kBlockM * 2;  // dS^T, one buffer
   static constexpr int kSmemTerms = kBlockM * 8;  // {lse2, D} per row, one stage

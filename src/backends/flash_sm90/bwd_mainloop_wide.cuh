@@ -6,9 +6,10 @@
 //   row terms, dropout's keep bits, softcap, ALiBi, the mask),
 //   P and dS to shared memory (queries x the 64 keys, each consumer its 32
 //   columns), a barrier of the two, then over its half of d's columns:
-//   dV += P^T.dO, dQ = dS.K and dK += dS^T.Q, all from shared memory, and
-//   dQ staged for the adder as at d 128 (the stage's other half is the
-//   other consumer's).
+//   dV += P^T.dO and dK += dS^T.Q, after which Q and dO's stage goes back to
+//   the producer (one stage: the next tile's loads run under dQ), then
+//   dQ = dS.K, all from shared memory, and dQ staged for the adder as at
+//   d 128 (the stage's other half is the other consumer's).
 // dK and dV of 64 keys over all of d (256 registers per thread) cannot stay
 // in one warpgroup's registers: split by columns they take 64 each, as dQ.
 #pragma once
@@ -77,28 +78,33 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
     }
   }
 
-  // dV += P^T.dO, dQ = dS.K, dK += dS^T.Q over this consumer's columns of d:
-  // P^T and dS^T read MN-major from the P and dS tiles (keys contiguous),
-  // dS K-major; dO, K and Q MN-major from its first column block.
-  __device__ __forceinline__ void issue_column_products(QueryTile q_tile, QueryTile do_tile,
-                                                        float (&dq)[kCols / 8][4]) const {
-    float(&dq_flat)[kCols / 2] = *reinterpret_cast<float(*)[kCols / 2]>(&dq);
+  // P's and dS's buffers of tile `it` (two each, by parity).
+  __device__ __forceinline__ QueryTile p_tile(int it) const { return {smem.ds_tile(2 * (it & 1)).addr}; }
+  __device__ __forceinline__ QueryTile ds_tile(int it) const { return {smem.ds_tile(2 * (it & 1) + 1).addr}; }
+
+  // dV += P^T.dO and dK += dS^T.Q over this consumer's columns of d (P^T
+  // and dS^T read MN-major from the P and dS tiles, keys contiguous; dO and
+  // Q MN-major from its first column block), one group.
+  __device__ __forceinline__ void issue_dv_dk(QueryTile q_tile, QueryTile do_tile, int it) const {
     const int cb0 = wg * (kCols / 64);
-    const QueryTile p_tile{smem.ds_tile(0).addr}, ds_tile{smem.ds_tile(1).addr};
     const QueryTile do_half{do_tile.column_block(cb0)}, q_half{q_tile.column_block(cb0)};
-    const KeyTile k_half{smem.k_tile().column_block(cb0)};
     sm90::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kM / 16; ++ks)
-      sm90::Wgmma<kCols, T>::template ss<1, 1>(regs.dv_flat(), p_tile.mnmajor(ks), do_half.mnmajor(ks), 1);
-    sm90::wgmma_commit();
-#pragma unroll
-    for (int ks = 0; ks < kN / 16; ++ks)
-      sm90::Wgmma<kCols, T>::template ss<1, 0>(dq_flat, ds_tile.kmajor(0, ks), k_half.mnmajor(ks), ks > 0);
-    sm90::wgmma_commit();
+      sm90::Wgmma<kCols, T>::template ss<1, 1>(regs.dv_flat(), p_tile(it).mnmajor(ks), do_half.mnmajor(ks), 1);
 #pragma unroll
     for (int ks = 0; ks < kM / 16; ++ks)
-      sm90::Wgmma<kCols, T>::template ss<1, 1>(regs.dk_flat(), ds_tile.mnmajor(ks), q_half.mnmajor(ks), 1);
+      sm90::Wgmma<kCols, T>::template ss<1, 1>(regs.dk_flat(), ds_tile(it).mnmajor(ks), q_half.mnmajor(ks), 1);
+    sm90::wgmma_commit();
+  }
+
+  // dQ = dS.K over this consumer's columns (dS K-major, K MN-major).
+  __device__ __forceinline__ void issue_dq(float (&dq)[kCols / 8][4], int it) const {
+    float(&dq_flat)[kCols / 2] = *reinterpret_cast<float(*)[kCols / 2]>(&dq);
+    const KeyTile k_half{smem.k_tile().column_block(wg * (kCols / 64))};
+#pragma unroll
+    for (int ks = 0; ks < kN / 16; ++ks)
+      sm90::Wgmma<kCols, T>::template ss<1, 0>(dq_flat, ds_tile(it).kmajor(0, ks), k_half.mnmajor(ks), ks > 0);
     sm90::wgmma_commit();
   }
 
@@ -137,19 +143,20 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
     if (m < unmasked.first || m > unmasked.last) flash::apply_mask_by_key(s, p, blk.seq, row0, this->key0, lane);
     if (dropout) flash_sm80::probabilities_and_grads<true>(s, dp, rt, keep, p, unit);
     else flash_sm80::probabilities_and_grads<false>(s, dp, rt, keep, p, unit);
-    store_keys_block(smem.ds_tile(0), s);   // P (times z with dropout)
-    store_keys_block(smem.ds_tile(1), dp);  // dS
-    sm90::fence_proxy_async();              // the stores above, before wgmma reads them
+    store_keys_block(p_tile(it), s);   // P (times z with dropout)
+    store_keys_block(ds_tile(it), dp);  // dS
+    sm90::fence_proxy_async();          // the stores above, before wgmma reads them
     sm90::named_sync(kBarDsWritten, 128 * Cfg::kConsumers);
+    issue_dv_dk(q_tile, do_tile, it);
     float dq[kCols / 8][4];
-    issue_column_products(q_tile, do_tile, dq);
-    sm90::wgmma_wait<1>();  // dV and dQ
-    sm90::fence_registers(*reinterpret_cast<float(*)[kCols / 2]>(&dq));
-    this->stage_dq(dq, m0, it);
-    sm90::wgmma_wait<0>();  // dK
+    issue_dq(dq, it);
+    sm90::wgmma_wait<1>();  // dV and dK
     sm90::fence_registers(regs.dk_flat());
     sm90::fence_registers(regs.dv_flat());
-    smem.empty(stage).arrive();  // Q, dO, the terms, P and dS are read
+    smem.empty(stage).arrive();  // Q, dO and the terms are read
+    sm90::wgmma_wait<0>();       // dQ
+    sm90::fence_registers(*reinterpret_cast<float(*)[kCols / 2]>(&dq));
+    this->stage_dq(dq, m0, it);
   }
 
   __device__ __forceinline__ void run() const {
