@@ -108,8 +108,8 @@ TEST(Select, PreferenceOrderPerArchitecture) {
 }
 
 // Hopper's backward order moves flash_sm90 first for causal GQA at d 128
-// (4+ query heads per KV head), where it measured faster than cuDNN's, and
-// says so; everywhere else cudnn stays first.
+// (4 to 7 query heads per KV head) and at d 256, where it measured faster
+// than cuDNN's, and says so; everywhere else cudnn stays first.
 TEST(Select, HopperBackwardPutsFlashSm90FirstForCausalGqa) {
   const DeviceInfo dev = simulated_device("sm90");
   const Problem p = causal_backward(16, 4);
@@ -145,6 +145,19 @@ TEST(Select, HopperBackwardPutsFlashSm90FirstForCausalGqa) {
   EXPECT_EQ(first(q), "cudnn");
   q = p;
   q.d_qk = q.d_v = 64;  // measured slower than cuDNN's there
+  EXPECT_EQ(first(q), "cudnn");
+  q = p;
+  q.d_qk = q.d_v = 256;  // d 256: first for every mask and group, MHA too
+  q.h_q = q.h_kv = 16;
+  q.mask = MaskType::no_mask;
+  q.window_right = -1;
+  std::string rule256;
+  EXPECT_EQ(preference_order_for(dev, q, &rule256).front(), "flash_sm90");
+  EXPECT_NE(rule256.find("at d 256"), std::string::npos) << rule256;
+  q.deterministic = true;
+  EXPECT_EQ(first(q), "cudnn");
+  q.deterministic = false;
+  q.dropout_p = 0.1;
   EXPECT_EQ(first(q), "cudnn");
   q = p;
   q.pass = Pass::forward;

@@ -74,9 +74,16 @@ bool leads_backward(const Problem& p, std::string* rule) {
   // in the deterministic mode (docs/FLASH_SM90.md). Nor from 8 query heads
   // per KV head: each CTA then walks 8 heads' query tiles and the first KV
   // tiles' CTAs set the call's length (GQA 8, causal: 0.72-0.98x cuDNN).
+  // At d 256 it leads everywhere (1.04-1.23x cuDNN over ANCHORS.md's d 256
+  // points, 1.04-1.21x with GQA 4; H100, docs/PERF.md), with the same two
+  // exceptions: the deterministic mode cost it 1.40x its default time there.
   const int64_t h_per_kv = p.h_kv > 0 ? p.h_q / p.h_kv : 0;
-  const bool yes = p.d_qk == 128 && p.d_v == 128 && h_per_kv >= 4 && h_per_kv < 8 && p.dropout_p == 0 &&
-                   !p.deterministic &&
+  if (p.dropout_p != 0 || p.deterministic) return false;
+  if (p.d_qk == 256 && p.d_v == 256) {
+    if (rule) *rule = "flash_sm90 first for the backward at d 256";
+    return true;
+  }
+  const bool yes = p.d_qk == 128 && p.d_v == 128 && h_per_kv >= 4 && h_per_kv < 8 &&
                    flash::bwd_first_kv_tiles_heavy(static_cast<int>(h_per_kv), p.window_left, p.window_right);
   if (yes && rule) *rule = "flash_sm90 first for a causal GQA backward at d 128 (4 to 7 query heads per KV head)";
   return yes;
