@@ -1,10 +1,10 @@
 // flash_sm90's backward beyond the shared grid (whose d 128 cases it claims
-// too): head dims 64, 128 and 256 on fresh random inputs against the fp64
-// reference, at the edges of its 128-key (64 at d 256) and 64-query tiles,
-// with GQA and MQA, every mask and format (packed and padded sequences too),
-// windows on both sides, both dtypes, softcap, ALiBi and dropout; the
-// forward is flash_sm90's too, so the pair runs as a Hopper training step
-// would. Skipped off sm_90.
+// too): head dims 64, 128, 192 and 256 on fresh random inputs against the
+// fp64 reference, at the edges of its 128-key (64 at d 192, 256) and
+// 64-query tiles, with GQA and MQA, every mask and format (packed and padded
+// sequences too), windows on both sides, both dtypes, softcap, ALiBi and
+// dropout; the forward is flash_sm90's too, so the pair runs as a Hopper
+// training step would. Skipped off sm_90.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -126,12 +126,16 @@ TEST(FlashSm90Backward, MatchesTheReference) {
   expect_cases_match(all, 900);
 }
 
-// d 256: the wide tiles (64 keys per CTA, the consumers splitting d;
-// bwd_mainloop_wide.cuh), every case above.
-TEST(FlashSm90Backward, MatchesTheReferenceAtD256) {
+// d 192 and 256: the wide tiles (64 keys per CTA, the consumers splitting
+// d; at d 192 each takes half of the middle column block, consumer 1's half
+// read from 64 bytes into the block's rows; bwd_mainloop_wide.cuh), every
+// case above.
+TEST(FlashSm90Backward, MatchesTheReferenceWide) {
   ATTN_REQUIRE_GPU();
   if (!on_sm90()) GTEST_SKIP() << "flash_sm90 runs on sm_90 only";
-  expect_cases_match(cases(256), 1900);
+  std::vector<testing::CaseSpec> all = cases(192);
+  for (const testing::CaseSpec& spec : cases(256)) all.push_back(spec);
+  expect_cases_match(all, 1900);
 }
 
 // A NaN in one key stays visible through the score-changing backward
@@ -235,6 +239,8 @@ TEST(FlashSm90Backward, DeterministicModeIsBitwiseRepeatable) {
   w.mask = MaskType::no_mask;
   w.s_q = 700;
   specs.push_back(w);  // ascending
+  w.d_qk = w.d_v = 192;
+  specs.push_back(w);
   int index = 0;
   for (const testing::CaseSpec& spec : specs) {
     SCOPED_TRACE("case " + std::to_string(index));

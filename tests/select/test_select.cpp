@@ -165,7 +165,7 @@ TEST(Select, HopperBackwardPutsFlashSm90FirstForCausalGqa) {
   EXPECT_EQ(preference_order_for(simulated_device("sm80"), p).front(), "flash_sm80");
 }
 
-// flash_sm90's backward: head dims 64, 128 and 256, every format, softcap, ALiBi,
+// flash_sm90's backward: head dims 64, 128, 192 and 256, every format, softcap, ALiBi,
 // dropout and the deterministic mode; each refusal names what it lacks and
 // where it runs instead.
 TEST(Select, FlashSm90BackwardSaysWhatItRuns) {
@@ -178,8 +178,10 @@ TEST(Select, FlashSm90BackwardSaysWhatItRuns) {
   Problem q = p;
   q.d_qk = q.d_v = 96;
   refused(q, "flash_sm90's backward has 64, 128");
-  q.d_qk = q.d_v = 256;
-  EXPECT_TRUE(b->supports(q, dev).empty());
+  for (int64_t d : {192, 256}) {
+    q.d_qk = q.d_v = d;
+    EXPECT_TRUE(b->supports(q, dev).empty()) << d;
+  }
   q.s_kv = 65535LL * 64 + 1;  // d 256's grid: KV tiles of 64 keys
   refused(q, "at most 65535 KV tiles of 64 keys");
   q = p;

@@ -15,13 +15,17 @@ namespace attn::flash_sm90 {
 //   and dV 64 floats each, S^T and dP^T 32 each, dQ's half 32
 //   (FlashAttention-3's split, 240 registers per consumer); at d 64 half of
 //   that for dK, dV and dQ.
-// - d 256 (kWide): dK and dV of 64 keys over all of d would take 256
-//   registers per thread, so the two consumers share the CTA's 64 keys and
-//   split d: each computes S = Q.K^T and dP for 32 of the keys over all of d
-//   (the forward's layout, queries on the rows), P and dS go to shared
-//   memory, and each takes the dV, dK and dQ products of its half of d's
-//   columns (bwd_mainloop_wide.cuh): dK, dV and dQ 64 floats each, S and dP
-//   16. Shared memory holds one Q / dO stage and dQ's 64 KiB stage.
+// - d 192 and 256 (kWide): dK and dV of 64 keys over all of d would take
+//   192-256 registers per thread, so the two consumers share the CTA's 64
+//   keys and split d: each computes S = Q.K^T and dP for 32 of the keys over
+//   all of d (the forward's layout, queries on the rows), P and dS go to
+//   shared memory, and each takes the dV, dK and dQ products of its half of
+//   d's columns (bwd_mainloop_wide.cuh): at d 256 dK, dV and dQ 64 floats
+//   each, S and dP 16. A half is whole 64-column blocks (kColsA: wgmma reads
+//   an MN-major operand by blocks), and at d 192 half of the middle block
+//   (kColsB, a product of its own: consumer 0 its first 32 columns, consumer
+//   1 its last 32). Shared memory holds two Q / dO stages at d 192, one at
+//   d 256 (dQ's fp32 stage takes 64 KiB there).
 template <int kDQK, int kDV>
 struct BwdConfig {
   static_assert(kDQK == kDV, "the backward's tiles assume d_qk == d_v");
@@ -32,7 +36,8 @@ struct BwdConfig {
   static constexpr int kBlockN = kWide ? 64 : 64 * kConsumers;
   static constexpr int kConsumerKeys = kWide ? kBlockN / kConsumers : 64;  // S's (or S^T's) keys per consumer
   static constexpr int kConsumerCols = kWide ? kDQK / kConsumers : kDQK;  // dK's and dV's columns per consumer
-  static constexpr int kStages = kWide ? 1 : 2;
+  static constexpr int kColsA = kConsumerCols / 64 * 64, kColsB = kConsumerCols % 64;
+  static_assert(kColsB == 0 || (kWide && kColsB == 32), "a consumer's columns: whole blocks and at most a half");
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
@@ -59,11 +64,15 @@ struct BwdConfig {
   static constexpr int kSmemBarriers = 1024;
   static constexpr int kSmemLimit = 227 * 1024;  // per block on sm_90
   // + 1024: the dynamic buffer is aligned up to 1024 bytes (the swizzle's period).
-  static constexpr int kSmemBytes =
-      2 * kSmemK + kStages * 2 * kSmemQ + kDsBuffers * kSmemDs + kDqStages * kSmemDq + kStages * kSmemTerms +
-      kSmemBarriers + 1024;
+  static constexpr int smem_bytes(int stages) {
+    return 2 * kSmemK + stages * 2 * kSmemQ + kDsBuffers * kSmemDs + kDqStages * kSmemDq + stages * kSmemTerms +
+           kSmemBarriers + 1024;
+  }
+  // Two stages of the query tiles' ring where they fit (d 256: one).
+  static constexpr int kStages = smem_bytes(2) <= kSmemLimit ? 2 : 1;
+  static constexpr int kSmemBytes = smem_bytes(kStages);
   static_assert(kSmemBytes <= kSmemLimit, "shared memory");
-  static_assert(kDqOverOwnKeys || kDQK % 128 == 0, "dQ's product splits d in whole 64-column blocks, one half per consumer");
+  static_assert(kDqOverOwnKeys || kDQK % 64 == 0, "dQ's product splits d in column blocks");
   // The epilogue stages dK and dV (kBlockN rows each) where the Q and dO stages were.
   static_assert(kStages * kSmemQ >= kBlockN * kDQK * 2, "dK's staging fits in the Q stages");
 };

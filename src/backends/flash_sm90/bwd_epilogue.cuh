@@ -21,15 +21,11 @@
 
 namespace attn::flash_sm90 {
 
-// A consumer's dK / dV registers: its first key row in the CTA's tile and
-// its first column of d (the wide tiles split d, the others the keys).
+// A consumer's first key row of dK / dV in the CTA's tile (the wide tiles
+// split d, the others the keys; BwdRegisters::column gives the columns).
 template <class Cfg>
 __device__ __forceinline__ int key_row0(int wg) {
   return Cfg::kWide ? 0 : wg * 64;
-}
-template <class Cfg>
-__device__ __forceinline__ int column0(int wg) {
-  return Cfg::kWide ? wg * Cfg::kConsumerCols : 0;
 }
 
 // With a head split (args.dkv_accum): this CTA's part of dK (times the
@@ -41,7 +37,7 @@ __device__ __forceinline__ void bwd_add_dk_dv(const Sm90BwdParams& args, const B
   constexpr int kD = Cfg::kHeadDim, ND = Cfg::kConsumerCols / 8;
   const flash::FwdParams& p = args.p.fwd;
   const int wg = tid / 128 - 1, lane = tid & 31, warp = (tid / 32) & 3;
-  const int row0 = key_row0<Cfg>(wg), col0 = column0<Cfg>(wg);
+  const int row0 = key_row0<Cfg>(wg);
   const int64_t rows = static_cast<int64_t>(p.batch) * p.s_kv, heads_kv = p.h_q / p.h_per_kv;
   float* const dk_acc = args.dkv_accum + (blk.h_kv * rows + static_cast<int64_t>(blk.b) * p.s_kv + blk.n0) * kD;
   float* const dv_acc = dk_acc + heads_kv * rows * kD;  // dV's accumulator follows dK's
@@ -51,7 +47,7 @@ __device__ __forceinline__ void bwd_add_dk_dv(const Sm90BwdParams& args, const B
     if (r >= blk.rows_out || blk.n0 + r >= blk.seq.len_kv) continue;
 #pragma unroll
     for (int i = 0; i < ND; ++i) {
-      const int c = col0 + 8 * i + 2 * (lane & 3);
+      const int c = BwdRegisters<Cfg>::column(wg, i) + 2 * (lane & 3);
       asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dk_acc + r * kD + c),
                    "f"(regs.dk[i][2 * hr] * p.scale), "f"(regs.dk[i][2 * hr + 1] * p.scale)
                    : "memory");
@@ -65,11 +61,11 @@ __device__ __forceinline__ void bwd_add_dk_dv(const Sm90BwdParams& args, const B
 template <typename T, class Cfg>
 __device__ __forceinline__ void bwd_store_dk_dv(const Sm90BwdParams& args, const BwdSmem<Cfg>& smem,
                                                 const BwdKvBlock& blk, const BwdRegisters<Cfg>& regs, int tid) {
-  constexpr int ND = Cfg::kConsumerCols / 8, kBlocks = Cfg::kConsumerCols / 64;
+  constexpr int kD = Cfg::kHeadDim, ND = Cfg::kConsumerCols / 8;
   const flash::BwdParams& bp = args.p;
   const flash::FwdParams& p = bp.fwd;
   const int wg = tid / 128 - 1, lane = tid & 31, warp = (tid / 32) & 3;
-  const int row0 = key_row0<Cfg>(wg), cb0 = column0<Cfg>(wg) / 64;
+  const int row0 = key_row0<Cfg>(wg);
   if (args.dkv_accum) {
     bwd_add_dk_dv<Cfg>(args, blk, regs, tid);
     return;
@@ -90,18 +86,22 @@ __device__ __forceinline__ void bwd_store_dk_dv(const Sm90BwdParams& args, const
         rk[j] = sm80::pack2<T>(regs.dk[i][e0] * scale, regs.dk[i][e0 + 1] * scale);
         rv[j] = sm80::pack2<T>(regs.dv[i][e0], regs.dv[i][e0 + 1]);
       }
-      const int chunk = 8 * cb0 + 2 * np + (lane >> 4);
+      const int chunk = BwdRegisters<Cfg>::column(wg, 2 * np) / 8 + (lane >> 4);
       sm90::stmatrix_x4(dk_stage.chunk(st_row, chunk), rk[0], rk[1], rk[2], rk[3]);
       sm90::stmatrix_x4(dv_stage.chunk(st_row, chunk), rv[0], rv[1], rv[2], rv[3]);
     }
   }
   sm90::fence_proxy_async();  // the stores above, before the TMA stores read them
-  sm90::named_sync(kBarConsumer0 + wg, 128);
+  // A consumer writes its 64 key rows; with the wide tiles the two write
+  // the CTA's 64 rows together (at d 192 they share a column block).
+  constexpr int kWriters = Cfg::kWide ? 128 * Cfg::kConsumers : 128;
+  const int writer = Cfg::kWide ? tid - 128 : tid & 127;
+  sm90::named_sync(Cfg::kWide ? kBarEpilogue : kBarConsumer0 + wg, kWriters);
   if (blk.rows_out >= row0 + 64 || !p.packed) {
-    if ((tid & 127) == 0) {
+    if (writer == 0) {
       const int seq_coord = p.packed ? 0 : blk.b, row = static_cast<int>(blk.seq.start_kv) + blk.n0 + row0;
 #pragma unroll
-      for (int cb = cb0; cb < cb0 + kBlocks; ++cb) {
+      for (int cb = 0; cb < kD / 64; ++cb) {
         sm90::tma_store_4d(&args.dk, dk_stage.column_block(cb) + row0 * 128, cb * 64, row, blk.h_kv, seq_coord);
         sm90::tma_store_4d(&args.dv, dv_stage.column_block(cb) + row0 * 128, cb * 64, row, blk.h_kv, seq_coord);
       }
@@ -111,8 +111,8 @@ __device__ __forceinline__ void bwd_store_dk_dv(const Sm90BwdParams& args, const
   } else {  // thd, the sequence ends inside this consumer's rows: its rows alone, 16 bytes at a time
     T* const dk_rows = static_cast<T*>(bp.dk) + (blk.seq.start_kv + blk.n0) * bp.dk_row_stride + blk.h_kv * bp.dk_head_stride;
     T* const dv_rows = static_cast<T*>(bp.dv) + (blk.seq.start_kv + blk.n0) * bp.dv_row_stride + blk.h_kv * bp.dv_head_stride;
-    for (int idx = tid & 127; idx < 64 * ND; idx += 128) {
-      const int r = row0 + idx / ND, c = 8 * cb0 + idx % ND;
+    for (int idx = writer; idx < 64 * (kD / 8); idx += kWriters) {
+      const int r = row0 + idx / (kD / 8), c = idx % (kD / 8);
       if (r >= blk.rows_out) continue;
       *reinterpret_cast<uint4*>(dk_rows + r * bp.dk_row_stride + c * 8) =
           *reinterpret_cast<const uint4*>(smem.to_generic(dk_stage.chunk(r, c)));

@@ -36,6 +36,16 @@ struct BwdRegisters {
   static constexpr int kCols = Cfg::kConsumerCols, ND = kCols / 8;
   float dk[ND][4], dv[ND][4];
 
+  // The first column of d of accumulator block i (8 columns) of consumer
+  // wg. The wide tiles' consumers hold their whole column blocks first
+  // (consumer 0 the first kColsA columns, consumer 1 the last), then at
+  // d 192 their half of the middle block (bwd_config.h).
+  static __device__ __forceinline__ int column(int wg, int i) {
+    if constexpr (!Cfg::kWide) return 8 * i;
+    constexpr int kD = Cfg::kHeadDim, NA = Cfg::kColsA / 8;
+    return i < NA ? wg * (kD - Cfg::kColsA) + 8 * i : Cfg::kColsA + wg * Cfg::kColsB + 8 * (i - NA);
+  }
+
   __device__ __forceinline__ float (&dk_flat())[kCols / 2] { return *reinterpret_cast<float(*)[kCols / 2]>(&dk); }
   __device__ __forceinline__ float (&dv_flat())[kCols / 2] { return *reinterpret_cast<float(*)[kCols / 2]>(&dv); }
   __device__ __forceinline__ void clear() {
@@ -356,7 +366,12 @@ struct BwdMainloop {
   // place in the accumulator's row (flash/dq_layout.h) once the previous
   // tile's bulk add has read the stage; then the adder may take it.
   __device__ __forceinline__ void stage_dq(const float (&dq)[NQ][4], int m0, int it) const {
-    const int q_stage = Cfg::kDqOverOwnKeys ? wg : 0, col0 = Cfg::kDqOverOwnKeys ? 0 : wg * (kD / 2);
+    const int q_stage = Cfg::kDqOverOwnKeys ? wg : 0;
+    // Block i's first column: at d 64 all of d, at d 128 this consumer's
+    // half, with the wide tiles its columns as dK's.
+    auto column = [&](int i) {
+      return Cfg::kWide ? BwdRegisters<Cfg>::column(wg, i) : (Cfg::kDqOverOwnKeys ? 0 : wg * (kD / 2)) + 8 * i;
+    };
     const uint32_t dq_stage = smem.dq_stage(q_stage);
     smem.dq_empty(q_stage).wait((it & 1) ^ 1);
 #pragma unroll
@@ -364,7 +379,7 @@ struct BwdMainloop {
       const int r = 16 * warp + 8 * hr + (lane >> 2);
 #pragma unroll
       for (int i = 0; i < NQ; ++i) {
-        const int col = flash::dq_swizzle(blk.tok0 + m0 + r, col0 + 8 * i + 2 * (lane & 3));
+        const int col = flash::dq_swizzle(blk.tok0 + m0 + r, column(i) + 2 * (lane & 3));
         const uint32_t at = dq_stage + 4u * static_cast<uint32_t>(r * kD + col);
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(dq[i][2 * hr]), "f"(dq[i][2 * hr + 1])
                      : "memory");

@@ -1,5 +1,5 @@
-// flash_sm90's backward at d 256 (BwdConfig::kWide): the two consumers share
-// the CTA's 64 keys and split d. Per query tile and consumer:
+// flash_sm90's backward at d 192 and 256 (BwdConfig::kWide): the two
+// consumers share the CTA's 64 keys and split d. Per query tile and consumer:
 //   S = Q.K^T and dP = dO.V^T for its 32 keys over all of d (both operands
 //   K-major in shared memory; queries on the accumulator's rows, the
 //   forward's layout, so flash_sm80's backward score code runs unchanged:
@@ -82,29 +82,58 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
   __device__ __forceinline__ QueryTile p_tile(int it) const { return {smem.ds_tile(2 * (it & 1)).addr}; }
   __device__ __forceinline__ QueryTile ds_tile(int it) const { return {smem.ds_tile(2 * (it & 1) + 1).addr}; }
 
+  // This consumer's columns of an MN-major operand tile (rows: the product's
+  // k; d contiguous): its whole blocks (kColsA columns) and at d 192 its half
+  // of the middle block (kColsB), which starts 64 bytes into the block's rows
+  // for consumer 1 (the swizzle applies to the address wgmma forms, as for a
+  // K-major k step 32 bytes along the row).
+  template <class Tile>
+  __device__ __forceinline__ Tile whole_blocks(Tile t) const {
+    return {t.column_block(wg * (kD - Cfg::kColsA) / 64)};
+  }
+  template <class Tile>
+  __device__ __forceinline__ Tile half_block(Tile t) const {
+    return {t.column_block(Cfg::kColsA / 64) + static_cast<uint32_t>(wg * Cfg::kColsB * 2)};
+  }
+
+  // acc (+)= A.B over this consumer's columns: B's whole blocks into acc's
+  // first kColsA / 2 floats, its half block into the rest (BwdRegisters::column).
+  template <int kTransA, int kSteps, class ATile, class BTile>
+  __device__ __forceinline__ void column_product(float (&acc)[kCols / 2], ATile a, BTile b, bool accumulate) const {
+    float(&acc_a)[Cfg::kColsA / 2] = *reinterpret_cast<float(*)[Cfg::kColsA / 2]>(&acc[0]);
+    const BTile b_a = whole_blocks(b);
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks)
+      sm90::Wgmma<Cfg::kColsA, T>::template ss<1, kTransA>(acc_a, a_descriptor<kTransA>(a, ks), b_a.mnmajor(ks),
+                                                           accumulate || ks > 0);
+    if constexpr (Cfg::kColsB > 0) {
+      float(&acc_b)[Cfg::kColsB / 2] = *reinterpret_cast<float(*)[Cfg::kColsB / 2]>(&acc[Cfg::kColsA / 2]);
+      const BTile b_b = half_block(b);
+#pragma unroll
+      for (int ks = 0; ks < kSteps; ++ks)
+        sm90::Wgmma<Cfg::kColsB, T>::template ss<1, kTransA>(acc_b, a_descriptor<kTransA>(a, ks), b_b.mnmajor(ks),
+                                                             accumulate || ks > 0);
+    }
+  }
+  template <int kTransA, class ATile>
+  static __device__ __forceinline__ uint64_t a_descriptor(ATile a, int ks) {
+    return kTransA ? a.mnmajor(ks) : a.kmajor(0, ks);
+  }
+
   // dV += P^T.dO and dK += dS^T.Q over this consumer's columns of d (P^T
   // and dS^T read MN-major from the P and dS tiles, keys contiguous; dO and
-  // Q MN-major from its first column block), one group.
+  // Q MN-major), one group.
   __device__ __forceinline__ void issue_dv_dk(QueryTile q_tile, QueryTile do_tile, int it) const {
-    const int cb0 = wg * (kCols / 64);
-    const QueryTile do_half{do_tile.column_block(cb0)}, q_half{q_tile.column_block(cb0)};
     sm90::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kM / 16; ++ks)
-      sm90::Wgmma<kCols, T>::template ss<1, 1>(regs.dv_flat(), p_tile(it).mnmajor(ks), do_half.mnmajor(ks), 1);
-#pragma unroll
-    for (int ks = 0; ks < kM / 16; ++ks)
-      sm90::Wgmma<kCols, T>::template ss<1, 1>(regs.dk_flat(), ds_tile(it).mnmajor(ks), q_half.mnmajor(ks), 1);
+    column_product<1, kM / 16>(regs.dv_flat(), p_tile(it), do_tile, true);
+    column_product<1, kM / 16>(regs.dk_flat(), ds_tile(it), q_tile, true);
     sm90::wgmma_commit();
   }
 
   // dQ = dS.K over this consumer's columns (dS K-major, K MN-major).
   __device__ __forceinline__ void issue_dq(float (&dq)[kCols / 8][4], int it) const {
     float(&dq_flat)[kCols / 2] = *reinterpret_cast<float(*)[kCols / 2]>(&dq);
-    const KeyTile k_half{smem.k_tile().column_block(wg * (kCols / 64))};
-#pragma unroll
-    for (int ks = 0; ks < kN / 16; ++ks)
-      sm90::Wgmma<kCols, T>::template ss<1, 0>(dq_flat, ds_tile(it).kmajor(0, ks), k_half.mnmajor(ks), ks > 0);
+    column_product<0, kN / 16>(dq_flat, ds_tile(it), smem.k_tile(), false);
     sm90::wgmma_commit();
   }
 
