@@ -102,12 +102,14 @@ def warm(fn, sets, n=3):
     torch.cuda.synchronize()
 
 
-def make_sets(b, s, h, d, n=2, h_kv=None):
-    """n input sets (q, k, v, dout) in bshd; k and v with h_kv heads (default h)."""
+def make_sets(b, s, h, d, n=2, h_kv=None, d_v=None):
+    """n input sets (q, k, v, dout) in bshd; k and v with h_kv heads (default h), v and dout d_v wide (default d)."""
     sets = []
     for _ in range(n):
-        q, dout = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        k, v = (torch.randn(b, s, h_kv or h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        q = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+        dout = torch.randn(b, s, h, d_v or d, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(b, s, h_kv or h, d, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(b, s, h_kv or h, d_v or d, device="cuda", dtype=torch.bfloat16)
         sets.append((q, k, v, dout))
     return sets
 
@@ -263,6 +265,7 @@ def main():
     ap.add_argument("--backend", default=None, help="force this attn backend (default: attn's choice)")
     ap.add_argument("--fwd-only", action="store_true", help="time the forward only")
     ap.add_argument("--dims", default="64,128,256", help="head dims of the grid, comma-separated")
+    ap.add_argument("--dv", type=int, default=0, help="d_v of every point (default: its d, as d_qk)")
     ap.add_argument("--dropout", type=float, default=0.0, help="dropout probability for every implementation")
     ap.add_argument("--gqa", type=int, default=1, help="query heads per K/V head (GQA); 1: MHA")
     ap.add_argument("--deterministic", action="store_true",
@@ -283,9 +286,10 @@ def main():
         b, h = 16384 // s, 2048 // d
         if h % args.gqa:
             sys.exit(f"--gqa {args.gqa} does not divide the {h} query heads of d {d} (2048 / d)")
-        sets = make_sets(b, s, h, d, h_kv=h // args.gqa)
-        flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
-        row = {"d": d, "seqlen": s, "batch": b, "heads": h, "kv_heads": h // args.gqa, "causal": causal,
+        d_v = args.dv or d
+        sets = make_sets(b, s, h, d, h_kv=h // args.gqa, d_v=d_v)
+        flops = 2.0 * b * h * s * s * (d + d_v) * (0.5 if causal else 1.0)  # Q.K^T and P.V
+        row = {"d": d, "d_v": d_v, "seqlen": s, "batch": b, "heads": h, "kv_heads": h // args.gqa, "causal": causal,
                "fwd_flops": flops}
         for name, r in time_row({name: make(causal) for name, make in impls.items()}, sets, args.fwd_only).items():
             for p, mult in (("fwd", 1.0), ("bwd", 2.5)):

@@ -1,10 +1,10 @@
 // flash_sm90's backward beyond the shared grid (whose d 128 cases it claims
-// too): head dims 64, 128, 192 and 256 on fresh random inputs against the
-// fp64 reference, at the edges of its 128-key (64 at d 192, 256) and
-// 64-query tiles, with GQA and MQA, every mask and format (packed and padded
-// sequences too), windows on both sides, both dtypes, softcap, ALiBi and
-// dropout; the forward is flash_sm90's too, so the pair runs as a Hopper
-// training step would. Skipped off sm_90.
+// too): head dims 64, 128, 192 (d_v 192 and 128) and 256 on fresh random
+// inputs against the fp64 reference, at the edges of its 128-key (64 from
+// d 192) and 64-query tiles, with GQA and MQA, every mask and format (packed
+// and padded sequences too), windows on both sides, both dtypes, softcap,
+// ALiBi and dropout; the forward is flash_sm90's too, so the pair runs as a
+// Hopper training step would. Skipped off sm_90.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,7 +16,7 @@
 namespace attn {
 namespace {
 
-std::vector<testing::CaseSpec> cases(int64_t d) {
+std::vector<testing::CaseSpec> cases(int64_t d, int64_t d_v = 0) {
   std::vector<testing::CaseSpec> out;
   auto add = [&](QkvFormat f, MaskType m, int64_t b, int64_t sq, int64_t skv, int64_t hq, int64_t hkv,
                  Window w = {}, DType t = DType::bf16) {
@@ -28,7 +28,8 @@ std::vector<testing::CaseSpec> cases(int64_t d) {
     s.s_kv = skv;
     s.h_q = hq;
     s.h_kv = hkv;
-    s.d_qk = s.d_v = d;
+    s.d_qk = d;
+    s.d_v = d_v > 0 ? d_v : d;
     s.window = w;
     s.dtype = t;
     s.backward = true;
@@ -126,7 +127,7 @@ TEST(FlashSm90Backward, MatchesTheReference) {
   expect_cases_match(all, 900);
 }
 
-// d 192 and 256: the wide tiles (64 keys per CTA, the consumers splitting
+// d 192 (d_v 192 and 128) and 256: the wide tiles (64 keys per CTA, the consumers splitting
 // d; at d 192 each takes half of the middle column block, consumer 1's half
 // read from 64 bytes into the block's rows; bwd_mainloop_wide.cuh), every
 // case above.
@@ -134,6 +135,7 @@ TEST(FlashSm90Backward, MatchesTheReferenceWide) {
   ATTN_REQUIRE_GPU();
   if (!on_sm90()) GTEST_SKIP() << "flash_sm90 runs on sm_90 only";
   std::vector<testing::CaseSpec> all = cases(192);
+  for (const testing::CaseSpec& spec : cases(192, 128)) all.push_back(spec);
   for (const testing::CaseSpec& spec : cases(256)) all.push_back(spec);
   expect_cases_match(all, 1900);
 }
@@ -240,6 +242,8 @@ TEST(FlashSm90Backward, DeterministicModeIsBitwiseRepeatable) {
   w.s_q = 700;
   specs.push_back(w);  // ascending
   w.d_qk = w.d_v = 192;
+  specs.push_back(w);
+  w.d_v = 128;
   specs.push_back(w);
   int index = 0;
   for (const testing::CaseSpec& spec : specs) {

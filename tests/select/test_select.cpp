@@ -182,6 +182,9 @@ TEST(Select, FlashSm90BackwardSaysWhatItRuns) {
     q.d_qk = q.d_v = d;
     EXPECT_TRUE(b->supports(q, dev).empty()) << d;
   }
+  q.d_v = 128;
+  q.d_qk = 192;
+  EXPECT_TRUE(b->supports(q, dev).empty()) << "192 / 128";
   q.s_kv = 65535LL * 64 + 1;  // d 256's grid: KV tiles of 64 keys
   refused(q, "at most 65535 KV tiles of 64 keys");
   q = p;

@@ -15,35 +15,47 @@ namespace attn::flash_sm90 {
 //   and dV 64 floats each, S^T and dP^T 32 each, dQ's half 32
 //   (FlashAttention-3's split, 240 registers per consumer); at d 64 half of
 //   that for dK, dV and dQ.
-// - d 192 and 256 (kWide): dK and dV of 64 keys over all of d would take
+// - d_qk 192 and 256 (kWide): dK and dV of 64 keys over all of d would take
 //   192-256 registers per thread, so the two consumers share the CTA's 64
 //   keys and split d: each computes S = Q.K^T and dP for 32 of the keys over
 //   all of d (the forward's layout, queries on the rows), P and dS go to
 //   shared memory, and each takes the dV, dK and dQ products of its half of
 //   d's columns (bwd_mainloop_wide.cuh): at d 256 dK, dV and dQ 64 floats
-//   each, S and dP 16. A half is whole 64-column blocks (kColsA: wgmma reads
-//   an MN-major operand by blocks), and at d 192 half of the middle block
-//   (kColsB, a product of its own: consumer 0 its first 32 columns, consumer
-//   1 its last 32). Shared memory holds two Q / dO stages at d 192, one at
+//   each, S and dP 16. A half is whole 64-column blocks (wgmma reads an
+//   MN-major operand by blocks), and at d 192 half of the middle block (a
+//   product of its own: consumer 0 its first 32 columns, consumer 1 its last
+//   32; ConsumerColumns). d_v may differ (192 / 128). Shared memory holds two Q / dO stages at d 192, one at
 //   d 256 (dQ's fp32 stage takes 64 KiB there).
+// A consumer's columns of a tensor kWidth wide (dK's and dQ's: d_qk; dV's:
+// d_v): all of them, or with the wide tiles its half as whole 64-column
+// blocks (kWhole) and at most half a block (kHalf); BwdRegisters' column()
+// places them.
+template <int kWidth_, bool kWide>
+struct ConsumerColumns {
+  static constexpr int kWidth = kWidth_;
+  static constexpr int kCols = kWide ? kWidth / 2 : kWidth;
+  static constexpr int kWhole = kCols / 64 * 64, kHalf = kCols % 64;
+  static_assert(kWidth % 64 == 0 && (kHalf == 0 || (kWide && kHalf == 32)),
+                "a consumer's columns: whole blocks and at most a half");
+};
+
 template <int kDQK, int kDV>
 struct BwdConfig {
-  static_assert(kDQK == kDV, "the backward's tiles assume d_qk == d_v");
-  static constexpr int kHeadDim = kDQK;
   static constexpr bool kWide = kDQK > 128;
+  static_assert(kWide || kDQK == kDV, "the narrow tiles assume d_qk == d_v");
+  static constexpr int kHeadDim = kDQK, kHeadDimV = kDV;
   static constexpr int kConsumers = 2;  // warpgroups
   static constexpr int kBlockM = 64;    // query rows per step
   static constexpr int kBlockN = kWide ? 64 : 64 * kConsumers;
   static constexpr int kConsumerKeys = kWide ? kBlockN / kConsumers : 64;  // S's (or S^T's) keys per consumer
-  static constexpr int kConsumerCols = kWide ? kDQK / kConsumers : kDQK;  // dK's and dV's columns per consumer
-  static constexpr int kColsA = kConsumerCols / 64 * 64, kColsB = kConsumerCols % 64;
-  static_assert(kColsB == 0 || (kWide && kColsB == 32), "a consumer's columns: whole blocks and at most a half");
+  using ColsK = ConsumerColumns<kDQK, kWide>;  // of dK and dQ
+  using ColsV = ConsumerColumns<kDV, kWide>;   // of dV
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "register file");
-  static constexpr int kSmemQ = kBlockM * kDQK * 2;  // one stage; dO the same
-  static constexpr int kSmemK = kBlockN * kDQK * 2;  // V the same
+  static constexpr int kSmemQ = kBlockM * kDQK * 2, kSmemDo = kBlockM * kDV * 2;  // one stage
+  static constexpr int kSmemK = kBlockN * kDQK * 2, kSmemV = kBlockN * kDV * 2;
   // dQ = dS.K: at d 128 each consumer takes a 64-column half of d over all
   // 128 keys (both consumers' dS^T, two buffers by tile parity, one fp32
   // stage); at d 64, whose half would be an n32 product, each takes all of d
@@ -65,7 +77,7 @@ struct BwdConfig {
   static constexpr int kSmemLimit = 227 * 1024;  // per block on sm_90
   // + 1024: the dynamic buffer is aligned up to 1024 bytes (the swizzle's period).
   static constexpr int smem_bytes(int stages) {
-    return 2 * kSmemK + stages * 2 * kSmemQ + kDsBuffers * kSmemDs + kDqStages * kSmemDq + stages * kSmemTerms +
+    return kSmemK + kSmemV + stages * (kSmemQ + kSmemDo) + kDsBuffers * kSmemDs + kDqStages * kSmemDq + stages * kSmemTerms +
            kSmemBarriers + 1024;
   }
   // Two stages of the query tiles' ring where they fit (d 256: one).
@@ -74,7 +86,7 @@ struct BwdConfig {
   static_assert(kSmemBytes <= kSmemLimit, "shared memory");
   static_assert(kDqOverOwnKeys || kDQK % 64 == 0, "dQ's product splits d in column blocks");
   // The epilogue stages dK and dV (kBlockN rows each) where the Q and dO stages were.
-  static_assert(kStages * kSmemQ >= kBlockN * kDQK * 2, "dK's staging fits in the Q stages");
+  static_assert(kStages * kSmemQ >= kSmemK && kStages * kSmemDo >= kSmemV, "dK's and dV's staging fits");
 };
 
 }  // namespace attn::flash_sm90

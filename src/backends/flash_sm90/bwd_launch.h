@@ -18,6 +18,6 @@ void launch_bwd(const Sm90BwdParams& p, cudaStream_t stream);
 // With a head split (p.dkv_accum): dK and dV from the fp32 accumulators into
 // the caller's tensors (bwd_convert_dkv.cu), after launch_bwd.
 template <typename T>
-void launch_bwd_convert_dkv(const Sm90BwdParams& p, int d, cudaStream_t stream);
+void launch_bwd_convert_dkv(const Sm90BwdParams& p, int d_qk, int d_v, cudaStream_t stream);
 
 }  // namespace attn::flash_sm90

@@ -29,30 +29,30 @@ namespace attn::flash_sm90 {
 // dK and dV of a consumer thread, in registers over the whole walk. A struct
 // of its own, not BwdMainloop's members, as the forward's FwdRegisters: the
 // compiler then knows their stores leave the parameters alone.
-// Rows: the consumer's keys; columns: its kConsumerCols of d (all of d, or
-// its half with the wide tiles).
+// The first column of accumulator block i (8 columns) of consumer wg's
+// part of a tensor split as Cols (bwd_config.h's ConsumerColumns): all of
+// it, or with the wide tiles its whole column blocks first (consumer 0 the
+// first ones, consumer 1 the last), then its half of the middle block.
+template <class Cols>
+__device__ __forceinline__ int consumer_column(int wg, int i) {
+  if constexpr (Cols::kCols == Cols::kWidth) return 8 * i;
+  constexpr int NA = Cols::kWhole / 8;
+  return i < NA ? wg * (Cols::kWidth - Cols::kWhole) + 8 * i : Cols::kWhole + wg * Cols::kHalf + 8 * (i - NA);
+}
+
+// Rows: the consumer's keys; columns: its part of d (consumer_column).
 template <class Cfg>
 struct BwdRegisters {
-  static constexpr int kCols = Cfg::kConsumerCols, ND = kCols / 8;
-  float dk[ND][4], dv[ND][4];
+  static constexpr int kColsK = Cfg::ColsK::kCols, kColsV = Cfg::ColsV::kCols;
+  float dk[kColsK / 8][4], dv[kColsV / 8][4];
 
-  // The first column of d of accumulator block i (8 columns) of consumer
-  // wg. The wide tiles' consumers hold their whole column blocks first
-  // (consumer 0 the first kColsA columns, consumer 1 the last), then at
-  // d 192 their half of the middle block (bwd_config.h).
-  static __device__ __forceinline__ int column(int wg, int i) {
-    if constexpr (!Cfg::kWide) return 8 * i;
-    constexpr int kD = Cfg::kHeadDim, NA = Cfg::kColsA / 8;
-    return i < NA ? wg * (kD - Cfg::kColsA) + 8 * i : Cfg::kColsA + wg * Cfg::kColsB + 8 * (i - NA);
-  }
-
-  __device__ __forceinline__ float (&dk_flat())[kCols / 2] { return *reinterpret_cast<float(*)[kCols / 2]>(&dk); }
-  __device__ __forceinline__ float (&dv_flat())[kCols / 2] { return *reinterpret_cast<float(*)[kCols / 2]>(&dv); }
+  __device__ __forceinline__ float (&dk_flat())[kColsK / 2] { return *reinterpret_cast<float(*)[kColsK / 2]>(&dk); }
+  __device__ __forceinline__ float (&dv_flat())[kColsV / 2] { return *reinterpret_cast<float(*)[kColsV / 2]>(&dv); }
   __device__ __forceinline__ void clear() {
 #pragma unroll
-    for (int i = 0; i < ND; ++i)
+    for (int i = 0; i < kColsK / 2; ++i) dk_flat()[i] = 0.f;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
+    for (int i = 0; i < kColsV / 2; ++i) dv_flat()[i] = 0.f;
   }
 };
 
@@ -84,9 +84,9 @@ struct BwdMainloop {
   // dS = 0, but 0 * NaN is NaN in the products that sum over those rows.
   // TMA already zero-fills rows past the tensor's end (bshd/sbhd's s), so
   // only cu_seqlens calls get here. Both consumers clear, then sync.
-  template <int kRows>
+  template <int kCols = kD, int kRows>
   __device__ __forceinline__ void clear_rows(sm90::SwizzledTileAt<kRows> tile, int first) const {
-    sm90::clear_rows<kD>(smem.to_generic(tile.addr), kRows, first, ctid, kConsumerThreads);
+    sm90::clear_rows<kCols>(smem.to_generic(tile.addr), kRows, first, ctid, kConsumerThreads);
   }
   __device__ __forceinline__ void cleared() const {
     sm90::fence_proxy_async();
@@ -98,7 +98,7 @@ struct BwdMainloop {
     smem.kv_full().wait(0);
     if ((p.packed || blk.seq.len_kv < p.s_kv) && blk.n0 + kN > blk.seq.len_kv) {
       clear_rows(smem.k_tile(), max(0, blk.seq.len_kv - blk.n0));
-      clear_rows(smem.v_tile(), max(0, blk.seq.len_kv - blk.n0));
+      clear_rows<Cfg::kHeadDimV>(smem.v_tile(), max(0, blk.seq.len_kv - blk.n0));
       cleared();
     }
   }
@@ -370,7 +370,8 @@ struct BwdMainloop {
     // Block i's first column: at d 64 all of d, at d 128 this consumer's
     // half, with the wide tiles its columns as dK's.
     auto column = [&](int i) {
-      return Cfg::kWide ? BwdRegisters<Cfg>::column(wg, i) : (Cfg::kDqOverOwnKeys ? 0 : wg * (kD / 2)) + 8 * i;
+      return Cfg::kWide ? consumer_column<typename Cfg::ColsK>(wg, i)
+                        : (Cfg::kDqOverOwnKeys ? 0 : wg * (kD / 2)) + 8 * i;
     };
     const uint32_t dq_stage = smem.dq_stage(q_stage);
     smem.dq_empty(q_stage).wait((it & 1) ^ 1);
@@ -396,7 +397,7 @@ struct BwdMainloop {
     smem.full(stage).wait((it / kS) & 1);
     if ((p.packed || blk.seq.len_q < p.s_q) && m0 + kM > blk.seq.len_q) {
       clear_rows(q_tile, max(0, blk.seq.len_q - m0));
-      clear_rows(do_tile, max(0, blk.seq.len_q - m0));
+      clear_rows<Cfg::kHeadDimV>(do_tile, max(0, blk.seq.len_q - m0));
       cleared();
     }
     float s[NS][4], dp[NS][4];

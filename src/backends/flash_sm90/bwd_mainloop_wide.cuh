@@ -30,7 +30,9 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
   static_assert(Cfg::kWide, "the wide tiles' loop");
   static constexpr int kD = Cfg::kHeadDim, kM = Cfg::kBlockM, kN = Cfg::kBlockN, kS = Cfg::kStages;
   static constexpr int kKeys = Cfg::kConsumerKeys, NA = kKeys / 8;  // S's 8-key blocks per consumer
-  static constexpr int kCols = Cfg::kConsumerCols;                  // this consumer's columns of d
+  static constexpr int kDV = Cfg::kHeadDimV;
+  using ColsK = typename Cfg::ColsK;  // this consumer's columns of dK and dQ
+  using ColsV = typename Cfg::ColsV;  // of dV
   using QueryTile = typename Base::QueryTile;
   using KeyTile = typename Base::KeyTile;
   using Base::blk;
@@ -55,7 +57,7 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
                                             ks > 0);
     sm90::wgmma_commit();
 #pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks)
+    for (int ks = 0; ks < kDV / 16; ++ks)
       sm90::Wgmma<kKeys, T>::template ss<0>(dp_flat, do_tile.kmajor(0, ks), smem.v_tile().kmajor(this->wg_key0, ks),
                                             ks > 0);
     sm90::wgmma_commit();
@@ -82,36 +84,38 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
   __device__ __forceinline__ QueryTile p_tile(int it) const { return {smem.ds_tile(2 * (it & 1)).addr}; }
   __device__ __forceinline__ QueryTile ds_tile(int it) const { return {smem.ds_tile(2 * (it & 1) + 1).addr}; }
 
-  // This consumer's columns of an MN-major operand tile (rows: the product's
-  // k; d contiguous): its whole blocks (kColsA columns) and at d 192 its half
-  // of the middle block (kColsB), which starts 64 bytes into the block's rows
+  // This consumer's columns (split as Cols) of an MN-major operand tile
+  // (rows: the product's k; d contiguous): its whole blocks and at d 192 its
+  // half of the middle block, which starts 64 bytes into the block's rows
   // for consumer 1 (the swizzle applies to the address wgmma forms, as for a
   // K-major k step 32 bytes along the row).
-  template <class Tile>
+  template <class Cols, class Tile>
   __device__ __forceinline__ Tile whole_blocks(Tile t) const {
-    return {t.column_block(wg * (kD - Cfg::kColsA) / 64)};
+    return {t.column_block(wg * (Cols::kWidth - Cols::kWhole) / 64)};
   }
-  template <class Tile>
+  template <class Cols, class Tile>
   __device__ __forceinline__ Tile half_block(Tile t) const {
-    return {t.column_block(Cfg::kColsA / 64) + static_cast<uint32_t>(wg * Cfg::kColsB * 2)};
+    return {t.column_block(Cols::kWhole / 64) + static_cast<uint32_t>(wg * Cols::kHalf * 2)};
   }
 
-  // acc (+)= A.B over this consumer's columns: B's whole blocks into acc's
-  // first kColsA / 2 floats, its half block into the rest (BwdRegisters::column).
-  template <int kTransA, int kSteps, class ATile, class BTile>
-  __device__ __forceinline__ void column_product(float (&acc)[kCols / 2], ATile a, BTile b, bool accumulate) const {
-    float(&acc_a)[Cfg::kColsA / 2] = *reinterpret_cast<float(*)[Cfg::kColsA / 2]>(&acc[0]);
-    const BTile b_a = whole_blocks(b);
+  // acc (+)= A.B over this consumer's columns of B: the whole blocks into
+  // acc's first kWhole / 2 floats, the half block into the rest
+  // (consumer_column's order).
+  template <class Cols, int kTransA, int kSteps, class ATile, class BTile>
+  __device__ __forceinline__ void column_product(float (&acc)[Cols::kCols / 2], ATile a, BTile b,
+                                                 bool accumulate) const {
+    float(&acc_a)[Cols::kWhole / 2] = *reinterpret_cast<float(*)[Cols::kWhole / 2]>(&acc[0]);
+    const BTile b_a = whole_blocks<Cols>(b);
 #pragma unroll
     for (int ks = 0; ks < kSteps; ++ks)
-      sm90::Wgmma<Cfg::kColsA, T>::template ss<1, kTransA>(acc_a, a_descriptor<kTransA>(a, ks), b_a.mnmajor(ks),
-                                                           accumulate || ks > 0);
-    if constexpr (Cfg::kColsB > 0) {
-      float(&acc_b)[Cfg::kColsB / 2] = *reinterpret_cast<float(*)[Cfg::kColsB / 2]>(&acc[Cfg::kColsA / 2]);
-      const BTile b_b = half_block(b);
+      sm90::Wgmma<Cols::kWhole, T>::template ss<1, kTransA>(acc_a, a_descriptor<kTransA>(a, ks), b_a.mnmajor(ks),
+                                                            accumulate || ks > 0);
+    if constexpr (Cols::kHalf > 0) {
+      float(&acc_b)[Cols::kHalf / 2] = *reinterpret_cast<float(*)[Cols::kHalf / 2]>(&acc[Cols::kWhole / 2]);
+      const BTile b_b = half_block<Cols>(b);
 #pragma unroll
       for (int ks = 0; ks < kSteps; ++ks)
-        sm90::Wgmma<Cfg::kColsB, T>::template ss<1, kTransA>(acc_b, a_descriptor<kTransA>(a, ks), b_b.mnmajor(ks),
+        sm90::Wgmma<Cols::kHalf, T>::template ss<1, kTransA>(acc_b, a_descriptor<kTransA>(a, ks), b_b.mnmajor(ks),
                                                              accumulate || ks > 0);
     }
   }
@@ -125,15 +129,15 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
   // Q MN-major), one group.
   __device__ __forceinline__ void issue_dv_dk(QueryTile q_tile, QueryTile do_tile, int it) const {
     sm90::wgmma_fence();
-    column_product<1, kM / 16>(regs.dv_flat(), p_tile(it), do_tile, true);
-    column_product<1, kM / 16>(regs.dk_flat(), ds_tile(it), q_tile, true);
+    column_product<ColsV, 1, kM / 16>(regs.dv_flat(), p_tile(it), do_tile, true);
+    column_product<ColsK, 1, kM / 16>(regs.dk_flat(), ds_tile(it), q_tile, true);
     sm90::wgmma_commit();
   }
 
   // dQ = dS.K over this consumer's columns (dS K-major, K MN-major).
-  __device__ __forceinline__ void issue_dq(float (&dq)[kCols / 8][4], int it) const {
-    float(&dq_flat)[kCols / 2] = *reinterpret_cast<float(*)[kCols / 2]>(&dq);
-    column_product<0, kN / 16>(dq_flat, ds_tile(it), smem.k_tile(), false);
+  __device__ __forceinline__ void issue_dq(float (&dq)[ColsK::kCols / 8][4], int it) const {
+    float(&dq_flat)[ColsK::kCols / 2] = *reinterpret_cast<float(*)[ColsK::kCols / 2]>(&dq);
+    column_product<ColsK, 0, kN / 16>(dq_flat, ds_tile(it), smem.k_tile(), false);
     sm90::wgmma_commit();
   }
 
@@ -144,7 +148,7 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
     smem.full(stage).wait((it / kS) & 1);
     if ((p.packed || blk.seq.len_q < p.s_q) && m0 + kM > blk.seq.len_q) {
       this->clear_rows(q_tile, max(0, blk.seq.len_q - m0));
-      this->clear_rows(do_tile, max(0, blk.seq.len_q - m0));
+      this->template clear_rows<Cfg::kHeadDimV>(do_tile, max(0, blk.seq.len_q - m0));
       this->cleared();
     }
     float s[1][NA][4], dp[1][NA][4];
@@ -177,14 +181,14 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
     sm90::fence_proxy_async();          // the stores above, before wgmma reads them
     sm90::named_sync(kBarDsWritten, 128 * Cfg::kConsumers);
     issue_dv_dk(q_tile, do_tile, it);
-    float dq[kCols / 8][4];
+    float dq[ColsK::kCols / 8][4];
     issue_dq(dq, it);
     sm90::wgmma_wait<1>();  // dV and dK
     sm90::fence_registers(regs.dk_flat());
     sm90::fence_registers(regs.dv_flat());
     smem.empty(stage).arrive();  // Q, dO and the terms are read
     sm90::wgmma_wait<0>();       // dQ
-    sm90::fence_registers(*reinterpret_cast<float(*)[kCols / 2]>(&dq));
+    sm90::fence_registers(*reinterpret_cast<float(*)[ColsK::kCols / 2]>(&dq));
     this->stage_dq(dq, m0, it);
   }
 

@@ -21,22 +21,23 @@ namespace attn::flash_sm90 {
 template <class Cfg>
 __device__ __forceinline__ void bwd_load(const Sm90BwdParams& args, const BwdSmem<Cfg>& smem, const BwdKvBlock& blk,
                                          int lane) {
-  constexpr int kD = Cfg::kHeadDim, kM = Cfg::kBlockM, kS = Cfg::kStages;
+  constexpr int kD = Cfg::kHeadDim, kDV = Cfg::kHeadDimV, kM = Cfg::kBlockM, kS = Cfg::kStages;
   const flash::BwdParams& bp = args.p;
   const flash::FwdParams& p = bp.fwd;
   const int seq_coord = p.packed ? 0 : blk.b;
   if (lane == 0) {
     sm90::tma_prefetch_map(&args.q);
     sm90::tma_prefetch_map(&args.dout);
-    smem.kv_full().arrive_expect_tx(2 * Cfg::kSmemK);
+    smem.kv_full().arrive_expect_tx(Cfg::kSmemK + Cfg::kSmemV);
+    const int row = static_cast<int>(blk.seq.start_kv) + blk.n0;
 #pragma unroll
-    for (int cb = 0; cb < kD / 64; ++cb) {
-      const int row = static_cast<int>(blk.seq.start_kv) + blk.n0;
+    for (int cb = 0; cb < kD / 64; ++cb)
       sm90::tma_load_4d(smem.k_tile().column_block(cb), &args.k, smem.kv_full().addr, cb * 64, row, blk.h_kv,
                         seq_coord);
+#pragma unroll
+    for (int cb = 0; cb < kDV / 64; ++cb)
       sm90::tma_load_4d(smem.v_tile().column_block(cb), &args.v, smem.kv_full().addr, cb * 64, row, blk.h_kv,
                         seq_coord);
-    }
   }
   sm90::PipelineState<kS> ring;
   for (int hh = blk.hh0; hh < blk.hh1; ++hh) {
@@ -60,15 +61,16 @@ __device__ __forceinline__ void bwd_load(const Sm90BwdParams& args, const BwdSme
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(t[j].x), "f"(t[j].y) : "memory");
       }
       if (lane == 0) {
-        smem.full(stage).arrive_expect_tx(2 * Cfg::kSmemQ);
+        smem.full(stage).arrive_expect_tx(Cfg::kSmemQ + Cfg::kSmemDo);
+        const int row = static_cast<int>(blk.seq.start_q) + m0;
 #pragma unroll
-        for (int cb = 0; cb < kD / 64; ++cb) {
-          const int row = static_cast<int>(blk.seq.start_q) + m0;
+        for (int cb = 0; cb < kD / 64; ++cb)
           sm90::tma_load_4d(smem.q_tile(stage).column_block(cb), &args.q, smem.full(stage).addr, cb * 64, row, h,
                             seq_coord);
+#pragma unroll
+        for (int cb = 0; cb < kDV / 64; ++cb)
           sm90::tma_load_4d(smem.do_tile(stage).column_block(cb), &args.dout, smem.full(stage).addr, cb * 64, row, h,
                             seq_coord);
-        }
       } else {
         smem.full(stage).arrive();
       }

@@ -31,7 +31,7 @@ struct BwdSmem : sm90::SharedBase {
     return {at(offsetof(Storage, q)) + stage * Cfg::kSmemQ};
   }
   __device__ __forceinline__ QueryTile do_tile(int stage) const {
-    return {at(offsetof(Storage, dout)) + stage * Cfg::kSmemQ};
+    return {at(offsetof(Storage, dout)) + stage * Cfg::kSmemDo};
   }
   __device__ __forceinline__ KeyTile ds_tile(int buf) const { return {at(offsetof(Storage, ds)) + buf * Cfg::kSmemDs}; }
   __device__ __forceinline__ uint32_t dq_stage(int q) const { return at(offsetof(Storage, dq)) + q * Cfg::kSmemDq; }

@@ -14,10 +14,12 @@ namespace attn::flash_sm90 {
 template <class Cfg>
 struct BwdSharedStorage {
   static constexpr int kS = Cfg::kStages;
-  sm90::AlignedBlock<Cfg::kSmemK> k, v;  // this CTA's keys, loaded once
+  sm90::AlignedBlock<Cfg::kSmemK> k;  // this CTA's keys, loaded once
+  sm90::AlignedBlock<Cfg::kSmemV> v;
   // The query tiles' ring: Q and dO of stage s. The epilogue stages dK and
   // dV (kBlockN rows each) where they were.
-  sm90::AlignedBlock<Cfg::kSmemQ> q[kS], dout[kS];
+  sm90::AlignedBlock<Cfg::kSmemQ> q[kS];
+  sm90::AlignedBlock<Cfg::kSmemDo> dout[kS];
   sm90::AlignedBlock<Cfg::kSmemDs> ds[Cfg::kDsBuffers];  // dS^T (keys x queries), by query tile parity
   sm90::AlignedBlock<Cfg::kSmemDq> dq[Cfg::kDqStages];   // a query tile's dQ in fp32, for the bulk reduce-add
   float2 terms[kS][Cfg::kBlockM];                        // {lse2, D} of stage s's rows

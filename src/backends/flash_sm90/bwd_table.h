@@ -8,6 +8,7 @@
 #define ATTN_FLASH_SM90_BWD_TABLE(X) \
   X(64, 64)                          \
   X(128, 128)                        \
+  X(192, 128)                        \
   X(192, 192)                        \
   X(256, 256)
 // clang-format on

@@ -59,7 +59,7 @@ void run(const Problem& p, const BackwardArgs& a, const flash::BwdParams& k, flo
     else
       launch_bwd<T, kDQK, kDV, false, false>(args, stream);
   }
-  if (dkv_accum) launch_bwd_convert_dkv<T>(args, kDQK, stream);
+  if (dkv_accum) launch_bwd_convert_dkv<T>(args, kDQK, kDV, stream);
   if (k.rows_q > 0) flash::launch_bwd_convert_dq<T>(k, kDQK, stream);
 }
 
