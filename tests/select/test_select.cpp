@@ -108,7 +108,7 @@ TEST(Select, PreferenceOrderPerArchitecture) {
 }
 
 // Hopper's backward order moves flash_sm90 first for causal GQA at d 128
-// (4 to 7 query heads per KV head) and at d 256, where it measured faster
+// (4 to 7 query heads per KV head) and at d_qk 192 and 256, where it measured faster
 // than cuDNN's, and says so; everywhere else cudnn stays first.
 TEST(Select, HopperBackwardPutsFlashSm90FirstForCausalGqa) {
   const DeviceInfo dev = simulated_device("sm90");
@@ -153,7 +153,17 @@ TEST(Select, HopperBackwardPutsFlashSm90FirstForCausalGqa) {
   q.window_right = -1;
   std::string rule256;
   EXPECT_EQ(preference_order_for(dev, q, &rule256).front(), "flash_sm90");
-  EXPECT_NE(rule256.find("at d 256"), std::string::npos) << rule256;
+  EXPECT_NE(rule256.find("at d_qk 256"), std::string::npos) << rule256;
+  q.d_qk = q.d_v = 192;
+  EXPECT_EQ(first(q), "flash_sm90");
+  q.d_v = 128;  // 192 / 128: without a right edge only
+  EXPECT_EQ(first(q), "flash_sm90");
+  q.mask = MaskType::causal;
+  q.window_right = 0;
+  EXPECT_EQ(first(q), "cudnn");
+  q.mask = MaskType::no_mask;
+  q.window_right = -1;
+  q.d_qk = q.d_v = 256;
   q.deterministic = true;
   EXPECT_EQ(first(q), "cudnn");
   q.deterministic = false;

@@ -74,13 +74,16 @@ bool leads_backward(const Problem& p, std::string* rule) {
   // in the deterministic mode (docs/FLASH_SM90.md). Nor from 8 query heads
   // per KV head: each CTA then walks 8 heads' query tiles and the first KV
   // tiles' CTAs set the call's length (GQA 8, causal: 0.72-0.98x cuDNN).
-  // At d 256 it leads everywhere (1.04-1.23x cuDNN over ANCHORS.md's d 256
-  // points, 1.04-1.21x with GQA 4; H100, docs/PERF.md), with the same two
-  // exceptions: the deterministic mode cost it 1.40x its default time there.
+  // With the wide tiles (d_qk 192 and 256) it leads everywhere: d 256
+  // 1.03-1.24x cuDNN over ANCHORS.md's points (1.04-1.21x with GQA 4), d 192
+  // 1.16-1.42x (H100, docs/PERF.md); at 192 / 128 only without a right edge
+  // (1.23-1.43x; causal 0.80-0.91x, where cuDNN runs faster than without a
+  // mask). The same two exceptions: the deterministic mode cost it 1.40x
+  // its default time at d 256.
   const int64_t h_per_kv = p.h_kv > 0 ? p.h_q / p.h_kv : 0;
   if (p.dropout_p != 0 || p.deterministic) return false;
-  if (p.d_qk == 256 && p.d_v == 256) {
-    if (rule) *rule = "flash_sm90 first for the backward at d 256";
+  if ((p.d_qk == 256 && p.d_v == 256) || (p.d_qk == 192 && (p.d_v == 192 || p.window_right < 0))) {
+    if (rule) *rule = "flash_sm90 first for the backward at d_qk " + std::to_string(p.d_qk) + ", d_v " + std::to_string(p.d_v);
     return true;
   }
   const bool yes = p.d_qk == 128 && p.d_v == 128 && h_per_kv >= 4 && h_per_kv < 8 &&
