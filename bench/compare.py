@@ -160,9 +160,10 @@ def sdpa_fns(backend, causal, dropout=0.0, gqa=False):
     return fwd, bwd_prep, bwd
 
 
-def time_row(impls, sets, fwd_only=False):
+def time_row(impls, sets, fwd_only=False, flushed=False):
     """{name: (fwd, bwd_prep, bwd)} -> {name: {fwd_ms, bwd_ms} or {error}}, each
-    pass timed with the implementations interleaved."""
+    pass timed with the implementations interleaved; with flushed, also
+    {fwd,bwd}_flushed_ms: each call timed alone after an L2 flush."""
     results = {name: {} for name in impls}
     for p in ("fwd",) if fwd_only else ("fwd", "bwd"):
         runnable = {}
@@ -177,6 +178,9 @@ def time_row(impls, sets, fwd_only=False):
                 results[name]["error"] = str(e).splitlines()[0][:160]
         for name, ms in interleaved_medians(runnable).items():
             results[name][p + "_ms"] = ms
+        if flushed:
+            for name, (fn, fn_sets) in runnable.items():
+                results[name][p + "_flushed_ms"] = flushed_median(fn, fn_sets)
         del runnable
         torch.cuda.empty_cache()
     return results
@@ -266,6 +270,8 @@ def main():
     ap.add_argument("--fwd-only", action="store_true", help="time the forward only")
     ap.add_argument("--dims", default="64,128,256", help="head dims of the grid, comma-separated")
     ap.add_argument("--dv", type=int, default=0, help="d_v of every point (default: its d, as d_qk)")
+    ap.add_argument("--flushed", action="store_true",
+                    help="also time each call alone after an L2 flush (the second method) and print its ratios")
     ap.add_argument("--dropout", type=float, default=0.0, help="dropout probability for every implementation")
     ap.add_argument("--gqa", type=int, default=1, help="query heads per K/V head (GQA); 1: MHA")
     ap.add_argument("--deterministic", action="store_true",
@@ -291,7 +297,8 @@ def main():
         flops = 2.0 * b * h * s * s * (d + d_v) * (0.5 if causal else 1.0)  # Q.K^T and P.V
         row = {"d": d, "d_v": d_v, "seqlen": s, "batch": b, "heads": h, "kv_heads": h // args.gqa, "causal": causal,
                "fwd_flops": flops}
-        for name, r in time_row({name: make(causal) for name, make in impls.items()}, sets, args.fwd_only).items():
+        timed = time_row({name: make(causal) for name, make in impls.items()}, sets, args.fwd_only, args.flushed)
+        for name, r in timed.items():
             for p, mult in (("fwd", 1.0), ("bwd", 2.5)):
                 if f"{p}_ms" in r:
                     r[f"{p}_tflops"] = mult * flops / (r[f"{p}_ms"] * 1e-3) / 1e12
@@ -334,6 +341,13 @@ def main():
         if rs:
             print(f"{p}: attn / sdpa_cudnn geomean {statistics.geometric_mean(rs):.3f}, min {min(rs):.3f} "
                   f"over {len(rs)} points")
+    if args.flushed:
+        for p in ("fwd", "bwd"):
+            rs = [r["sdpa_cudnn"][p + "_flushed_ms"] / r["attn"][p + "_flushed_ms"] for r in rows
+                  if p + "_flushed_ms" in r["attn"] and p + "_flushed_ms" in r["sdpa_cudnn"]]
+            if rs:
+                print(f"{p}: attn / sdpa_cudnn after an L2 flush: geomean {statistics.geometric_mean(rs):.3f}, "
+                      f"min {min(rs):.3f}, max {max(rs):.3f} over {len(rs)} points")
     if args.deterministic:
         for p in ("fwd", "bwd"):
             rs = [r["attn_det"][p + "_ms"] / r["attn"][p + "_ms"] for r in rows
