@@ -33,7 +33,7 @@
 #                             --backend flash_sm80 COMPARE (420 s guard).
 #   flash_sm90 [COMPARE ...]  [build-kernels] per pass in $ATTN_PASS (fwd, bwd,
 #                             default both): ptxas report and SASS counts of the
-#                             d 128 kernel; fwd: the edge cases of
+#                             d 128 kernel (bwd: d 256's too); fwd: the edge cases of
 #                             scripts/sm90_checks.txt first (a failure stops the
 #                             suite unless ATTN_KEEP_GOING=1); the grid and the
 #                             pass's tests; sanitizers on small cases (150 s per
@@ -290,6 +290,8 @@ suite_flash_sm90() {
   if [ "$bwd" = 1 ]; then
     sass=$(sass_counts bwd128 '*attn_flash_sm90_bwd_128_128.dir/*' 'HGMMA|UTMALDG|USETMAXREG|REDG|LDL|STL')
     note sass "d 128 backward: $sass"
+    sass=$(sass_counts bwd256 '*attn_flash_sm90_bwd_256_256.dir/*' 'HGMMA|UTMALDG|USETMAXREG|REDG|LDL|STL')
+    note sass "d 256 backward (the wide tiles): $sass"
   fi
   [ "$fwd" = 1 ] && filter+="Sm90*:"
   [ "$bwd" = 1 ] && filter+="FlashSm90Backward*:CrossPass*:"
