@@ -146,16 +146,14 @@ TEST(FlashSm90Backward, MatchesTheReferenceWide) {
 // sequence stay finite. Rows before the key whose query tile meets the key's
 // KV tile may hold NaN too: their dS there is 0, but dQ += dS K multiplies it
 // by the NaN key in the tensor core (0 x NaN), as in FlashAttention.
-TEST(FlashSm90Backward, NaNStaysVisibleWithScoreChanges) {
-  ATTN_REQUIRE_GPU();
-  if (!on_sm90()) GTEST_SKIP() << "flash_sm90 runs on sm_90 only";
+void expect_nan_stays_visible(int64_t d) {
   testing::CaseSpec s;
   s.mask = MaskType::causal;
   s.batch = 2;
   s.s_q = s.s_kv = 300;
   s.h_q = 4;
   s.h_kv = 2;
-  s.d_qk = s.d_v = 64;
+  s.d_qk = s.d_v = d;
   s.softcap = 20.0;
   s.bias = BiasType::alibi;
   s.backward = true;
@@ -184,6 +182,15 @@ TEST(FlashSm90Backward, NaNStaysVisibleWithScoreChanges) {
       EXPECT_EQ(nan_k, b == 1 && h == 1) << "dk of sequence " << b << ", KV head " << h;
       EXPECT_EQ(nan_v, b == 1 && h == 1) << "dv of sequence " << b << ", KV head " << h;
     }
+}
+
+TEST(FlashSm90Backward, NaNStaysVisibleWithScoreChanges) {
+  ATTN_REQUIRE_GPU();
+  if (!on_sm90()) GTEST_SKIP() << "flash_sm90 runs on sm_90 only";
+  for (int64_t d : {64, 256}) {  // d 256: the wide tiles (64-key KV tiles, d split over the consumers)
+    SCOPED_TRACE("d " + std::to_string(d));
+    expect_nan_stays_visible(d);
+  }
 }
 
 // The deterministic mode (KV tiles add dQ in a fixed order behind per-tile
