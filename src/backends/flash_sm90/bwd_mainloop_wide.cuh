@@ -1,17 +1,20 @@
-// flash_sm90's backward at d 192 and 256 (BwdConfig::kWide): the two
-// consumers share the CTA's 64 keys and split d. Per query tile and consumer:
+// flash_sm90's backward from d_qk 192 (BwdConfig::kWide: 192 / 128, 192,
+// 256): the two consumers share the CTA's 64 keys and split d. Per query
+// tile and consumer:
 //   S = Q.K^T and dP = dO.V^T for its 32 keys over all of d (both operands
 //   K-major in shared memory; queries on the accumulator's rows, the
 //   forward's layout, so flash_sm80's backward score code runs unchanged:
 //   row terms, dropout's keep bits, softcap, ALiBi, the mask),
 //   P and dS to shared memory (queries x the 64 keys, each consumer its 32
-//   columns), a barrier of the two, then over its half of d's columns:
-//   dV += P^T.dO and dK += dS^T.Q, after which Q and dO's stage goes back to
-//   the producer (one stage: the next tile's loads run under dQ), then
-//   dQ = dS.K, all from shared memory, and dQ staged for the adder as at
-//   d 128 (the stage's other half is the other consumer's).
-// dK and dV of 64 keys over all of d (256 registers per thread) cannot stay
-// in one warpgroup's registers: split by columns they take 64 each, as dQ.
+//   columns), a barrier of the two, then over its part of d's columns
+//   (ConsumerColumns): dV += P^T.dO and dK += dS^T.Q, after which Q and
+//   dO's stage goes back to the producer (at d 256, with one stage, the next
+//   tile's loads then run under dQ), then dQ = dS.K, all from shared
+//   memory, and dQ staged for the adder as at d 128 (the stage's other
+//   columns are the other consumer's).
+// dK and dV of 64 keys over all of d (192-256 floats each per thread) cannot
+// stay in one warpgroup's registers: split by columns they take half each,
+// as dQ.
 #pragma once
 
 #include <cstdint>
