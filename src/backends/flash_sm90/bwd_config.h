@@ -77,7 +77,7 @@ struct BwdConfig {
   static constexpr int kSmemLimit = 227 * 1024;  // per block on sm_90
   // + 1024: the dynamic buffer is aligned up to 1024 bytes (the swizzle's period).
   static constexpr int smem_bytes(int stages) {
-    return kSmemK + kSmemV + stages * (kSmemQ + kSmemDo) + kDsBuffers * kSmemDs + kDqStages * kSmemDq + stages * kSmemTerms +
+    return kSmemK + kSmemV + stages * (kSmemQ + kSmemDo + kSmemTerms) + kDsBuffers * kSmemDs + kDqStages * kSmemDq +
            kSmemBarriers + 1024;
   }
   // Two stages of the query tiles' ring where they fit (d 256: one).

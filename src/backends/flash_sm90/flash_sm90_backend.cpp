@@ -83,7 +83,8 @@ bool leads_backward(const Problem& p, std::string* rule) {
   const int64_t h_per_kv = p.h_kv > 0 ? p.h_q / p.h_kv : 0;
   if (p.dropout_p != 0 || p.deterministic) return false;
   if ((p.d_qk == 256 && p.d_v == 256) || (p.d_qk == 192 && (p.d_v == 192 || p.window_right < 0))) {
-    if (rule) *rule = "flash_sm90 first for the backward at d_qk " + std::to_string(p.d_qk) + ", d_v " + std::to_string(p.d_v);
+    if (rule)
+      *rule = "flash_sm90 first for the backward at d_qk " + std::to_string(p.d_qk) + ", d_v " + std::to_string(p.d_v);
     return true;
   }
   const bool yes = p.d_qk == 128 && p.d_v == 128 && h_per_kv >= 4 && h_per_kv < 8 &&
