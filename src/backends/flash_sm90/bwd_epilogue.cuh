@@ -1,5 +1,6 @@
 // flash_sm90's backward: the epilogue of a consumer warpgroup's dK and dV
-// (its 64 keys, or at d 256 its half of d's columns over the CTA's 64 keys).
+// (its 64 keys, or from d_qk 192 its part of d's columns over the CTA's 64
+// keys).
 // dK (times the softmax scale: dS is the gradient of the scaled scores) and
 // dV, rounded to T, are staged with stmatrix where the Q and dO stages were
 // (the CTA's key rows of 128-byte swizzled blocks each, like the forward's
@@ -22,7 +23,7 @@
 namespace attn::flash_sm90 {
 
 // A consumer's first key row of dK / dV in the CTA's tile (the wide tiles
-// split d, the others the keys; BwdRegisters::column gives the columns).
+// split d, the others the keys; consumer_column gives the columns).
 template <class Cfg>
 __device__ __forceinline__ int key_row0(int wg) {
   return Cfg::kWide ? 0 : wg * 64;
@@ -50,24 +51,14 @@ __device__ __forceinline__ void add_rows(float* rows, const float (&acc)[ND][4],
 }
 
 // One consumer's part of dK or dV (`acc`, times `scale`, rounded to T) into
-// `stage` (the CTA's key rows) with stmatrix: lane l addresses row l % 8 of
-// matrix l / 8; matrix j holds rows 8 (j % 2).. of n8 block 2 np + j / 2
-// (stmatrix.cuh).
+// `stage` (the CTA's key rows) with stmatrix (stmatrix_block_pair).
 template <typename T, class Cfg, class Cols, int ND>
 __device__ __forceinline__ void stage_rows(typename BwdSmem<Cfg>::KeyTile stage, const float (&acc)[ND][4],
                                            float scale, int wg, int lane, int warp) {
   const int st_row = key_row0<Cfg>(wg) + 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
-  for (int np = 0; np < ND / 2; ++np) {
-    uint32_t r[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int i = 2 * np + j / 2, e0 = 2 * (j % 2);
-      r[j] = sm80::pack2<T>(acc[i][e0] * scale, acc[i][e0 + 1] * scale);
-    }
-    sm90::stmatrix_x4(stage.chunk(st_row, consumer_column<Cols>(wg, 2 * np) / 8 + (lane >> 4)), r[0], r[1], r[2],
-                      r[3]);
-  }
+  for (int np = 0; np < ND / 2; ++np)
+    stmatrix_block_pair<T>(stage.chunk(st_row, consumer_column<Cols>(wg, 2 * np) / 8 + (lane >> 4)), acc, np, scale);
 }
 
 // A staged tensor's 64 rows from the CTA's row row0 (kWidth columns) to the

@@ -1,12 +1,13 @@
 // flash_sm90's backward kernel: FlashAttention's backward on Hopper's
 // asynchronous units (FlashAttention-3's arrangement of the products). One CTA
-// per (KV tile of 128 keys, 64 at d 256, KV head, sequence) (bwd_kv_block.cuh: the grid's
-// order, the query tiles that see the keys); this file wires its stages:
+// per (KV tile of 128 keys, 64 from d_qk 192, KV head, sequence)
+// (bwd_kv_block.cuh: the grid's order, the query tiles that see the keys);
+// this file wires its stages:
 // - warpgroup 0 (bwd_producer.cuh): one warp loads K and V once, then each
 //   query tile's Q, dO and rows' {lse2, D} into a kStages-deep ring; one
 //   thread of another warp adds each tile's staged dQ to the fp32 accumulator;
-// - warpgroups 1 and 2, the consumers, 64 keys each (at d 256 the same 64
-//   keys, half of d each): the main loop (bwd_mainloop.cuh, at d 256
+// - warpgroups 1 and 2, the consumers, 64 keys each (from d_qk 192 the same
+//   64 keys, half of d each): the main loop (bwd_mainloop.cuh, from d_qk 192
 //   bwd_mainloop_wide.cuh: the five products, P and dS, dQ's staging) over
 //   the query tiles, dK and dV in registers throughout, then the epilogue
 //   (bwd_epilogue.cuh: dK and dV staged with stmatrix, written by TMA).

@@ -26,9 +26,6 @@
 
 namespace attn::flash_sm90 {
 
-// dK and dV of a consumer thread, in registers over the whole walk. A struct
-// of its own, not BwdMainloop's members, as the forward's FwdRegisters: the
-// compiler then knows their stores leave the parameters alone.
 // The first column of accumulator block i (8 columns) of consumer wg's
 // part of a tensor split as Cols (bwd_config.h's ConsumerColumns): all of
 // it, or with the wide tiles its whole column blocks first (consumer 0 the
@@ -40,7 +37,26 @@ __device__ __forceinline__ int consumer_column(int wg, int i) {
   return i < NA ? wg * (Cols::kWidth - Cols::kWhole) + 8 * i : Cols::kWhole + wg * Cols::kHalf + 8 * (i - NA);
 }
 
-// Rows: the consumer's keys; columns: its part of d (consumer_column).
+// Accumulator blocks 2 np and 2 np + 1 (8 columns each, a warp's rows 16
+// warp + lane / 4 and + 8), times `scale` and rounded to T, into a
+// 128B-swizzled tile with stmatrix.x4; `chunk` is the 16-byte chunk of this
+// lane's row there: lane l addresses row l % 8 of matrix l / 8, and matrix j
+// holds rows 8 (j % 2).. of block 2 np + j / 2 (stmatrix.cuh).
+template <typename T, int NB>
+__device__ __forceinline__ void stmatrix_block_pair(uint32_t chunk, const float (&acc)[NB][4], int np, float scale) {
+  uint32_t r[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int i = 2 * np + j / 2, e0 = 2 * (j % 2);
+    r[j] = sm80::pack2<T>(acc[i][e0] * scale, acc[i][e0 + 1] * scale);
+  }
+  sm90::stmatrix_x4(chunk, r[0], r[1], r[2], r[3]);
+}
+
+// dK and dV of a consumer thread, in registers over the whole walk. A struct
+// of its own, not BwdMainloop's members, as the forward's FwdRegisters: the
+// compiler then knows their stores leave the parameters alone. Rows: the
+// consumer's keys; columns: its part of d (consumer_column).
 template <class Cfg>
 struct BwdRegisters {
   static constexpr int kColsK = Cfg::ColsK::kCols, kColsV = Cfg::ColsV::kCols;

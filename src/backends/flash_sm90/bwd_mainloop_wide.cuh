@@ -72,15 +72,8 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
   __device__ __forceinline__ void store_keys_block(KeyTile tile, const float (&x)[1][NA][4]) const {
     const int st_row = 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
-    for (int np = 0; np < NA / 2; ++np) {
-      uint32_t r[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int na = 2 * np + j / 2, e0 = 2 * (j % 2);
-        r[j] = sm80::pack2<T>(x[0][na][e0], x[0][na][e0 + 1]);
-      }
-      sm90::stmatrix_x4(tile.chunk(st_row, this->wg_key0 / 8 + 2 * np + (lane >> 4)), r[0], r[1], r[2], r[3]);
-    }
+    for (int np = 0; np < NA / 2; ++np)
+      stmatrix_block_pair<T>(tile.chunk(st_row, this->wg_key0 / 8 + 2 * np + (lane >> 4)), x[0], np, 1.f);
   }
 
   // P's and dS's buffers of tile `it` (two each, by parity).

@@ -22,11 +22,12 @@
 namespace attn::flash_sm90 {
 namespace {
 
-// The head split's fp32 dK / dV accumulators (bwd_params.h): bytes, 0 without a split.
+// CTAs per KV tile (flash::bwd_head_split).
 int head_split_of(const Problem& p) {
   return flash::bwd_head_split(static_cast<int>(p.h_kv > 0 ? p.h_q / p.h_kv : 1), p.window_left, p.window_right,
                                p.qkv_format == QkvFormat::thd);
 }
+// The head split's fp32 dK / dV accumulators (bwd_params.h): bytes, 0 without a split.
 int64_t dkv_accum_bytes(const Problem& p) {
   return head_split_of(p) > 1 ? p.batch * p.s_kv * p.h_kv * (p.d_qk + p.d_v) * static_cast<int64_t>(sizeof(float)) : 0;
 }
