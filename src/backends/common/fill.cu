@@ -6,11 +6,13 @@
 #include <algorithm>
 
 #include "core/cuda_check.h"
+#include "kernels/dependent_launch.cuh"
 
 namespace attn::detail {
 namespace {
 
 __global__ void fill_kernel(float* base, int64_t n, int64_t stride, float value, int* counter) {
+  kernels::allow_dependent_launch();  // a kernel launched early behind this one waits for its end
   if (counter && blockIdx.x == 0 && threadIdx.x == 0) *counter = 0;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x)

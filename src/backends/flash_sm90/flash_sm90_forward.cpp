@@ -50,10 +50,11 @@ CUtensorMap cache_map(const Problem& p, const TensorView& cache, int64_t cols, i
 }
 
 // The call's maps and parameters (the maps' checks throw here, before any
-// launch), `prologue` (a cache's append), then the kernel.
+// launch), `prologue` (a cache's append), then the kernel (`early`: behind
+// launch_fill's kernel, fwd_launch.h).
 template <typename T, int kDQK, int kDV>
 void run(const Problem& p, const ForwardArgs& a, const flash::CacheParams* cache, int* item_counter,
-         const std::function<void()>& prologue, cudaStream_t stream) {
+         const std::function<void()>& prologue, bool early, cudaStream_t stream) {
   using Cfg = FwdConfig<kDQK, kDV>;
   const bool packed = p.qkv_format == QkvFormat::thd;
   Sm90FwdParams args;
@@ -76,18 +77,18 @@ void run(const Problem& p, const ForwardArgs& a, const flash::CacheParams* cache
   const int sm_count = query_device(p.device).sm_count;  // cached per device
   if (prologue) prologue();
   if (args.p.dropout_threshold != 0)
-    launch_fwd<T, kDQK, kDV, true>(args, sm_count, stream);
+    launch_fwd<T, kDQK, kDV, true>(args, sm_count, early, stream);
   else
-    launch_fwd<T, kDQK, kDV, false>(args, sm_count, stream);
+    launch_fwd<T, kDQK, kDV, false>(args, sm_count, early, stream);
 }
 
 template <typename T>
 bool dispatch(const Problem& p, const ForwardArgs& a, const flash::CacheParams* cache, int* item_counter,
-              const std::function<void()>& prologue, cudaStream_t stream) {
-#define ATTN_DISPATCH_ROW(dqk, dv)                                     \
-  if (p.d_qk == (dqk) && p.d_v == (dv)) {                              \
-    run<T, dqk, dv>(p, a, cache, item_counter, prologue, stream);      \
-    return true;                                                       \
+              const std::function<void()>& prologue, bool early, cudaStream_t stream) {
+#define ATTN_DISPATCH_ROW(dqk, dv)                                        \
+  if (p.d_qk == (dqk) && p.d_v == (dv)) {                                 \
+    run<T, dqk, dv>(p, a, cache, item_counter, prologue, early, stream);  \
+    return true;                                                          \
   }
   ATTN_FLASH_SM90_FWD_TABLE(ATTN_DISPATCH_ROW)
 #undef ATTN_DISPATCH_ROW
@@ -96,9 +97,10 @@ bool dispatch(const Problem& p, const ForwardArgs& a, const flash::CacheParams* 
 
 // The table row for the call's dtype and head dims (cache: null outside forward_over_cache).
 void run_row(const Problem& p, const ForwardArgs& a, const flash::CacheParams* cache, int* item_counter,
-             const std::function<void()>& prologue, cudaStream_t stream) {
-  const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, a, cache, item_counter, prologue, stream)
-                                          : dispatch<__half>(p, a, cache, item_counter, prologue, stream);
+             const std::function<void()>& prologue, bool early, cudaStream_t stream) {
+  const bool ran = p.dtype == DType::bf16
+                       ? dispatch<__nv_bfloat16>(p, a, cache, item_counter, prologue, early, stream)
+                       : dispatch<__half>(p, a, cache, item_counter, prologue, early, stream);
   if (!ran)  // supports() refuses these; reaching here is a bug in attn
     flash::fail_missing_table_row(p, "flash_sm90 has no kernel", "fwd_table.h");
 }
@@ -116,14 +118,13 @@ void forward(const Problem& p, const ForwardArgs& args, const RunContext& ctx) {
     if (max_logit) detail::launch_fill(max_logit, p.h_q, max_logit_stride, -INFINITY, stream);
     return;
   }
-  // The work-item counter: the call's workspace, zeroed on the stream (with
-  // max_logit's fill where there is one: one operation either way).
+  // The work-item counter (the call's workspace) zeroed and max_logit
+  // filled by one small kernel, under which the attention kernel starts (an
+  // early launch: its set-up and first item's loads go in meanwhile). The
+  // same two launches with and without max_logit: its cost is the kernel's.
   int* item_counter = static_cast<int*>(detail::workspace(ctx, p.device.index, forward_workspace_bytes(p)));
-  if (max_logit)
-    detail::launch_fill(max_logit, p.h_q, max_logit_stride, -INFINITY, stream, item_counter);
-  else
-    ATTN_CUDA(cudaMemsetAsync(item_counter, 0, sizeof(int), stream));
-  run_row(p, args, nullptr, item_counter, {}, stream);
+  detail::launch_fill(max_logit, max_logit ? p.h_q : 0, max_logit_stride, -INFINITY, stream, item_counter);
+  run_row(p, args, nullptr, item_counter, {}, /*early=*/true, stream);
 }
 
 std::vector<std::string> cache_obstacles(int64_t block_size) {
@@ -140,8 +141,9 @@ void forward_over_cache(const Problem& p, const ForwardArgs& args, const flash::
     if (prologue) prologue();
     return;
   }
+  // Not early: the prologue's kernel writes the cache that the first item reads.
   ATTN_CUDA(cudaMemsetAsync(item_counter, 0, sizeof(int), stream));
-  run_row(p, args, &cache, item_counter, prologue, stream);
+  run_row(p, args, &cache, item_counter, prologue, /*early=*/false, stream);
 }
 
 }  // namespace attn::flash_sm90

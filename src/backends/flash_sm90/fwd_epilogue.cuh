@@ -13,6 +13,7 @@
 #include "backends/flash_sm90/fwd_smem.cuh"
 #include "backends/flash_sm90/fwd_storage.cuh"
 #include "backends/flash_sm90/fwd_work_queue.cuh"
+#include "kernels/dependent_launch.cuh"
 #include "kernels/sm80/mma.cuh"
 #include "kernels/sm90/stmatrix.cuh"
 #include "kernels/sm90/tma.cuh"
@@ -197,7 +198,10 @@ struct FwdEpilogue {
   }
   __device__ __forceinline__ void max_into(int h, const int (&k)[4]) const {
     const float m = flash::from_ordered_key(max(max(k[0], k[1]), max(k[2], k[3])));
-    if (h >= 0 && m != -INFINITY) detail::atomic_max_keeping_nan(args.p.max_logit + h * args.p.max_logit_stride, m);
+    if (h >= 0 && m != -INFINITY) {
+      kernels::wait_for_prior_grid();  // max_logit's fill may still run (an early launch: fwd_launch.h)
+      detail::atomic_max_keeping_nan(args.p.max_logit + h * args.p.max_logit_stride, m);
+    }
   }
 
   // Each warp's key of the item held (head h; -1: none) into shared memory,

@@ -18,9 +18,10 @@ static_assert(false ATTN_FLASH_SM90_FWD_TABLE(ATTN_IS_ROW), "ATTN_FWD_DQK/DV is 
 
 // Each dtype with and without dropout's path (fwd_kernel.cuh).
 #define ATTN_INSTANTIATE(dropout)                                                                              \
-  template void launch_fwd<__nv_bfloat16, ATTN_FWD_DQK, ATTN_FWD_DV, dropout>(const Sm90FwdParams&, int,     \
-                                                                             cudaStream_t);                  \
-  template void launch_fwd<__half, ATTN_FWD_DQK, ATTN_FWD_DV, dropout>(const Sm90FwdParams&, int, cudaStream_t);
+  template void launch_fwd<__nv_bfloat16, ATTN_FWD_DQK, ATTN_FWD_DV, dropout>(const Sm90FwdParams&, int, bool, \
+                                                                             cudaStream_t);                    \
+  template void launch_fwd<__half, ATTN_FWD_DQK, ATTN_FWD_DV, dropout>(const Sm90FwdParams&, int, bool,         \
+                                                                      cudaStream_t);
 ATTN_INSTANTIATE(false)
 ATTN_INSTANTIATE(true)
 #undef ATTN_INSTANTIATE

@@ -30,6 +30,7 @@
 #include "backends/flash_sm90/fwd_storage.cuh"
 #include "backends/flash_sm90/fwd_work_queue.cuh"
 #include "core/cuda_check.h"
+#include "kernels/dependent_launch.cuh"
 #include "kernels/sm90/mbarrier.cuh"
 #include "kernels/sm90/wgmma.cuh"
 
@@ -125,17 +126,17 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
 
 // Launches the kernel for one instantiation on the caller's stream: one
 // persistent CTA per SM (fewer for fewer items). `item_counter` is a zeroed
-// int in device memory; the CTAs take their second and later items from it.
+// int in device memory (zeroed by the kernel before where `early`); the CTAs
+// take their second and later items from it.
 template <typename T, int kDQK, int kDV, bool kDropout>
-void launch_fwd(const Sm90FwdParams& args, int sm_count, cudaStream_t stream) {
+void launch_fwd(const Sm90FwdParams& args, int sm_count, bool early, cudaStream_t stream) {
   using Cfg = FwdConfig<kDQK, kDV>;
   auto* kernel = flash_fwd_sm90_kernel<T, kDQK, kDV, kDropout>;
   ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const int64_t items =
       static_cast<int64_t>((args.p.s_q + Cfg::kBlockM - 1) / Cfg::kBlockM) * args.p.h_q * args.p.batch;
   const int grid = static_cast<int>(sm_count > 0 && items > sm_count ? sm_count : items);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(args);
-  ATTN_CUDA(cudaGetLastError());
+  kernels::launch_dependent(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, early, args);
 }
 
 }  // namespace attn::flash_sm90

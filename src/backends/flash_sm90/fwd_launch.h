@@ -8,8 +8,11 @@
 
 namespace attn::flash_sm90 {
 
-// kDropout: the build with dropout's path (fwd_kernel.cuh), for calls with dropout.
+// kDropout: the build with dropout's path (fwd_kernel.cuh), for calls with
+// dropout. `early`: launched to start under the kernel before it on the
+// stream (detail::launch_fill's, which zeroes the work counter and fills
+// max_logit), waiting for its end before the first touch of either.
 template <typename T, int kDQK, int kDV, bool kDropout>
-void launch_fwd(const Sm90FwdParams& p, int sm_count, cudaStream_t stream);
+void launch_fwd(const Sm90FwdParams& p, int sm_count, bool early, cudaStream_t stream);
 
 }  // namespace attn::flash_sm90

@@ -14,6 +14,7 @@
 #include "backends/flash_sm90/fwd_params.h"
 #include "backends/flash_sm90/fwd_smem.cuh"
 #include "backends/flash_sm90/fwd_tiles.h"
+#include "kernels/dependent_launch.cuh"
 
 namespace attn::flash_sm90 {
 
@@ -72,12 +73,20 @@ struct FwdWorkQueue {
   // gridDim.x across the loop in the producer's 24 registers and spills it.
   // A producer warp (a paged cache's: fwd_producer.cuh) claims once, in
   // lane 0, and every lane gets the index.
+  // The kernel before this one may still be zeroing the counter (an early
+  // launch, fwd_launch.h): the wait returns at once after the first.
   __device__ __forceinline__ int claim(bool warp) const {
     int grid;
     asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(grid));
-    if (!warp) return atomicAdd(args.item_counter, 1) + grid;
+    if (!warp) {
+      kernels::wait_for_prior_grid();
+      return atomicAdd(args.item_counter, 1) + grid;
+    }
     int t = 0;
-    if ((threadIdx.x & 31) == 0) t = atomicAdd(args.item_counter, 1);
+    if ((threadIdx.x & 31) == 0) {
+      kernels::wait_for_prior_grid();
+      t = atomicAdd(args.item_counter, 1);
+    }
     return __shfl_sync(0xffffffffu, t, 0) + grid;
   }
 
