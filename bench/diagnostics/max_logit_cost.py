@@ -3,26 +3,53 @@ backend's forward (default flash_sm90) with and without return_max_logit at
 a few 1k points for batch b and 2b (twice the work items, the same per-item
 work), and the same call behind one extra tiny kernel (what a per-call
 launch costs back to back). A per-item cost doubles its microseconds with
-the batch; a per-call one does not.
+the batch; a per-call one does not. --lone: the same calls each alone after
+an L2 flush, timed as bench/sinks.py's second method does and again with
+the GPU held by a spin kernel while the host issues the call (so the host's
+time to issue it, also printed, cannot show as GPU time).
 
     PYTHONPATH=/tmp/py python3 bench/diagnostics/max_logit_cost.py [--backend flash_sm90]
 """
 import argparse
 import os
+import statistics
 import sys
+import time
 
 import torch
 
 import attn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from compare import interleaved_medians, make_sets, warm  # noqa: E402
+from compare import flushed_median, interleaved_medians, make_sets, warm  # noqa: E402
+
+
+def lone_times(fn, sets, reps=30):
+    """(host us to issue one call, median us of one call alone after an L2
+    flush with the host's issue hidden under a spin kernel)."""
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    host, gpu = [], []
+    for i in range(reps):
+        flush.zero_()
+        torch.cuda._sleep(2_000_000)  # about 1 ms at the H100's clock: the host issues the call meanwhile
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        t0 = time.perf_counter()
+        fn(sets[i % len(sets)])
+        host.append((time.perf_counter() - t0) * 1e6)
+        end.record()
+        end.synchronize()
+        gpu.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(host), statistics.median(gpu)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", default="flash_sm90")
+    ap.add_argument("--lone", action="store_true")
     a = ap.parse_args()
+    if a.lone:
+        return lone(a.backend)
     print(f"{'d':>4} {'s':>5} {'causal':>6} {'b':>3} | vanilla us  max_logit us  delta us  ratio | "
           "extra kernel delta us")
     for d, s, causal in ((64, 1024, True), (64, 1024, False), (128, 1024, True)):
@@ -53,6 +80,27 @@ def main():
                   f"{us['extra'] - us['vanilla']:8.2f}", flush=True)
             del sets
             torch.cuda.empty_cache()
+
+
+def lone(backend):
+    print(f"{'d':>4} {'s':>5} {'causal':>6} | {'call':>9} | flushed us | host us  spin+flushed us")
+    for d, s, causal in ((64, 1024, False), (64, 1024, True), (128, 1024, False), (128, 1024, True)):
+        h, b = 2048 // d, 16384 // s
+        mask = "causal" if causal else "no_mask"
+        sets = make_sets(b, s, h, d)
+        sink = torch.linspace(-1.0, 2.0, h, device="cuda", dtype=torch.float32)
+        kinds = {"vanilla": {}, "sink": dict(softmax_type="learnable", sink=sink),
+                 "max_logit": dict(return_max_logit=True)}
+        for name, kw in kinds.items():
+            def fn(t, kw=kw):
+                return attn.forward(t[0], t[1], t[2], mask=mask, backend=backend, **kw)
+            warm(fn, sets)
+            flushed = flushed_median(fn, sets) * 1e3
+            host, gpu = lone_times(fn, sets)
+            print(f"{d:>4} {s:>5} {str(causal):>6} | {name:>9} | {flushed:10.1f} | {host:7.1f}  {gpu:14.1f}",
+                  flush=True)
+        del sets
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
