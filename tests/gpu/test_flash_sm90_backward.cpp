@@ -54,6 +54,9 @@ std::vector<testing::CaseSpec> cases(int64_t d, int64_t d_v = 0) {
   add(QkvFormat::bshd, MaskType::padding_causal, 3, 300, 300, 16, 2);  // rows past a sequence get zeros
   out.back().seqlens_q = {300, 77, 1};
   out.back().seqlens_kv = {300, 130, 0};
+  add(QkvFormat::thd, MaskType::padding_causal_bottom_right, 4, 0, 0, 16, 2);  // packed, an empty sequence
+  out.back().seqlens_q = {300, 0, 1, 77};
+  out.back().seqlens_kv = {333, 0, 64, 77};
   // cu_seqlens: packed sequences (an empty one, length 1, ends inside both
   // tiles, a sequence whose queries see no key) and padded batches (their
   // padding rows hold random values, which no gradient may take in).

@@ -499,16 +499,14 @@ TEST(Select, FlashSm80BackwardGroupChunkAtD256) {
 
 TEST(Select, FlashSm90BackwardSplitsLargeGqaGroupsUnderACausalShape) {
   // Two CTAs per KV tile from 8 query heads per KV head where the first KV
-  // tiles carry the most work; padded batches only (thd's rows between
-  // sequences are the caller's).
+  // tiles carry the most work.
   using flash::bwd_head_split;
-  EXPECT_EQ(bwd_head_split(8, -1, 0, false), 2);    // causal GQA 8
-  EXPECT_EQ(bwd_head_split(16, -1, 0, false), 2);   // GQA 16
-  EXPECT_EQ(bwd_head_split(4, -1, 0, false), 1);    // GQA 4: one CTA walks all four heads
-  EXPECT_EQ(bwd_head_split(8, -1, -1, false), 1);   // no mask: even work
-  EXPECT_EQ(bwd_head_split(8, 1023, 0, false), 1);  // sliding window: even work
-  EXPECT_EQ(bwd_head_split(8, -1, 0, true), 1);     // packed
-  EXPECT_EQ(bwd_head_split(9, -1, 0, false), 1);    // an odd group does not halve
+  EXPECT_EQ(bwd_head_split(8, -1, 0), 2);    // causal GQA 8
+  EXPECT_EQ(bwd_head_split(16, -1, 0), 2);   // GQA 16
+  EXPECT_EQ(bwd_head_split(4, -1, 0), 1);    // GQA 4: one CTA walks all four heads
+  EXPECT_EQ(bwd_head_split(8, -1, -1), 1);   // no mask: even work
+  EXPECT_EQ(bwd_head_split(8, 1023, 0), 1);  // sliding window: even work
+  EXPECT_EQ(bwd_head_split(9, -1, 0), 1);    // an odd group does not halve
 }
 
 TEST(Select, FlashSm80D256BackwardSaysWhereItsGridEnds) {

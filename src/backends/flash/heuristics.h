@@ -44,10 +44,9 @@ constexpr int bwd_clamp_group_chunk(long long chunk, int pairs) {
 // KV tiles' CTAs each walking every head's query tiles would set the call's
 // length (GQA 8, causal, 4k: one CTA's walk was 83% of the call). Two: each
 // takes half the heads, and their dK / dV partials meet in an fp32 sum,
-// 0 + a + b, the same bits in either order. Padded batches only (a packed
-// tensor's rows between sequences are not written). 1: no split.
-constexpr int bwd_head_split(int h_per_kv, long long window_left, long long window_right, bool packed) {
-  return !packed && h_per_kv >= 8 && h_per_kv % 2 == 0 && causal_shape(window_left, window_right) ? 2 : 1;
+// 0 + a + b, the same bits in either order. 1: no split.
+constexpr int bwd_head_split(int h_per_kv, long long window_left, long long window_right) {
+  return h_per_kv >= 8 && h_per_kv % 2 == 0 && causal_shape(window_left, window_right) ? 2 : 1;
 }
 
 constexpr int bwd_group_chunk(int h_per_kv, long long window_left, long long window_right, long long s_q, int d_qk,

@@ -1,7 +1,8 @@
 // flash_sm90's backward with a head split (flash::bwd_head_split): dK and dV
 // from the fp32 accumulators its CTAs added into (Sm90BwdParams::dkv_accum)
-// to the caller's tensors, every row of a padded batch (zeros past a
-// sequence). Memory only: 16 bytes written per thread.
+// to the caller's tensors: every row of a padded batch (zeros past a
+// sequence), or thd's tokens that lie in a sequence (the rows between
+// sequences stay the caller's). Memory only: 16 bytes written per thread.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -18,6 +19,19 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// Whether packed key token t lies in one of the sequences (cu_seqlens_kv,
+// ascending): the last start at or before t, found by bisection, and its end.
+__device__ __forceinline__ bool in_a_sequence(const flash::FwdParams& p, int64_t t) {
+  int lo = 0, hi = p.batch - 1;  // the answer is in [lo, hi], or none
+  if (hi < 0 || p.cu_seqlens_kv[0] > t) return false;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (p.cu_seqlens_kv[mid * p.cu_kv_stride] <= t) lo = mid;
+    else hi = mid - 1;
+  }
+  return t < p.cu_seqlens_kv[(lo + 1) * p.cu_kv_stride];
+}
+
 // Thread (row, 8-column chunk) of head blockIdx.y; blockIdx.z: 0 dK (d_qk
 // columns), 1 dV (d_v; its accumulator follows dK's).
 template <typename T>
@@ -26,11 +40,17 @@ __global__ void __launch_bounds__(kThreads)
   const flash::BwdParams& p = a.p;
   const bool v = blockIdx.z == 1;
   const int d = v ? d_v : d_qk, chunks = d / 8, h = blockIdx.y;
-  const int64_t rows = static_cast<int64_t>(p.fwd.batch) * p.fwd.s_kv, heads = p.fwd.h_q / p.fwd.h_per_kv;
+  const int64_t rows = a.dkv_rows, heads = p.fwd.h_q / p.fwd.h_per_kv;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x, t = idx / chunks;
   if (t >= rows) return;
   const int c = static_cast<int>(idx % chunks);
-  const int64_t b = t / p.fwd.s_kv, i = t - b * p.fwd.s_kv;
+  int64_t b = 0, i = t;
+  if (p.fwd.packed) {
+    if (!in_a_sequence(p.fwd, t)) return;
+  } else {
+    b = t / p.fwd.s_kv;
+    i = t - b * p.fwd.s_kv;
+  }
   const float* first = a.dkv_accum + (v ? heads * rows * d_qk : 0);
   const float4* acc = reinterpret_cast<const float4*>(first + h * rows * d + t * d + 8 * c);
   T* out = static_cast<T*>(v ? p.dv : p.dk) + b * (v ? p.dv_batch_stride : p.dk_batch_stride) +
@@ -44,7 +64,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T>
 void launch_bwd_convert_dkv(const Sm90BwdParams& a, int d_qk, int d_v, cudaStream_t stream) {
-  const int64_t rows = static_cast<int64_t>(a.p.fwd.batch) * a.p.fwd.s_kv, threads = rows * (std::max(d_qk, d_v) / 8);
+  const int64_t threads = a.dkv_rows * (std::max(d_qk, d_v) / 8);
   if (threads == 0) return;
   const dim3 grid(static_cast<unsigned>((threads + kThreads - 1) / kThreads), a.p.fwd.h_q / a.p.fwd.h_per_kv, 2);
   bwd_convert_dkv_kernel<T><<<grid, kThreads, 0, stream>>>(a, d_qk, d_v);

@@ -95,8 +95,9 @@ __device__ __forceinline__ void bwd_store_dk_dv(const Sm90BwdParams& args, const
   const int wg = tid / 128 - 1, lane = tid & 31, warp = (tid / 32) & 3;
   const int row0 = key_row0<Cfg>(wg);
   if (args.dkv_accum) {
-    const int64_t rows = static_cast<int64_t>(p.batch) * p.s_kv, heads_kv = p.h_q / p.h_per_kv;
-    const int64_t first = blk.h_kv * rows + static_cast<int64_t>(blk.b) * p.s_kv + blk.n0;
+    const int64_t rows = args.dkv_rows, heads_kv = p.h_q / p.h_per_kv;
+    const int64_t first =
+        blk.h_kv * rows + (p.packed ? blk.seq.start_kv : static_cast<int64_t>(blk.b) * p.s_kv) + blk.n0;
     float* const dv_acc = args.dkv_accum + heads_kv * rows * Cfg::kHeadDim;  // dV's accumulator follows dK's
     add_rows<Cfg, ColsK>(args.dkv_accum + first * Cfg::kHeadDim, regs.dk, p.scale, blk, wg, lane, warp);
     add_rows<Cfg, ColsV>(dv_acc + first * Cfg::kHeadDimV, regs.dv, 1.f, blk, wg, lane, warp);

@@ -15,10 +15,11 @@ struct Sm90BwdParams {
   CUtensorMap dk, dv;   // the same, boxes of 64 columns x 64 rows (one consumer's)
   flash::BwdParams p;
   // Query heads split over head_split CTAs per KV tile (flash::bwd_head_split):
-  // each adds its dK (times the scale) and dV into dkv_accum, fp32, [h_kv][rows
-  // b * s_kv][d_qk] then [h_kv][rows][d_v], zeroed; bwd_convert_dkv writes them.
+  // each adds its dK (times the scale) and dV into dkv_accum, fp32, [h_kv][dkv_rows]
+  // [d_qk] then [h_kv][dkv_rows][d_v], zeroed; bwd_convert_dkv writes them.
   int head_split = 1;
   float* dkv_accum = nullptr;
+  int64_t dkv_rows = 0;  // b * s_kv, or thd's packed key tokens
 };
 
 }  // namespace attn::flash_sm90

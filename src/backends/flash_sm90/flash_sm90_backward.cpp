@@ -24,12 +24,13 @@ namespace {
 
 // CTAs per KV tile (flash::bwd_head_split).
 int head_split_of(const Problem& p) {
-  return flash::bwd_head_split(static_cast<int>(p.h_kv > 0 ? p.h_q / p.h_kv : 1), p.window_left, p.window_right,
-                               p.qkv_format == QkvFormat::thd);
+  return flash::bwd_head_split(static_cast<int>(p.h_kv > 0 ? p.h_q / p.h_kv : 1), p.window_left, p.window_right);
 }
+// Accumulator rows: every key token (thd: the packed tokens).
+int64_t dkv_rows(const Problem& p) { return p.qkv_format == QkvFormat::thd ? p.total_kv : p.batch * p.s_kv; }
 // The head split's fp32 dK / dV accumulators (bwd_params.h): bytes, 0 without a split.
 int64_t dkv_accum_bytes(const Problem& p) {
-  return head_split_of(p) > 1 ? p.batch * p.s_kv * p.h_kv * (p.d_qk + p.d_v) * static_cast<int64_t>(sizeof(float)) : 0;
+  return head_split_of(p) > 1 ? dkv_rows(p) * p.h_kv * (p.d_qk + p.d_v) * static_cast<int64_t>(sizeof(float)) : 0;
 }
 
 template <typename T, int kDQK, int kDV>
@@ -42,6 +43,7 @@ void run(const Problem& p, const BackwardArgs& a, const flash::BwdParams& k, flo
   if (dkv_accum) {
     args.head_split = head_split_of(p);
     args.dkv_accum = dkv_accum;
+    args.dkv_rows = dkv_rows(p);
     ATTN_CUDA(cudaMemsetAsync(dkv_accum, 0, dkv_accum_bytes(p), stream));
   }
   args.q = tile_map(p, a.in.q, tokens_q, p.h_q, kDQK, Cfg::kBlockM, "q");
