@@ -28,30 +28,34 @@ __device__ __forceinline__ int lane_id() {
   return lane;
 }
 
-// A paged cache: the block of this lane's box of KV tile n (sequence b),
-// kv_box_rows keys that never cross a block; -1 for lanes past the tile's
-// boxes. Positions past the cache read its last block's entry (their rows
-// are cleared as past the sequence).
+// A paged cache: where this lane's box of KV tile n (sequence b) lies, its
+// block and first row in it (kv_box_rows keys that never cross a block);
+// block -1 for lanes past the tile's boxes. Positions past the cache read
+// its last block's entry (their rows are cleared as past the sequence).
+struct PagedBox {
+  int block = 0, row = 0;
+};
 template <class Cfg>
-__device__ __forceinline__ int paged_box_block(const Sm90FwdParams& args, int b, int n) {
+__device__ __forceinline__ PagedBox paged_box(const Sm90FwdParams& args, int b, int n, int key0) {
   const int r = lane_id() * args.kv_box_rows;
-  if (r >= Cfg::kBlockN) return -1;
-  return flash::cache_block(args.p.cache, b, min(n * Cfg::kBlockN + r, args.p.cache.capacity - 1));
+  if (r >= Cfg::kBlockN) return {-1, 0};
+  return {flash::cache_block(args.p.cache, b, min(n * Cfg::kBlockN + r, args.p.cache.capacity - 1)),
+          (key0 + r) % args.p.cache.block_size};
 }
 
 // One K or V tile, keys [key0, key0 + kBlockN), kCols columns: a box per 64
 // columns, or in a paged cache one per kv_box_rows keys and 64 columns, each
-// lane its box, in block `block` (paged_box_block).
+// lane its box (paged_box).
 template <class Cfg, bool kPaged, int kCols, class Tile>
 __device__ __forceinline__ void load_kv_tile(const Sm90FwdParams& args, const CUtensorMap* map, Tile tile,
-                                             uint32_t bar, int key0, int h_kv, int seq, int block) {
+                                             uint32_t bar, int key0, int h_kv, int seq, PagedBox box) {
   if constexpr (kPaged) {
     __syncwarp();  // lane 0's expect_tx first
-    if (block >= 0) {
-      const int r = lane_id() * args.kv_box_rows, row = (key0 + r) % args.p.cache.block_size;
+    if (box.block >= 0) {
+      const int r = lane_id() * args.kv_box_rows;
 #pragma unroll
       for (int cb = 0; cb < kCols / 64; ++cb)
-        sm90::tma_load_4d(tile.column_block(cb) + r * 128, map, bar, cb * 64, row, h_kv, block);
+        sm90::tma_load_4d(tile.column_block(cb) + r * 128, map, bar, cb * 64, box.row, h_kv, box.block);
     }
   } else {
 #pragma unroll
@@ -100,18 +104,23 @@ __device__ __forceinline__ void fwd_producer(const Sm90FwdParams& args, const Fw
                           static_cast<int>(w.seq.start_q) + w.m0, w.h, seq_coord);
     }
     q_state.advance();
+    // A paged cache's block ids are read a tile ahead: the block table's
+    // latency runs under the waits for the stage before the id is used.
+    PagedBox box = kPaged ? paged_box<Cfg>(args, kv_seq, w.tiles.first, kv_row0 + w.tiles.first * kN) : PagedBox{};
     for (int n = w.tiles.first; n <= w.tiles.last; ++n, kv_state.advance()) {
       const int stage = kv_state.stage();
       const uint32_t phase = kv_state.producer_phase();
-      const int block = kPaged ? paged_box_block<Cfg>(args, kv_seq, n) : 0;  // read before the wait
+      const PagedBox next =
+          kPaged && n < w.tiles.last ? paged_box<Cfg>(args, kv_seq, n + 1, kv_row0 + (n + 1) * kN) : PagedBox{};
       smem.k_empty(stage).wait(phase);
       if (leader()) smem.k_full(stage).arrive_expect_tx(Cfg::kSmemK);
       load_kv_tile<Cfg, kPaged, kDQK>(args, &args.k, smem.k_tile(stage), smem.k_full(stage).addr, kv_row0 + n * kN,
-                                      h_kv, kv_seq, block);
+                                      h_kv, kv_seq, box);
       smem.v_empty(stage).wait(phase);
       if (leader()) smem.v_full(stage).arrive_expect_tx(Cfg::kSmemV);
       load_kv_tile<Cfg, kPaged, kDV>(args, &args.v, smem.v_tile(stage), smem.v_full(stage).addr, kv_row0 + n * kN,
-                                     h_kv, kv_seq, block);
+                                     h_kv, kv_seq, box);
+      box = next;
     }
   }
 }
