@@ -2,22 +2,28 @@
 tokens, a chunk of 2048; h 32/8, d 128, bf16, bottom-right causal), run a
 few times in one variant, for a profiler (ncu -k flash_fwd --launch-skip 2
 --launch-count 1): `prefill` (attn.forward on contiguous K/V), `cache` (the
-same keys as a contiguous cache) or `pagedN` (blocks of N keys, shuffled).
+same keys as a contiguous cache), `pagedN` (blocks of N keys, shuffled) or
+`pagedNseq` (the blocks in order: the paged path over the contiguous
+layout). --time VARIANT,...: each variant's median ms back to back instead
+(bench/compare.py's interleaved rounds).
 
     python bench/diagnostics/prefill_one.py VARIANT [--calls 3]
+    python bench/diagnostics/prefill_one.py --time cache,paged128,paged128seq
 """
 import argparse
+import os
+import sys
 
 import torch
 
 import attn
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from compare import interleaved_medians  # noqa: E402
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("variant")
-    ap.add_argument("--calls", type=int, default=3)
-    a = ap.parse_args()
+
+def make(variant):
+    """The call of one variant, and the plain prefill's output to check it."""
     b, prior, s_q, h_q, h_kv, d = 1, 16384, 2048, 32, 8, 128
     s_kv = prior + s_q
     dt = torch.bfloat16
@@ -25,16 +31,17 @@ def main():
     k = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dt)
     v = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dt)
     lens = torch.full((b,), s_kv, dtype=torch.int32, device="cuda")
-    if a.variant == "prefill":
+    if variant == "prefill":
         def fn():
             return attn.forward(q, k, v, mask="causal_bottom_right")
-    elif a.variant == "cache":
+    elif variant == "cache":
         def fn():
             return attn.forward_with_kvcache(q, k, v, cache_seqlens=lens, check_seqlens=False)
     else:
-        bs = int(a.variant.removeprefix("paged"))
+        bs = int(variant.removeprefix("paged").removesuffix("seq"))
         n = b * ((s_kv + bs - 1) // bs)
-        table = torch.randperm(n, device="cuda").view(b, -1).int()
+        order = torch.arange(n, device="cuda") if variant.endswith("seq") else torch.randperm(n, device="cuda")
+        table = order.view(b, -1).int()
         kp = torch.zeros(n, bs, h_kv, d, device="cuda", dtype=dt)
         vp = torch.zeros(n, bs, h_kv, d, device="cuda", dtype=dt)
         kp[table[0].long()] = k[0].view(-1, bs, h_kv, d)
@@ -42,7 +49,28 @@ def main():
 
         def fn():
             return attn.forward_with_kvcache(q, kp, vp, cache_seqlens=lens, block_table=table, check_seqlens=False)
-    ref = attn.forward(q, k, v, mask="causal_bottom_right").float()
+    return fn, attn.forward(q, k, v, mask="causal_bottom_right").float()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("variant", nargs="?")
+    ap.add_argument("--calls", type=int, default=3)
+    ap.add_argument("--time", default="")
+    a = ap.parse_args()
+    if a.time:
+        fns = {}
+        for v in a.time.split(","):
+            fn, ref = make(v)
+            err = (fn().float() - ref).abs().max().item()
+            assert err < 0.05, f"{v} differs from the prefill by {err}"
+            fns[v] = (lambda _, fn=fn: fn(), [None])
+        t = interleaved_medians(fns, budget_ms=1500.0)
+        base = t[next(iter(t))]
+        for v, ms in t.items():
+            print(f"{v:>12} {ms:8.3f} ms  {base / ms:6.3f}x the first")
+        return
+    fn, ref = make(a.variant)
     for _ in range(a.calls):
         out = fn()
     torch.cuda.synchronize()
