@@ -30,17 +30,23 @@ __device__ __forceinline__ int lane_id() {
 
 // A paged cache: where this lane's box of KV tile n (sequence b) lies, its
 // block and first row in it (kv_box_rows keys that never cross a block);
-// block -1 for lanes past the tile's boxes. Positions past the cache read
-// its last block's entry (their rows are cleared as past the sequence).
+// row -1 for lanes past the tile's boxes. Positions past the cache read its
+// last block's entry (their rows are cleared as past the sequence). The
+// block id is the block table's value as read: it is clamped where it is
+// used (block()), so that nothing waits for the read before then.
 struct PagedBox {
-  int block = 0, row = 0;
+  int table_entry = 0, row = -1;
+  __device__ __forceinline__ int block(const flash::CacheParams& c) const {
+    return flash::clamp_index(table_entry, c.rows);
+  }
 };
 template <class Cfg>
 __device__ __forceinline__ PagedBox paged_box(const Sm90FwdParams& args, int b, int n, int key0) {
   const int r = lane_id() * args.kv_box_rows;
-  if (r >= Cfg::kBlockN) return {-1, 0};
-  return {flash::cache_block(args.p.cache, b, min(n * Cfg::kBlockN + r, args.p.cache.capacity - 1)),
-          (key0 + r) % args.p.cache.block_size};
+  if (r >= Cfg::kBlockN) return {};
+  const flash::CacheParams& c = args.p.cache;
+  const int key = min(n * Cfg::kBlockN + r, c.capacity - 1);
+  return {c.block_table[b * c.block_table_stride + key / c.block_size], (key0 + r) % c.block_size};
 }
 
 // One K or V tile, keys [key0, key0 + kBlockN), kCols columns: a box per 64
@@ -51,11 +57,11 @@ __device__ __forceinline__ void load_kv_tile(const Sm90FwdParams& args, const CU
                                              uint32_t bar, int key0, int h_kv, int seq, PagedBox box) {
   if constexpr (kPaged) {
     __syncwarp();  // lane 0's expect_tx first
-    if (box.block >= 0) {
-      const int r = lane_id() * args.kv_box_rows;
+    if (box.row >= 0) {
+      const int r = lane_id() * args.kv_box_rows, block = box.block(args.p.cache);
 #pragma unroll
       for (int cb = 0; cb < kCols / 64; ++cb)
-        sm90::tma_load_4d(tile.column_block(cb) + r * 128, map, bar, cb * 64, box.row, h_kv, box.block);
+        sm90::tma_load_4d(tile.column_block(cb) + r * 128, map, bar, cb * 64, box.row, h_kv, block);
     }
   } else {
 #pragma unroll
