@@ -110,18 +110,21 @@ __device__ __forceinline__ void fwd_producer(const Sm90FwdParams& args, const Fw
                           static_cast<int>(w.seq.start_q) + w.m0, w.h, seq_coord);
     }
     q_state.advance();
-    // A paged cache's block ids are read a tile ahead: the block table's
-    // latency runs under the waits for the stage before the id is used.
+    // A paged cache's block ids are read a tile ahead, between a tile's K
+    // and V: the block table's latency and the divisions run while the
+    // producer waits for V's stage (the late one: P.V frees it), not between
+    // V and the next K, whose stage is free by then and which the consumers
+    // need first.
     PagedBox box = kPaged ? paged_box<Cfg>(args, kv_seq, w.tiles.first, kv_row0 + w.tiles.first * kN) : PagedBox{};
     for (int n = w.tiles.first; n <= w.tiles.last; ++n, kv_state.advance()) {
       const int stage = kv_state.stage();
       const uint32_t phase = kv_state.producer_phase();
-      const PagedBox next =
-          kPaged && n < w.tiles.last ? paged_box<Cfg>(args, kv_seq, n + 1, kv_row0 + (n + 1) * kN) : PagedBox{};
       smem.k_empty(stage).wait(phase);
       if (leader()) smem.k_full(stage).arrive_expect_tx(Cfg::kSmemK);
       load_kv_tile<Cfg, kPaged, kDQK>(args, &args.k, smem.k_tile(stage), smem.k_full(stage).addr, kv_row0 + n * kN,
                                       h_kv, kv_seq, box);
+      const PagedBox next =
+          kPaged && n < w.tiles.last ? paged_box<Cfg>(args, kv_seq, n + 1, kv_row0 + (n + 1) * kN) : PagedBox{};
       smem.v_empty(stage).wait(phase);
       if (leader()) smem.v_full(stage).arrive_expect_tx(Cfg::kSmemV);
       load_kv_tile<Cfg, kPaged, kDV>(args, &args.v, smem.v_tile(stage), smem.v_full(stage).addr, kv_row0 + n * kN,
