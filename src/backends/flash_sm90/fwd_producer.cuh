@@ -110,47 +110,26 @@ __device__ __forceinline__ void fwd_producer(const Sm90FwdParams& args, const Fw
                           static_cast<int>(w.seq.start_q) + w.m0, w.h, seq_coord);
     }
     q_state.advance();
-    // Tile n's K and V into stage `ahead` stages past kv_state's.
-    const auto load_k = [&](int n, int ahead, PagedBox box) {
-      const int stage = kv_state.stage(ahead);
-      smem.k_empty(stage).wait(kv_state.producer_phase(ahead));
+    // A paged cache's block ids are read a tile ahead, between a tile's K
+    // and V: the block table's latency and the divisions run while the
+    // producer waits for V's stage (the late one: P.V frees it), not between
+    // V and the next K, whose stage is free by then and which the consumers
+    // need first.
+    PagedBox box = kPaged ? paged_box<Cfg>(args, kv_seq, w.tiles.first, kv_row0 + w.tiles.first * kN) : PagedBox{};
+    for (int n = w.tiles.first; n <= w.tiles.last; ++n, kv_state.advance()) {
+      const int stage = kv_state.stage();
+      const uint32_t phase = kv_state.producer_phase();
+      smem.k_empty(stage).wait(phase);
       if (leader()) smem.k_full(stage).arrive_expect_tx(Cfg::kSmemK);
       load_kv_tile<Cfg, kPaged, kDQK>(args, &args.k, smem.k_tile(stage), smem.k_full(stage).addr, kv_row0 + n * kN,
                                       h_kv, kv_seq, box);
-    };
-    const auto load_v = [&](int n, PagedBox box) {
-      const int stage = kv_state.stage();
-      smem.v_empty(stage).wait(kv_state.producer_phase());
+      const PagedBox next =
+          kPaged && n < w.tiles.last ? paged_box<Cfg>(args, kv_seq, n + 1, kv_row0 + (n + 1) * kN) : PagedBox{};
+      smem.v_empty(stage).wait(phase);
       if (leader()) smem.v_full(stage).arrive_expect_tx(Cfg::kSmemV);
       load_kv_tile<Cfg, kPaged, kDV>(args, &args.v, smem.v_tile(stage), smem.v_full(stage).addr, kv_row0 + n * kN,
                                      h_kv, kv_seq, box);
-    };
-    if constexpr (kPaged) {
-      // K a tile ahead of V: the consumers' step i reads K(i) and V(i-1),
-      // and K(i)'s stage is free (after step i-2's Q.K^T) before V(i-1)'s
-      // (after its P.V), so K(i) goes first and does not wait behind V's
-      // boxes, issued lane by lane. Block ids are read two K tiles ahead,
-      // under the wait for V's stage (the block table's latency and the
-      // divisions off the path of the loads).
-      const auto box_of = [&](int n) { return paged_box<Cfg>(args, kv_seq, n, kv_row0 + n * kN); };
-      PagedBox box = box_of(w.tiles.first), next{};
-      load_k(w.tiles.first, 0, box);
-      if (w.tiles.first < w.tiles.last) next = box_of(w.tiles.first + 1);
-      for (int n = w.tiles.first; n <= w.tiles.last; ++n, kv_state.advance()) {
-        PagedBox after{};
-        if (n < w.tiles.last) {
-          load_k(n + 1, 1, next);
-          if (n + 1 < w.tiles.last) after = box_of(n + 2);
-        }
-        load_v(n, box);
-        box = next;
-        next = after;
-      }
-    } else {
-      for (int n = w.tiles.first; n <= w.tiles.last; ++n, kv_state.advance()) {
-        load_k(n, 0, {});
-        load_v(n, {});
-      }
+      box = next;
     }
   }
 }
