@@ -57,9 +57,14 @@ TensorBuffer::TensorBuffer(DType dtype, std::vector<int64_t> shape, Device devic
 }
 
 void TensorBuffer::copy_from_bytes(const void* src, size_t n) {
-  if (view_.device.is_cuda())
+  if (view_.device.is_cuda()) {
     check_cuda(cudaMemcpy(data(), src, n, cudaMemcpyHostToDevice), "cudaMemcpy to device");
-  else if (n > 0)  // an empty tensor's source may be null, which memcpy may not be given
+    // From pageable memory cudaMemcpy may return before its DMA has landed,
+    // and work on a non-blocking stream is not ordered after it: a graph
+    // replayed right after poison_outputs had its dV overwritten by the NaN
+    // fill. The bytes are on the device when this returns.
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after a copy to the device");
+  } else if (n > 0)  // an empty tensor's source may be null, which memcpy may not be given
     std::memcpy(data(), src, n);
 }
 

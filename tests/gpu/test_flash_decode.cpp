@@ -542,6 +542,9 @@ void expect_graph_replays(const KvSpec& s) {
                             {&c.k, &fresh.k}, {&c.v, &fresh.v}, {&c.lens, &fresh.lens}, {&c.table, &fresh.table},
                             {&c.sink, &fresh.sink}})
       ATTN_CUDA_OK(cudaMemcpy(dst->data(), src->data(), src->bytes(), cudaMemcpyHostToDevice));
+    // Copies from pageable memory may land after cudaMemcpy returns, and the
+    // non-blocking stream is not ordered after them.
+    ATTN_CUDA_OK(cudaDeviceSynchronize());
     ATTN_CUDA_OK(cudaGraphLaunch(exec, stream));
     ATTN_CUDA_OK(cudaStreamSynchronize(stream));
     forward_with_kvcache(eager.opts, eager.args());
