@@ -49,9 +49,14 @@ ATTN_HOST_DEVICE int cache_row(const CacheParams& c, int b) {
   return c.batch_idx ? clamp_index(c.batch_idx[b], c.rows) : b;
 }
 
-// Paged caches: the block holding position j (< capacity) of sequence b.
+// Paged caches: the block table's entry for position j (< capacity) of
+// sequence b as read (a caller that clamps it later keeps the read's
+// latency off its path), and the block holding that position.
+ATTN_HOST_DEVICE int block_table_entry(const CacheParams& c, int b, int j) {
+  return c.block_table[b * c.block_table_stride + j / c.block_size];
+}
 ATTN_HOST_DEVICE int cache_block(const CacheParams& c, int b, int j) {
-  return clamp_index(c.block_table[b * c.block_table_stride + j / c.block_size], c.rows);
+  return clamp_index(block_table_entry(c, b, j), c.rows);
 }
 
 // Where position j of sequence b lives: its block and the row in it

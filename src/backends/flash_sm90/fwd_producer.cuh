@@ -46,7 +46,7 @@ __device__ __forceinline__ PagedBox paged_box(const Sm90FwdParams& args, int b, 
   if (r >= Cfg::kBlockN) return {};
   const flash::CacheParams& c = args.p.cache;
   const int key = min(n * Cfg::kBlockN + r, c.capacity - 1);
-  return {c.block_table[b * c.block_table_stride + key / c.block_size], (key0 + r) % c.block_size};
+  return {flash::block_table_entry(c, b, key), (key0 + r) % c.block_size};
 }
 
 // One K or V tile, keys [key0, key0 + kBlockN), kCols columns: a box per 64
