@@ -22,6 +22,7 @@ import attn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from compare import flushed_median, interleaved_medians, make_sets, warm  # noqa: E402
+from sinks import variants  # noqa: E402
 
 
 def lone_times(fn, sets, reps=30):
@@ -86,14 +87,10 @@ def lone(backend):
     print(f"{'d':>4} {'s':>5} {'causal':>6} | {'call':>9} | flushed us | host us  spin+flushed us")
     for d, s, causal in ((64, 1024, False), (64, 1024, True), (128, 1024, False), (128, 1024, True)):
         h, b = 2048 // d, 16384 // s
-        mask = "causal" if causal else "no_mask"
         sets = make_sets(b, s, h, d)
-        sink = torch.linspace(-1.0, 2.0, h, device="cuda", dtype=torch.float32)
-        kinds = {"vanilla": {}, "sink": dict(softmax_type="learnable", sink=sink),
-                 "max_logit": dict(return_max_logit=True)}
+        kinds, fwd, _, _ = variants(backend, causal, h)
         for name, kw in kinds.items():
-            def fn(t, kw=kw):
-                return attn.forward(t[0], t[1], t[2], mask=mask, backend=backend, **kw)
+            fn = fwd(kw)
             warm(fn, sets)
             flushed = flushed_median(fn, sets) * 1e3
             host, gpu = lone_times(fn, sets)

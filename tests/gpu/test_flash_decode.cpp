@@ -541,10 +541,7 @@ void expect_graph_replays(const KvSpec& s) {
     for (auto [dst, src] : {std::pair{&c.q, &fresh.q}, {&c.k_cache, &fresh.k_cache}, {&c.v_cache, &fresh.v_cache},
                             {&c.k, &fresh.k}, {&c.v, &fresh.v}, {&c.lens, &fresh.lens}, {&c.table, &fresh.table},
                             {&c.sink, &fresh.sink}})
-      ATTN_CUDA_OK(cudaMemcpy(dst->data(), src->data(), src->bytes(), cudaMemcpyHostToDevice));
-    // Copies from pageable memory may land after cudaMemcpy returns, and the
-    // non-blocking stream is not ordered after them.
-    ATTN_CUDA_OK(cudaDeviceSynchronize());
+      dst->copy_from_bytes(src->data(), src->bytes());  // on the device when it returns
     ATTN_CUDA_OK(cudaGraphLaunch(exec, stream));
     ATTN_CUDA_OK(cudaStreamSynchronize(stream));
     forward_with_kvcache(eager.opts, eager.args());

@@ -78,15 +78,10 @@ struct FwdWorkQueue {
   __device__ __forceinline__ int claim(bool warp) const {
     int grid;
     asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(grid));
-    if (!warp) {
-      kernels::wait_for_prior_grid();
-      return atomicAdd(args.item_counter, 1) + grid;
-    }
+    kernels::wait_for_prior_grid();
+    if (!warp) return atomicAdd(args.item_counter, 1) + grid;
     int t = 0;
-    if ((threadIdx.x & 31) == 0) {
-      kernels::wait_for_prior_grid();
-      t = atomicAdd(args.item_counter, 1);
-    }
+    if ((threadIdx.x & 31) == 0) t = atomicAdd(args.item_counter, 1);
     return __shfl_sync(0xffffffffu, t, 0) + grid;
   }
 
