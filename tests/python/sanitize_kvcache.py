@@ -8,7 +8,8 @@ racecheck, initcheck) runs on the device:
 each over a contiguous cache with cache_batch_idx and paged ones at block
 sizes 16 and 48 (boxes of a whole block, and gcd boxes), capacities not tile
 multiples, a length of 0 and one at the cache's end; and the prefill at
-block size 128 (one box per KV tile).
+block sizes 128 (one box per KV tile, one producer warp) and 64 (two boxes,
+two warps).
 python3 tests/python/sanitize_kvcache.py"""
 import torch
 
@@ -46,5 +47,6 @@ for block in (0, 16, 48):
         call(s_q, block, 288, num_splits=3, rotary_cos=cos, rotary_sin=sin)
     call(40, block, 240 if block != 48 else 288)
 call(40, 128, 256)
+call(40, 64, 256)  # two producer warps (one box each); 16 and 48 take four
 torch.cuda.synchronize()
 print("sanitizer case ran")

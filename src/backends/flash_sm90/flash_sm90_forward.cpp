@@ -61,15 +61,21 @@ void run(const Problem& p, const ForwardArgs& a, const flash::CacheParams* cache
   args.p = flash::forward_params(p, a);
   args.q = tile_map(p, a.in.q, packed ? p.total_q : p.s_q, p.h_q, kDQK, Cfg::kBlockM, "q");
   args.kv_box_rows = Cfg::kBlockN;
+  args.kv_warps = 1;
   if (cache) {
     args.p.cache = *cache;
-    if (cache->block_table) args.kv_box_rows = paged_box_rows(cache->block_size, Cfg::kBlockN);
+    if (cache->block_table) {
+      args.kv_box_rows = paged_box_rows(cache->block_size, Cfg::kBlockN);
+      const int boxes = Cfg::kBlockN / args.kv_box_rows;  // 5 or 7 at d 192 and 256 with blocks of 16: one warp
+      args.kv_warps = boxes % 4 == 0 ? 4 : boxes % 2 == 0 ? 2 : 1;
+    }
     args.k = cache_map(p, a.in.k, kDQK, args.kv_box_rows, "k_cache");
     args.v = cache_map(p, a.in.v, kDV, args.kv_box_rows, "v_cache");
   } else {
     args.k = tile_map(p, a.in.k, packed ? p.total_kv : p.s_kv, p.h_kv, kDQK, Cfg::kBlockN, "k");
     args.v = tile_map(p, a.in.v, packed ? p.total_kv : p.s_kv, p.h_kv, kDV, Cfg::kBlockN, "v");
   }
+  args.kv_warp_rows = Cfg::kBlockN / args.kv_warps;
   args.o = tile_map(p, a.out, packed ? p.total_q : p.s_q, p.h_q, kDV, 64, "out");
   args.item_counter = item_counter;
   args.section_pairs = fwd_section_pairs(args.p.h_per_kv, args.p.window_left, args.p.window_right, args.p.s_kv,

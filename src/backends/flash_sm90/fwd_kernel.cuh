@@ -49,14 +49,14 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV>::kThreads, 1)
   extern __shared__ char smem_raw[];
   const FwdSmem<Cfg> smem(smem_raw);
   const int tid = threadIdx.x;
-  if (tid == 0) smem.init_barriers();
+  if (tid == 0) smem.init_barriers(args.p.cache.block_table ? args.kv_warps : 1);
   __syncthreads();
   FwdWorkQueue<Cfg> queue(args, smem);
 
-  if (tid < 128) {  // the producer warpgroup: one thread issues the copies (a warp for a paged cache)
+  if (tid < 128) {  // the producer warpgroup: one thread issues the copies (warps for a paged cache)
     sm90::regs_decrease<Cfg::kProducerRegs>();
     if (args.p.cache.block_table) {
-      if (tid < 32) fwd_producer<Cfg, true>(args, smem, queue);
+      if (tid < 32 * args.kv_warps) fwd_producer<Cfg, true>(args, smem, queue);
     } else if (tid == 0) {
       fwd_producer<Cfg, false>(args, smem, queue);
     }

@@ -21,8 +21,11 @@ struct Sm90FwdParams {
   // A paged KV cache (p.cache.block_table): k and v map the blocks, (column,
   // row in the block, head, block), in boxes of kv_box_rows keys, which
   // divides both the block size and kBlockN; a tile is kBlockN / kv_box_rows
-  // boxes per 64 columns.
+  // boxes per 64 columns, issued by kv_warps producer warps (1, 2 or 4,
+  // dividing the boxes), kv_warp_rows keys each, so that a small block's
+  // many boxes go out in parallel.
   int kv_box_rows;
+  int kv_warps, kv_warp_rows;
 };
 
 }  // namespace attn::flash_sm90

@@ -20,20 +20,39 @@
 
 namespace attn::flash_sm90 {
 
-// The lane, read where it is used: held across the walk it would take one of
-// the producer's 24 registers.
+// The lane and the warp, read where they are used: held across the walk they
+// would take the producer's 24 registers.
 __device__ __forceinline__ int lane_id() {
   int lane;
   asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
   return lane;
 }
+__device__ __forceinline__ int warp_id() {
+  int tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  return tid / 32;
+}
+
+// A paged cache's tile is kBlockN / kv_box_rows boxes per 64 columns; box j
+// is warp j % kv_warps's, lane j / kv_warps's. The box's first key in the
+// tile, kBlockN or more for lanes without one.
+__device__ __forceinline__ int paged_box_key(const Sm90FwdParams& args) {
+  return (lane_id() * args.kv_warps + warp_id()) * args.kv_box_rows;
+}
+
+// The bytes of a kCols-column tile each warp's boxes bring (kv_warps divides
+// the tile's boxes), from the parameters: no division on the way to a load.
+template <class Cfg, int kCols>
+__device__ __forceinline__ uint32_t paged_warp_bytes(const Sm90FwdParams& args) {
+  return static_cast<uint32_t>(args.kv_warp_rows * kCols * 2);
+}
 
 // A paged cache: where this lane's box of KV tile n (sequence b) lies, its
 // block and first row in it (kv_box_rows keys that never cross a block);
-// row -1 for lanes past the tile's boxes. Positions past the cache read its
-// last block's entry (their rows are cleared as past the sequence). The
-// block id is the block table's value as read: it is clamped where it is
-// used (block()), so that nothing waits for the read before then.
+// row -1 for lanes without a box. Positions past the cache read its last
+// block's entry (their rows are cleared as past the sequence). The block id
+// is the block table's value as read: it is clamped where it is used
+// (block()), so that nothing waits for the read before then.
 struct PagedBox {
   int table_entry = 0, row = -1;
   __device__ __forceinline__ int block(const flash::CacheParams& c) const {
@@ -42,7 +61,7 @@ struct PagedBox {
 };
 template <class Cfg>
 __device__ __forceinline__ PagedBox paged_box(const Sm90FwdParams& args, int b, int n, int key0) {
-  const int r = lane_id() * args.kv_box_rows;
+  const int r = paged_box_key(args);
   if (r >= Cfg::kBlockN) return {};
   const flash::CacheParams& c = args.p.cache;
   const int key = min(n * Cfg::kBlockN + r, c.capacity - 1);
@@ -51,36 +70,54 @@ __device__ __forceinline__ PagedBox paged_box(const Sm90FwdParams& args, int b, 
 
 // One K or V tile, keys [key0, key0 + kBlockN), kCols columns: a box per 64
 // columns, or in a paged cache one per kv_box_rows keys and 64 columns, each
-// lane its box (paged_box).
+// lane of the producer warps its box (paged_box). `bar` expects the bytes
+// first: the thread's (one), or per warp its lane 0's, its own boxes' bytes.
 template <class Cfg, bool kPaged, int kCols, class Tile>
 __device__ __forceinline__ void load_kv_tile(const Sm90FwdParams& args, const CUtensorMap* map, Tile tile,
-                                             uint32_t bar, int key0, int h_kv, int seq, PagedBox box) {
+                                             sm90::Barrier bar, int key0, int h_kv, int seq, PagedBox box) {
   if constexpr (kPaged) {
+    if (lane_id() == 0) bar.arrive_expect_tx(paged_warp_bytes<Cfg, kCols>(args));
     __syncwarp();  // lane 0's expect_tx first
     if (box.row >= 0) {
-      const int r = lane_id() * args.kv_box_rows, block = box.block(args.p.cache);
+      const int r = paged_box_key(args), block = box.block(args.p.cache);
 #pragma unroll
       for (int cb = 0; cb < kCols / 64; ++cb)
-        sm90::tma_load_4d(tile.column_block(cb) + r * 128, map, bar, cb * 64, box.row, h_kv, block);
+        sm90::tma_load_4d(tile.column_block(cb) + r * 128, map, bar.addr, cb * 64, box.row, h_kv, block);
     }
   } else {
+    bar.arrive_expect_tx(Cfg::kBlockN * kCols * 2);
 #pragma unroll
     for (int cb = 0; cb < kCols / 64; ++cb)
-      sm90::tma_load_4d(tile.column_block(cb), map, bar, cb * 64, key0, h_kv, seq);
+      sm90::tma_load_4d(tile.column_block(cb), map, bar.addr, cb * 64, key0, h_kv, seq);
   }
 }
 
 // The producer: one thread (lane 0 of warpgroup 0), or for a paged cache
-// (kPaged) the whole warp, each lane loading one box of every KV tile, while
-// barrier arrivals, Q and the work queue's writes stay with lane 0. Two
-// instantiations in the kernel, so that the paged lanes' registers cost the
-// one-thread walk nothing (it runs in the producer's 24).
+// (kPaged) kv_warps whole warps, each lane loading its boxes of every KV
+// tile, while Q and the work queue stay with warp 0's lane 0, which hands
+// each next index to the other warps through shared memory (item_copy, two
+// words: a warp reads one before the barrier that lets warp 0 write the
+// other). Two instantiations in the kernel, so that the paged lanes'
+// registers cost the one-thread walk nothing (it runs in the producer's 24).
 template <class Cfg, bool kPaged>
 __device__ __forceinline__ void fwd_producer(const Sm90FwdParams& args, const FwdSmem<Cfg>& smem,
                                              FwdWorkQueue<Cfg>& queue) {
   constexpr int kDQK = Cfg::kHeadDimQK, kDV = Cfg::kHeadDimV, kN = Cfg::kBlockN;
   const flash::FwdParams& p = args.p;
-  const auto leader = [] { return !kPaged || lane_id() == 0; };
+  const auto first_warp = [] { return !kPaged || warp_id() == 0; };
+  const auto leader = [] { return !kPaged || (warp_id() == 0 && lane_id() == 0); };
+  // The next index: warp 0 claims it; with more warps, every warp reads it
+  // from the item_copy word of the items' parity (queue.taken).
+  const auto next_index = [&] {
+    int t = first_warp() ? queue.claim(kPaged) : 0;
+    if (kPaged && args.kv_warps > 1) {
+      const uint32_t word = smem.item_copy(queue.taken & 1);
+      if (leader()) asm volatile("st.shared.s32 [%0], %1;\n" ::"r"(word), "r"(t) : "memory");
+      sm90::named_sync(kBarProducers, 32 * args.kv_warps);
+      asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(t) : "r"(word) : "memory");
+    }
+    return t;
+  };
   sm90::PipelineState<Cfg::kQBuffers> q_state;  // Q buffers: one use per item with loads
   sm90::PipelineState<Cfg::kStages> kv_state;   // K/V stages: one use per KV tile
   if (leader()) {
@@ -88,8 +125,9 @@ __device__ __forceinline__ void fwd_producer(const Sm90FwdParams& args, const Fw
     sm90::tma_prefetch_map(&args.k);
     sm90::tma_prefetch_map(&args.v);
   }
-  for (int t = blockIdx.x;; t = queue.claim(kPaged)) {
-    queue.publish(t, leader());
+  for (int t = blockIdx.x;; t = next_index()) {
+    if (first_warp()) queue.publish(t, leader());
+    else ++queue.taken;
     if (t >= queue.items()) break;
     const FwdItem w = queue.item(t);
     if (!w.has_work()) continue;
@@ -100,16 +138,18 @@ __device__ __forceinline__ void fwd_producer(const Sm90FwdParams& args, const Fw
     const int seq_coord = p.packed ? 0 : w.b, h_kv = w.h / p.h_per_kv;
     const int kv_seq = p.packed ? 0 : flash::cache_row(p.cache, w.b);
     const int kv_row0 = static_cast<int>(w.seq.start_kv);
-    const int qb = q_state.stage();
-    smem.q_empty(qb).wait(q_state.producer_phase());
-    if (leader()) {
-      smem.q_full(qb).arrive_expect_tx(Cfg::kSmemQ);
+    if (first_warp()) {
+      const int qb = q_state.stage();
+      smem.q_empty(qb).wait(q_state.producer_phase());
+      if (leader()) {
+        smem.q_full(qb).arrive_expect_tx(Cfg::kSmemQ);
 #pragma unroll
-      for (int cb = 0; cb < kDQK / 64; ++cb)
-        sm90::tma_load_4d(smem.q_tile(qb).column_block(cb), &args.q, smem.q_full(qb).addr, cb * 64,
-                          static_cast<int>(w.seq.start_q) + w.m0, w.h, seq_coord);
+        for (int cb = 0; cb < kDQK / 64; ++cb)
+          sm90::tma_load_4d(smem.q_tile(qb).column_block(cb), &args.q, smem.q_full(qb).addr, cb * 64,
+                            static_cast<int>(w.seq.start_q) + w.m0, w.h, seq_coord);
+      }
+      q_state.advance();
     }
-    q_state.advance();
     // A paged cache's block ids are read a tile ahead, between a tile's K
     // and V: the block table's latency and the divisions run while the
     // producer waits for V's stage (the late one: P.V frees it), not between
@@ -120,15 +160,13 @@ __device__ __forceinline__ void fwd_producer(const Sm90FwdParams& args, const Fw
       const int stage = kv_state.stage();
       const uint32_t phase = kv_state.producer_phase();
       smem.k_empty(stage).wait(phase);
-      if (leader()) smem.k_full(stage).arrive_expect_tx(Cfg::kSmemK);
-      load_kv_tile<Cfg, kPaged, kDQK>(args, &args.k, smem.k_tile(stage), smem.k_full(stage).addr, kv_row0 + n * kN,
-                                      h_kv, kv_seq, box);
+      load_kv_tile<Cfg, kPaged, kDQK>(args, &args.k, smem.k_tile(stage), smem.k_full(stage), kv_row0 + n * kN, h_kv,
+                                      kv_seq, box);
       const PagedBox next =
           kPaged && n < w.tiles.last ? paged_box<Cfg>(args, kv_seq, n + 1, kv_row0 + (n + 1) * kN) : PagedBox{};
       smem.v_empty(stage).wait(phase);
-      if (leader()) smem.v_full(stage).arrive_expect_tx(Cfg::kSmemV);
-      load_kv_tile<Cfg, kPaged, kDV>(args, &args.v, smem.v_tile(stage), smem.v_full(stage).addr, kv_row0 + n * kN,
-                                     h_kv, kv_seq, box);
+      load_kv_tile<Cfg, kPaged, kDV>(args, &args.v, smem.v_tile(stage), smem.v_full(stage), kv_row0 + n * kN, h_kv,
+                                     kv_seq, box);
       box = next;
     }
   }

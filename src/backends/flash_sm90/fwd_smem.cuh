@@ -44,19 +44,22 @@ struct FwdSmem : sm90::SharedBase {
   __device__ __forceinline__ sm90::Barrier item_full(int slot) const { return bar(offsetof(Storage, item_full), slot); }
   __device__ __forceinline__ sm90::Barrier item_empty(int slot) const { return bar(offsetof(Storage, item_empty), slot); }
   __device__ __forceinline__ uint32_t item_slot(int slot) const { return at(offsetof(Storage, item_slot)) + 4 * slot; }
+  __device__ __forceinline__ uint32_t item_copy(int k) const { return at(offsetof(Storage, item_copy)) + 4 * k; }
   __device__ __forceinline__ uint32_t order_word(int warp) const { return at(offsetof(Storage, order_word)) + 4 * warp; }
   __device__ __forceinline__ uint32_t warp_max(int warp) const { return at(offsetof(Storage, warp_max)) + 4 * warp; }
   __device__ __forceinline__ uint32_t held_head(int wg) const { return at(offsetof(Storage, held_head)) + 4 * wg; }
 
-  // Every mbarrier's arrival count, by one thread before the CTA's first sync.
-  __device__ __forceinline__ void init_barriers() const {
+  // Every mbarrier's arrival count, by one thread before the CTA's first sync;
+  // `kv_arrivals`: the producer threads that arrive on a K or V stage's full
+  // barrier (one, or a paged cache's kv_warps).
+  __device__ __forceinline__ void init_barriers(int kv_arrivals) const {
     for (int b = 0; b < Cfg::kQBuffers; ++b) {
       q_full(b).init(1);
       q_empty(b).init(kConsumerThreads);
     }
     for (int st = 0; st < Cfg::kStages; ++st) {
-      k_full(st).init(1);
-      v_full(st).init(1);
+      k_full(st).init(kv_arrivals);
+      v_full(st).init(kv_arrivals);
       k_empty(st).init(kConsumerThreads);
       v_empty(st).init(kConsumerThreads);
     }

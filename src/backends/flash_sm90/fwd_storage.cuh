@@ -30,6 +30,7 @@ struct FwdSharedStorage {
   // slots let the producer run an item ahead.
   uint64_t item_full[2], item_empty[2];
   int item_slot[2];
+  int item_copy[2];  // a paged cache's producer warps 1-3: warp 0's next index (fwd_producer.cuh)
   int order_word[Cfg::kThreads / 32];  // per warp, written and never read (sm90::store_after)
   alignas(16) int warp_max[Cfg::kThreads / 32];  // per warp, its item's largest score as an ordered key (max logit)
   int held_head[4];  // per consumer warpgroup, the head of the keys in warp_max; -1: none
@@ -40,5 +41,6 @@ static_assert(std::is_standard_layout_v<FwdSharedStorage<FwdConfig<128, 128>>>, 
 constexpr int kBarConsumers = 1;  // every consumer thread
 constexpr int kBarConsumer0 = 2;  // 2..4: each consumer's epilogue
 constexpr int kBarTurn0 = 5;      // 5..7: whose turn it is to issue products
+constexpr int kBarProducers = 8;  // a paged cache's producer warps
 
 }  // namespace attn::flash_sm90
