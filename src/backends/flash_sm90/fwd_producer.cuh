@@ -42,7 +42,7 @@ __device__ __forceinline__ int paged_box_key(const Sm90FwdParams& args) {
 
 // The bytes of a kCols-column tile each warp's boxes bring (kv_warps divides
 // the tile's boxes), from the parameters: no division on the way to a load.
-template <class Cfg, int kCols>
+template <int kCols>
 __device__ __forceinline__ uint32_t paged_warp_bytes(const Sm90FwdParams& args) {
   return static_cast<uint32_t>(args.kv_warp_rows * kCols * 2);
 }
@@ -76,7 +76,7 @@ template <class Cfg, bool kPaged, int kCols, class Tile>
 __device__ __forceinline__ void load_kv_tile(const Sm90FwdParams& args, const CUtensorMap* map, Tile tile,
                                              sm90::Barrier bar, int key0, int h_kv, int seq, PagedBox box) {
   if constexpr (kPaged) {
-    if (lane_id() == 0) bar.arrive_expect_tx(paged_warp_bytes<Cfg, kCols>(args));
+    if (lane_id() == 0) bar.arrive_expect_tx(paged_warp_bytes<kCols>(args));
     __syncwarp();  // lane 0's expect_tx first
     if (box.row >= 0) {
       const int r = paged_box_key(args), block = box.block(args.p.cache);
@@ -95,9 +95,10 @@ __device__ __forceinline__ void load_kv_tile(const Sm90FwdParams& args, const CU
 // The producer: one thread (lane 0 of warpgroup 0), or for a paged cache
 // (kPaged) kv_warps whole warps, each lane loading its boxes of every KV
 // tile, while Q and the work queue stay with warp 0's lane 0, which hands
-// each next index to the other warps through shared memory (item_copy, two
-// words: a warp reads one before the barrier that lets warp 0 write the
-// other). Two instantiations in the kernel, so that the paged lanes'
+// each next index to the other warps through shared memory (item_copy, a
+// word per parity of the items: warp 0 writes a word again two items later,
+// past the next item's barrier, which every warp reaches after its read of
+// it). Two instantiations in the kernel, so that the paged lanes'
 // registers cost the one-thread walk nothing (it runs in the producer's 24).
 template <class Cfg, bool kPaged>
 __device__ __forceinline__ void fwd_producer(const Sm90FwdParams& args, const FwdSmem<Cfg>& smem,
