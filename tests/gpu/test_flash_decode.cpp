@@ -373,7 +373,10 @@ TEST(FlashDecode, KvCacheMatchesTheCpuPath) {
 TEST(FlashDecode, KvCachePrefillMatchesTheCpuPath) {
   ATTN_REQUIRE_GPU();
   std::vector<KvSpec> specs;
-  for (int64_t bs : {0, 16, 48, 64, 128, 256}) {
+  // Paged at d 128: four producer warps with two boxes each (16, 48), four
+  // with one (32), two (64), one (128, 256); below, block 64 at d 64 (two
+  // warps) and d 256 (one warp, five boxes of 16 keys).
+  for (int64_t bs : {0, 16, 32, 48, 64, 128, 256}) {
     KvSpec p;
     p.block_size = bs;
     p.capacity = bs == 256 ? 512 : bs == 128 ? 384 : bs == 48 ? 336 : 320;
