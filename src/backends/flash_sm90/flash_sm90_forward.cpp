@@ -66,7 +66,7 @@ void run(const Problem& p, const ForwardArgs& a, const flash::CacheParams* cache
     args.p.cache = *cache;
     if (cache->block_table) {
       args.kv_box_rows = paged_box_rows(cache->block_size, Cfg::kBlockN);
-      const int boxes = Cfg::kBlockN / args.kv_box_rows;  // 7 or 5 at d 192 / 256 (a block not a tile multiple): one warp
+      const int boxes = Cfg::kBlockN / args.kv_box_rows;  // d 192 / 256, a block not a tile multiple: 7 / 5, one warp
       args.kv_warps = boxes % 4 == 0 ? 4 : boxes % 2 == 0 ? 2 : 1;
     }
     args.k = cache_map(p, a.in.k, kDQK, args.kv_box_rows, "k_cache");
