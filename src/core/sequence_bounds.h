@@ -38,4 +38,19 @@ ATTN_HOST_DEVICE SequenceBounds bounded_sequence(int lo, int hi, bool packed, in
   return s;
 }
 
+// The sequence of a packed batch (thd) that holds token t: the last start
+// cu[b * stride] <= t whose sequence ends after t, found by bisection over
+// the n + 1 non-decreasing values (empty sequences hold no token); -1 for a
+// token before the first sequence or past the last.
+ATTN_HOST_DEVICE int64_t sequence_holding(const int32_t* cu, int64_t stride, int64_t n, int64_t t) {
+  if (n <= 0 || t >= cu[n * stride] || t < cu[0]) return -1;
+  int64_t lo = 0, hi = n;  // cu[lo] <= t < cu[hi]
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (cu[mid * stride] <= t) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
 }  // namespace attn

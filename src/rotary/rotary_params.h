@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "attn/tensor.h"
+#include "core/sequence_bounds.h"
 
 namespace attn::rotary_detail {
 
@@ -28,21 +29,14 @@ struct RotaryParams {
 
 // Position of token (i0, i1): its index along the sequence axis, or for thd
 // its offset in its sequence (-1 past the last sequence: copied unrotated).
-// cu_seqlens is non-decreasing: binary search for the last start <= i0.
 #ifdef __CUDACC__
 __host__ __device__
 #endif
 inline int64_t token_position(const RotaryParams& p, int64_t i0, int64_t i1) {
   if (p.axis == PositionAxis::dim0) return i0;
   if (p.axis == PositionAxis::dim1) return i1;
-  if (p.n_seqs <= 0 || i0 >= p.cu_seqlens[p.n_seqs] || i0 < p.cu_seqlens[0]) return -1;
-  int64_t lo = 0, hi = p.n_seqs;  // cu[lo] <= i0 < cu[hi]
-  while (hi - lo > 1) {
-    const int64_t mid = (lo + hi) / 2;
-    if (p.cu_seqlens[mid] <= i0) lo = mid;
-    else hi = mid;
-  }
-  return i0 - p.cu_seqlens[lo];
+  const int64_t b = sequence_holding(p.cu_seqlens, 1, p.n_seqs, i0);
+  return b < 0 ? -1 : i0 - p.cu_seqlens[b];
 }
 
 // The rotation of one channel pair (x_i = channel c, x_j = channel c + half),

@@ -75,5 +75,14 @@ TEST(SequenceBounds, NoTokensNoSequence) {
   EXPECT_EQ(s.len, 0);
 }
 
+TEST(SequenceBounds, SequenceHoldingFindsEveryPackedToken) {
+  // Sequences of 3, 0, 1 and 7 tokens from token 2, cu_seqlens read with a
+  // stride of 2 (the odd entries are not cu_seqlens' and are never read as such).
+  const int32_t cu[] = {2, -1, 5, -1, 5, -1, 6, -1, 13};
+  const int64_t holder[] = {-1, -1, 0, 0, 0, 2, 3, 3, 3, 3, 3, 3, 3, -1, -1};
+  for (int64_t t = 0; t < 15; ++t) EXPECT_EQ(sequence_holding(cu, 2, 4, t), holder[t]) << "token " << t;
+  EXPECT_EQ(sequence_holding(cu, 2, 0, 3), -1);  // no sequence
+}
+
 }  // namespace
 }  // namespace attn

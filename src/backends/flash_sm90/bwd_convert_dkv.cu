@@ -12,25 +12,13 @@
 
 #include "backends/flash_sm90/bwd_launch.h"
 #include "core/cuda_check.h"
+#include "core/sequence_bounds.h"
 #include "kernels/sm80/mma.cuh"  // pack2
 
 namespace attn::flash_sm90 {
 namespace {
 
 constexpr int kThreads = 256;
-
-// Whether packed key token t lies in one of the sequences (cu_seqlens_kv,
-// ascending): the last start at or before t, found by bisection, and its end.
-__device__ __forceinline__ bool in_a_sequence(const flash::FwdParams& p, int64_t t) {
-  int lo = 0, hi = p.batch - 1;  // the answer is in [lo, hi], or none
-  if (hi < 0 || p.cu_seqlens_kv[0] > t) return false;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (p.cu_seqlens_kv[mid * p.cu_kv_stride] <= t) lo = mid;
-    else hi = mid - 1;
-  }
-  return t < p.cu_seqlens_kv[(lo + 1) * p.cu_kv_stride];
-}
 
 // Thread (row, 8-column chunk) of head blockIdx.y; blockIdx.z: 0 dK (d_qk
 // columns), 1 dV (d_v; its accumulator follows dK's).
@@ -46,7 +34,7 @@ __global__ void __launch_bounds__(kThreads)
   const int c = static_cast<int>(idx % chunks);
   int64_t b = 0, i = t;
   if (p.fwd.packed) {
-    if (!in_a_sequence(p.fwd, t)) return;
+    if (sequence_holding(p.fwd.cu_seqlens_kv, p.fwd.cu_kv_stride, p.fwd.batch, t) < 0) return;
   } else {
     b = t / p.fwd.s_kv;
     i = t - b * p.fwd.s_kv;
