@@ -13,8 +13,10 @@ namespace attn::flash_sm90 {
 // - d <= 128: each consumer owns 64 keys (S^T = K.Q^T, keys on the
 //   accumulator's rows, bwd_mainloop.cuh). Per consumer thread at d 128: dK
 //   and dV 64 floats each, S^T and dP^T 32 each, dQ's half 32
-//   (FlashAttention-3's split, 240 registers per consumer); at d 64 half of
-//   that for dK, dV and dQ.
+//   (FlashAttention-3's split, 240 registers per consumer). d 64 walks query
+//   tiles of 128 rows, as FlashAttention-3 does there: its dK and dV take 32
+//   floats each, so S^T and dP^T can take 64 each, and each barrier, wait
+//   and row-term load serves products twice as long.
 // - d_qk 192 and 256 (kWide): dK and dV of 64 keys over all of d would take
 //   192-256 registers per thread, so the two consumers share the CTA's 64
 //   keys and split d: each computes S = Q.K^T and dP for 32 of the keys over
@@ -39,13 +41,18 @@ struct ConsumerColumns {
                 "a consumer's columns: whole blocks and at most a half");
 };
 
+// The deterministic mode's dQ counters are per query tile of this many rows,
+// the smallest kBlockM of the table, so one workspace layout serves every row.
+constexpr int kSemaphoreBlockM = 64;
+
 template <int kDQK, int kDV>
 struct BwdConfig {
   static constexpr bool kWide = kDQK > 128;
   static_assert(kWide || kDQK == kDV, "the narrow tiles assume d_qk == d_v");
   static constexpr int kHeadDim = kDQK, kHeadDimV = kDV;
   static constexpr int kConsumers = 2;  // warpgroups
-  static constexpr int kBlockM = 64;    // query rows per step
+  static constexpr int kBlockM = kDQK == 64 ? 128 : 64;  // query rows per step
+  static_assert(kBlockM >= kSemaphoreBlockM, "the dQ counters are per tile of at least kSemaphoreBlockM rows");
   static constexpr int kBlockN = kWide ? 64 : 64 * kConsumers;
   static constexpr int kConsumerKeys = kWide ? kBlockN / kConsumers : 64;  // S's (or S^T's) keys per consumer
   using ColsK = ConsumerColumns<kDQK, kWide>;  // of dK and dQ
@@ -56,18 +63,19 @@ struct BwdConfig {
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "register file");
   static constexpr int kSmemQ = kBlockM * kDQK * 2, kSmemDo = kBlockM * kDV * 2;  // one stage
   static constexpr int kSmemK = kBlockN * kDQK * 2, kSmemV = kBlockN * kDV * 2;
-  // dQ = dS.K: at d 128 each consumer takes a 64-column half of d over all
-  // 128 keys (both consumers' dS^T, two buffers by tile parity, one fp32
-  // stage); at d 64, whose half would be an n32 product, each takes all of d
-  // over its own 64 keys and adds its own partial dQ (one dS^T buffer, one
-  // stage per consumer): the consumers then never wait for each other.
+  // dQ = dS.K over all the tile's keys, from both consumers' dS^T (two
+  // buffers by tile parity, one fp32 stage): at d 128 each consumer takes a
+  // 64-column half of d; at d 64, whose half would be an n32 product, each
+  // takes 64 of the 128 query rows over all of d (kDqRowHalves), so one
+  // partial dQ per tile goes to the accumulator (a partial per consumer over
+  // its own keys doubled the bulk reduce-adds' traffic to L2).
   // Wide: each its half of d over the 64 keys (one stage); P and dS
   // (queries on the rows) take two buffers each by tile parity: a consumer
   // writes tile i + 1's while the other may still read tile i's dS in dQ's
   // product, which runs after the stage is handed back.
-  static constexpr bool kDqOverOwnKeys = kDQK == 64;
-  static constexpr int kDsBuffers = kWide ? 4 : kDqOverOwnKeys ? 1 : 2;
-  static constexpr int kDqStages = kDqOverOwnKeys ? kConsumers : 1;
+  static constexpr bool kDqRowHalves = kDQK == 64;
+  static_assert(kDqRowHalves ? kBlockM == 64 * kConsumers : kBlockM == 64, "dQ: an m64 product per consumer");
+  static constexpr int kDsBuffers = kWide ? 4 : 2;
   static constexpr int kSmemDs = kBlockN * kBlockM * 2;  // dS^T, one buffer
   static constexpr int kSmemTerms = kBlockM * 8;  // {lse2, D} per row, one stage
   static constexpr int kSmemDq = kBlockM * kDQK * 4;  // a query tile's dQ in fp32 (one stage), for the bulk reduce-add
@@ -77,14 +85,14 @@ struct BwdConfig {
   static constexpr int kSmemLimit = 227 * 1024;  // per block on sm_90
   // + 1024: the dynamic buffer is aligned up to 1024 bytes (the swizzle's period).
   static constexpr int smem_bytes(int stages) {
-    return kSmemK + kSmemV + stages * (kSmemQ + kSmemDo + kSmemTerms) + kDsBuffers * kSmemDs + kDqStages * kSmemDq +
+    return kSmemK + kSmemV + stages * (kSmemQ + kSmemDo + kSmemTerms) + kDsBuffers * kSmemDs + kSmemDq +
            kSmemBarriers + 1024;
   }
   // Two stages of the query tiles' ring where they fit (d 256: one).
   static constexpr int kStages = smem_bytes(2) <= kSmemLimit ? 2 : 1;
   static constexpr int kSmemBytes = smem_bytes(kStages);
   static_assert(kSmemBytes <= kSmemLimit, "shared memory");
-  static_assert(kDqOverOwnKeys || kDQK % 64 == 0, "dQ's product splits d in column blocks");
+  static_assert(kDqRowHalves || kDQK % 64 == 0, "dQ's product splits d in column blocks");
   // The epilogue stages dK and dV (kBlockN rows each) where the Q and dO stages were.
   static_assert(kStages * kSmemQ >= kSmemK && kStages * kSmemDo >= kSmemV, "dK's and dV's staging fits");
 };

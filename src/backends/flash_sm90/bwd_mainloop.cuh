@@ -3,10 +3,11 @@
 //   S^T = K.Q^T and dP^T = V.dO^T on wgmma (both operands in shared memory),
 //   P^T = exp2(S^T scale log2e - lse2) under dP^T's product,
 //   dV += P^T.dO (P^T a register operand), dS^T = P^T (dP^T - D) under it,
-//   dS^T to shared memory, then dQ = dS.K (at d 128 each consumer takes half
-//   of d's columns over all the CTA's keys; at d 64 all of d over its own
-//   keys), and dK += dS^T.Q, under which dQ is staged in shared memory in the
-//   fp32 accumulator's byte order (flash/dq_layout.h) for the adder.
+//   dS^T to shared memory, then dQ = dS.K over all the CTA's keys (at d 128
+//   each consumer takes half of d's columns; at d 64, 128-row query tiles,
+//   half of the rows), and dK += dS^T.Q, under which dQ is staged in the
+//   fp32 accumulator's byte order (flash/dq_layout.h) in shared memory for
+//   the adder.
 // Computing S^T rather than S puts keys on the accumulator's rows, so P^T and
 // dS^T are already the A operands of dV's and dK's products.
 #pragma once
@@ -80,9 +81,25 @@ struct BwdMainloop {
   static constexpr int kD = Cfg::kHeadDim, kM = Cfg::kBlockM, kN = Cfg::kBlockN, kS = Cfg::kStages;
   static constexpr int kConsumerThreads = 128 * Cfg::kConsumers;
   static constexpr int NS = kM / 8;                                      // S^T's 8-column blocks (queries)
-  static constexpr int NQ = (Cfg::kDqOverOwnKeys ? kD : kD / 2) / 8;     // this consumer's dQ columns
+  static constexpr int NQ = (Cfg::kDqRowHalves ? kD : kD / 2) / 8;       // this consumer's dQ columns
   using QueryTile = typename BwdSmem<Cfg>::QueryTile;
   using KeyTile = typename BwdSmem<Cfg>::KeyTile;
+
+  // Dropout's keep bits of this thread's elements of S^T: a word per 64
+  // queries of the tile (keep_bits).
+  struct KeepBits {
+    uint32_t w[kM / 64];
+  };
+  static __device__ __forceinline__ KeepBits keep_all() {
+    KeepBits k;
+#pragma unroll
+    for (int h = 0; h < kM / 64; ++h) k.w[h] = ~0u;
+    return k;
+  }
+  // Element s[i][2 hr + e]'s keep bit (bit 4 (i % 8) + 2 hr + e of word i / 8).
+  __device__ __forceinline__ static bool kept(const KeepBits& keep, int i, int hr, int e) {
+    return (keep.w[i / 8] >> (4 * (i % 8) + 2 * hr + e)) & 1u;
+  }
 
   const flash::FwdParams& p;
   const BwdSmem<Cfg>& smem;
@@ -132,7 +149,7 @@ struct BwdMainloop {
     }
   }
 
-  // S^T = K.Q^T and dP^T = V.dO^T: this consumer's 64 keys x the tile's 64
+  // S^T = K.Q^T and dP^T = V.dO^T: this consumer's 64 keys x the tile's kM
   // queries, committed apart so that P is computed under dP^T's product.
   __device__ __forceinline__ void issue_scores(QueryTile q_tile, QueryTile do_tile, float (&s)[NS][4],
                                                float (&dp)[NS][4]) const {
@@ -205,7 +222,7 @@ struct BwdMainloop {
   // branch, cost 168 more SASS instructions at d 64.
   template <bool kSoftcap, bool kAlibi>
   __device__ __forceinline__ void probabilities_modified(float (&s)[NS][4], uint32_t (&pa)[NS / 2][4], int m0,
-                                                         const float2* terms, float slope, uint32_t keep) const {
+                                                         const float2* terms, float slope, const KeepBits& keep) const {
     const bool masked = needs_mask(m0);
     const int j0 = first_key();
     const float key_at[2] = {static_cast<float>(j0), static_cast<float>(j0 + 8)};
@@ -238,7 +255,7 @@ struct BwdMainloop {
   // The build for this call's changes (uniform: one branch per tile). A
   // non-positive softmax_scale alone takes the <false, false> build.
   __device__ __forceinline__ void probabilities_modified(float (&s)[NS][4], uint32_t (&pa)[NS / 2][4], int m0,
-                                                         const float2* terms, float slope, uint32_t keep) const {
+                                                         const float2* terms, float slope, const KeepBits& keep) const {
     if (p.softcap > 0.f) {
       if (p.alibi) probabilities_modified<true, true>(s, pa, m0, terms, slope, keep);
       else probabilities_modified<true, false>(s, pa, m0, terms, slope, keep);
@@ -248,26 +265,28 @@ struct BwdMainloop {
     }
   }
 
-  // Element s[i][2 hr + e]'s keep bit in keep_bits()'s word.
-  __device__ __forceinline__ static bool kept(uint32_t keep, int i, int hr, int e) {
-    return (keep >> (4 * i + 2 * hr + e)) & 1u;
-  }
-
-  // Dropout's keep bits of this thread's 32 elements of S^T (bit 4 i + 2 hr
-  // + e), drawn by include/attn/philox.h's rule as the forward drew them
-  // (flash/dropout_bits.cuh): one Philox block per (query, 4 keys). The 4
-  // lanes with the same lane % 4 and lane / 16 hold a block's 4 keys (key
-  // lane / 4 % 4 of it) for the same 16 queries: each draws the blocks of 4
-  // of those queries (i = 2k, 2k + 1, both e) for both of its key quads
-  // (hr), 8 blocks, and the 4 trade them in 4 shuffles. Run under S^T's and
-  // dP^T's products, which leave the ALU idle.
-  __device__ __forceinline__ uint32_t keep_bits(int m0, uint32_t bh) const {
+  __device__ __forceinline__ KeepBits keep_bits(int m0, uint32_t bh) const {
     uint64_t seed = p.seed;
     uint32_t offset = p.offset;
     if (p.rng_state) {
       seed = static_cast<uint64_t>(p.rng_state[0]);
       offset = static_cast<uint32_t>(p.rng_state[1]);
     }
+    KeepBits keep;
+#pragma unroll
+    for (int h = 0; h < kM / 64; ++h) keep.w[h] = keep_word(m0 + 64 * h, bh, seed, offset);
+    return keep;
+  }
+
+  // The keep bits of this thread's 32 elements of S^T among queries [m0, m0
+  // + 64) (bit 4 i + 2 hr + e, i < 8), drawn by include/attn/philox.h's rule
+  // as the forward drew them (flash/dropout_bits.cuh): one Philox block per
+  // (query, 4 keys). The 4 lanes with the same lane % 4 and lane / 16 hold a
+  // block's 4 keys (key lane / 4 % 4 of it) for the same 16 queries: each
+  // draws the blocks of 4 of those queries (i = 2k, 2k + 1, both e) for both
+  // of its key quads (hr), 8 blocks, and the 4 trade them in 4 shuffles. Run
+  // under S^T's and dP^T's products, which leave the ALU idle.
+  __device__ __forceinline__ uint32_t keep_word(int m0, uint32_t bh, uint64_t seed, uint32_t offset) const {
     const int k = (lane >> 2) & 3, col = lane & 3, half = lane >> 4;
     const uint32_t quad0 = static_cast<uint32_t>(key0 + 16 * warp + 4 * half) >> 2;  // hr = 1: quad0 + 2
     uint32_t mine = 0u;  // nibble 4 ii + 2 e + hr: the keep bits of block (query 8 (2 k + ii) + 2 col + e, hr)
@@ -313,7 +332,7 @@ struct BwdMainloop {
   // With dropout dS = P (z dP - D), z = keep / (1 - p) (D = rowsum(dO O)
   // of the dropped output).
   __device__ __forceinline__ void dscores(const float (&s)[NS][4], float (&dp)[NS][4], const float2* terms,
-                                          uint32_t keep) const {
+                                          const KeepBits& keep) const {
 #pragma unroll
     for (int i = 0; i < NS; ++i)
 #pragma unroll
@@ -328,15 +347,14 @@ struct BwdMainloop {
       }
   }
 
-  // dS^T into its buffer (rows: keys, 64 query columns), with stmatrix: lane
+  // dS^T into its buffer (rows: keys, kM query columns), with stmatrix: lane
   // l addresses row l % 8 of matrix l / 8, and matrix j holds rows 8 (j %
   // 2).. of n8 block 2 np + j / 2 (stmatrix.cuh), which is dsa[np][j]. Two
-  // buffers by tile parity where both consumers read both halves: a consumer
+  // buffers by tile parity, as both consumers read both halves: a consumer
   // writes tile i + 1's while the other may still read tile i's, and it
-  // cannot reach tile i + 2 before the other passed tile i + 1's barrier. One
-  // where each reads its own rows (kDqOverOwnKeys), after its own last dQ product.
+  // cannot reach tile i + 2 before the other passed tile i + 1's barrier.
   __device__ __forceinline__ KeyTile store_ds(const uint32_t (&dsa)[kM / 16][4], int it) const {
-    const KeyTile ds_tile = smem.ds_tile(Cfg::kDsBuffers == 2 ? (it & 1) : 0);
+    const KeyTile ds_tile = smem.ds_tile(it & 1);
     const int st_row = wg * 64 + 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
     for (int np = 0; np < kM / 16; ++np)
@@ -345,28 +363,21 @@ struct BwdMainloop {
     return ds_tile;
   }
 
-  // dQ's product, once the dS^T it reads is written.
+  // dQ's product over the tile's kN keys, once both consumers wrote their
+  // rows of dS^T: at d 128 this consumer's 64-column half of d (dQ[:, half]
+  // = dS.K[:, half]), at d 64 its 64 of the tile's 128 query rows over all
+  // of d (dQ[rows, :] = dS[rows, :].K). dS is read MN-major from dS^T
+  // (queries contiguous), K MN-major.
   __device__ __forceinline__ void issue_dq(KeyTile ds_tile, float (&dq)[NQ][4]) const {
     float(&dq_flat)[NQ * 4] = *reinterpret_cast<float(*)[NQ * 4]>(&dq);
-    if constexpr (Cfg::kDqOverOwnKeys) {
-      // dQ's part from this consumer's keys: dS[:, own keys].K[own keys, :]
-      // (both read MN-major, k steps over its own 64 rows of dS^T and K).
-      sm90::named_sync(kBarConsumer0 + wg, 128);
-      const int ks0 = wg_key0 / 16;
-      sm90::wgmma_fence();
+    sm90::named_sync(kBarDsWritten, kConsumerThreads);
+    const KeyTile ds_part{Cfg::kDqRowHalves ? ds_tile.column_block(wg) : ds_tile.addr};  // its rows' 64 queries
+    const KeyTile k_part{Cfg::kDqRowHalves ? smem.k_tile().addr
+                                           : smem.k_tile().column_block((wg_key0 / 64) * (kD / 128))};  // its columns
+    sm90::wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < 64 / 16; ++ks)
-        sm90::Wgmma<kD, T>::template ss<1, 1>(dq_flat, ds_tile.mnmajor(ks0 + ks), smem.k_tile().mnmajor(ks0 + ks), ks > 0);
-    } else {
-      // dQ[:, this half] = dS.K[:, this half] over the tile's kN keys: dS read
-      // MN-major from dS^T (queries contiguous), K MN-major.
-      sm90::named_sync(kBarDsWritten, kConsumerThreads);
-      const KeyTile k_half{smem.k_tile().column_block((wg_key0 / 64) * (kD / 128))};  // its first 64-column block
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < kN / 16; ++ks)
-        sm90::Wgmma<kD / 2, T>::template ss<1, 1>(dq_flat, ds_tile.mnmajor(ks), k_half.mnmajor(ks), ks > 0);
-    }
+    for (int ks = 0; ks < kN / 16; ++ks)
+      sm90::Wgmma<NQ * 8, T>::template ss<1, 1>(dq_flat, ds_part.mnmajor(ks), k_part.mnmajor(ks), ks > 0);
     sm90::wgmma_commit();
   }
 
@@ -377,33 +388,41 @@ struct BwdMainloop {
     sm90::wgmma_commit();
   }
 
-  // dq[i][2 hr + e]: query row 16 warp + 8 hr + lane / 4 of the tile at m0,
-  // column col0 + 8 i + 2 (lane % 4) + e, staged two floats at a time at its
-  // place in the accumulator's row (flash/dq_layout.h) once the previous
-  // tile's bulk add has read the stage; then the adder may take it.
+  // Two floats to shared address at + kOffset (an immediate).
+  template <int kOffset>
+  static __device__ __forceinline__ void store_pair(uint32_t at, float x, float y) {
+    asm volatile("st.shared.v2.f32 [%0+%3], {%1, %2};\n" ::"r"(at), "f"(x), "f"(y), "n"(kOffset) : "memory");
+  }
+
+  // dq[i][2 hr + e]: query row row0 + 16 warp + 8 hr + lane / 4 of the tile
+  // at m0 (row0: this consumer's rows, 0 where it has all of them), column
+  // column(i) + 2 (lane % 4) + e, staged two floats at a time at its place in
+  // the accumulator's row (flash/dq_layout.h) once the previous tile's bulk
+  // add has read the stage; then the adder may take it.
   __device__ __forceinline__ void stage_dq(const float (&dq)[NQ][4], int m0, int it) const {
-    const int q_stage = Cfg::kDqOverOwnKeys ? wg : 0;
-    // Block i's first column: at d 64 all of d, at d 128 this consumer's
+    // Block i's first column: all of d's at d 64, at d 128 this consumer's
     // half, with the wide tiles its columns as dK's.
     auto column = [&](int i) {
-      return Cfg::kWide ? consumer_column<typename Cfg::ColsK>(wg, i)
-                        : (Cfg::kDqOverOwnKeys ? 0 : wg * (kD / 2)) + 8 * i;
+      return Cfg::kWide ? consumer_column<typename Cfg::ColsK>(wg, i) : (Cfg::kDqRowHalves ? 0 : wg * (kD / 2)) + 8 * i;
     };
-    const uint32_t dq_stage = smem.dq_stage(q_stage);
-    smem.dq_empty(q_stage).wait((it & 1) ^ 1);
+    const int row0 = Cfg::kDqRowHalves ? 64 * wg : 0;
+    // Every row this thread stages has the same token % 4 (rows 4 apart, m0
+    // a multiple of 64), and column(i) is column(i & ~3) + 8 (i % 4) with
+    // column(i & ~3) a multiple of 32 (dq_column's case): an address per
+    // column block i, the second row an immediate (ptxas otherwise kept an
+    // address per store).
+    static_assert(NQ % 4 == 0, "dQ's columns come in 32-column groups");
+    const int sw = static_cast<int>(blk.tok0 + m0 + (lane >> 2)) & 3;
+    const uint32_t row_at = smem.dq_stage() + 4u * static_cast<uint32_t>((row0 + 16 * warp + (lane >> 2)) * kD);
+    smem.dq_empty().wait((it & 1) ^ 1);
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int r = 16 * warp + 8 * hr + (lane >> 2);
-#pragma unroll
-      for (int i = 0; i < NQ; ++i) {
-        const int col = flash::dq_swizzle(blk.tok0 + m0 + r, column(i) + 2 * (lane & 3));
-        const uint32_t at = dq_stage + 4u * static_cast<uint32_t>(r * kD + col);
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(dq[i][2 * hr]), "f"(dq[i][2 * hr + 1])
-                     : "memory");
-      }
+    for (int i = 0; i < NQ; ++i) {
+      const uint32_t at = row_at + 4u * static_cast<uint32_t>(flash::dq_column<4>(column(i & ~3), i & 3, sw, lane));
+      store_pair<0>(at, dq[i][0], dq[i][1]);
+      store_pair<4 * 8 * kD>(at, dq[i][2], dq[i][3]);  // 8 rows further
     }
     sm90::fence_proxy_async();  // the stores above, before the bulk add reads them
-    smem.dq_full(q_stage).arrive();
+    smem.dq_full().arrive();
   }
 
   // The `it`-th query tile of the walk (tile m of query head hh of the group).
@@ -419,7 +438,7 @@ struct BwdMainloop {
     float s[NS][4], dp[NS][4];
     issue_scores(q_tile, do_tile, s, dp);
     const int hq = blk.h_kv * p.h_per_kv + hh;
-    uint32_t keep = ~0u;
+    KeepBits keep = keep_all();
     if constexpr (kDropout)
       if (p.dropout_threshold) keep = keep_bits(m0, static_cast<uint32_t>(blk.b) * p.h_q + hq);
     sm90::wgmma_wait<1>();  // S^T

@@ -106,15 +106,13 @@ __device__ __forceinline__ void bwd_add_dq(const flash::BwdParams& bp, const Bwd
         }
         __threadfence();  // their adds are visible before ours start
       }
-      for (int q = 0; q < Cfg::kDqStages; ++q) {
-        smem.dq_full(q).wait(it & 1);
-        if (rows > 0) {
-          sm90::bulk_reduce_add_f32(dq_rows + static_cast<int64_t>(m) * kM * kD, smem.dq_stage(q), rows * kD * 4);
-          sm90::bulk_commit();
-          sm90::bulk_wait_read<0>();
-        }
-        smem.dq_empty(q).arrive();
+      smem.dq_full().wait(it & 1);
+      if (rows > 0) {
+        sm90::bulk_reduce_add_f32(dq_rows + static_cast<int64_t>(m) * kM * kD, smem.dq_stage(), rows * kD * 4);
+        sm90::bulk_commit();
+        sm90::bulk_wait_read<0>();
       }
+      smem.dq_empty().arrive();
       if (sem && rows > 0) {
         sm90::bulk_wait<0>();  // the adds are done in global memory, not only read from shared
         __threadfence();

@@ -34,7 +34,7 @@ struct BwdSmem : sm90::SharedBase {
     return {at(offsetof(Storage, dout)) + stage * Cfg::kSmemDo};
   }
   __device__ __forceinline__ KeyTile ds_tile(int buf) const { return {at(offsetof(Storage, ds)) + buf * Cfg::kSmemDs}; }
-  __device__ __forceinline__ uint32_t dq_stage(int q) const { return at(offsetof(Storage, dq)) + q * Cfg::kSmemDq; }
+  __device__ __forceinline__ uint32_t dq_stage() const { return at(offsetof(Storage, dq)); }
   __device__ __forceinline__ uint32_t terms(int stage) const {
     return at(offsetof(Storage, terms)) + stage * Cfg::kSmemTerms;
   }
@@ -45,8 +45,8 @@ struct BwdSmem : sm90::SharedBase {
   __device__ __forceinline__ sm90::Barrier kv_full() const { return {at(offsetof(Storage, kv_full))}; }
   __device__ __forceinline__ sm90::Barrier full(int stage) const { return bar(offsetof(Storage, full), stage); }
   __device__ __forceinline__ sm90::Barrier empty(int stage) const { return bar(offsetof(Storage, empty), stage); }
-  __device__ __forceinline__ sm90::Barrier dq_full(int q) const { return bar(offsetof(Storage, dq_full), q); }
-  __device__ __forceinline__ sm90::Barrier dq_empty(int q) const { return bar(offsetof(Storage, dq_empty), q); }
+  __device__ __forceinline__ sm90::Barrier dq_full() const { return {at(offsetof(Storage, dq_full))}; }
+  __device__ __forceinline__ sm90::Barrier dq_empty() const { return {at(offsetof(Storage, dq_empty))}; }
 
   // Every mbarrier's arrival count, by one thread before the CTA's first sync.
   __device__ __forceinline__ void init_barriers() const {
@@ -55,10 +55,8 @@ struct BwdSmem : sm90::SharedBase {
       full(s).init(32);  // the producer warp's lanes (row terms), one with the TMA bytes
       empty(s).init(kConsumerThreads);
     }
-    for (int q = 0; q < Cfg::kDqStages; ++q) {
-      dq_full(q).init(kConsumerThreads / Cfg::kDqStages);  // the consumers that stage it
-      dq_empty(q).init(1);
-    }
+    dq_full().init(kConsumerThreads);  // the consumers, each staging its part
+    dq_empty().init(1);
     sm90::mbar_init_fence();
   }
 };

@@ -21,21 +21,21 @@ struct BwdSharedStorage {
   sm90::AlignedBlock<Cfg::kSmemQ> q[kS];
   sm90::AlignedBlock<Cfg::kSmemDo> dout[kS];
   sm90::AlignedBlock<Cfg::kSmemDs> ds[Cfg::kDsBuffers];  // dS^T (keys x queries), by query tile parity
-  sm90::AlignedBlock<Cfg::kSmemDq> dq[Cfg::kDqStages];   // a query tile's dQ in fp32, for the bulk reduce-add
+  sm90::AlignedBlock<Cfg::kSmemDq> dq;                   // a query tile's dQ in fp32, for the bulk reduce-add
   float2 terms[kS][Cfg::kBlockM];                        // {lse2, D} of stage s's rows
   uint64_t kv_full;                                      // K and V landed
   // Stage s: loaded (full: the producer warp's 32 lanes, one with the TMA
   // bytes) and read (empty: every consumer thread).
   uint64_t full[kS], empty[kS];
-  // dQ stage q: staged (full: the consumers that stage it) and added (empty: the adder).
-  uint64_t dq_full[Cfg::kDqStages], dq_empty[Cfg::kDqStages];
+  // dQ's stage: staged (full: every consumer thread) and added (empty: the adder).
+  uint64_t dq_full, dq_empty;
 };
 static_assert(std::is_standard_layout_v<BwdSharedStorage<BwdConfig<128, 128>>>, "members are found by offsetof");
 
 // Named barriers (0 is __syncthreads).
 constexpr int kBarDsWritten = 1;  // both consumers, once per query tile, after each wrote its half of dS^T
 constexpr int kBarEpilogue = 2;   // both, before the epilogue stages dK and dV where Q and dO were
-constexpr int kBarConsumer0 = 3;  // 3, 4: each consumer alone (its dS^T rows; before its TMA stores)
+constexpr int kBarConsumer0 = 3;  // 3, 4: each consumer alone, before its TMA stores
 constexpr int kBarCleared = 5;    // both, after clearing rows past a sequence
 
 }  // namespace attn::flash_sm90

@@ -84,7 +84,7 @@ bool dispatch(const Problem& p, const BackwardArgs& a, const flash::BwdParams& k
 // flash_sm80's workspace (row terms, dQ accumulator, counters), then the head
 // split's accumulators.
 int64_t backward_workspace_bytes(const Problem& p) {
-  return flash::backward_workspace_bytes(p, BwdConfig<64, 64>::kBlockM) + dkv_accum_bytes(p);
+  return flash::backward_workspace_bytes(p, kSemaphoreBlockM) + dkv_accum_bytes(p);
 }
 
 void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx) {
@@ -92,7 +92,7 @@ void backward(const Problem& p, const BackwardArgs& args, const RunContext& ctx)
   if (p.batch == 0 || p.h_q == 0) return;  // nothing to write
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
   void* dkv = nullptr;  // the head split's accumulators, after flash's part of the workspace
-  const flash::BwdParams k = flash::backward_params(p, args, BwdConfig<64, 64>::kBlockM, ctx, dkv_accum_bytes(p), &dkv);
+  const flash::BwdParams k = flash::backward_params(p, args, kSemaphoreBlockM, ctx, dkv_accum_bytes(p), &dkv);
   float* const dkv_accum = static_cast<float*>(dkv);
   const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, args, k, dkv_accum, stream)
                                           : dispatch<__half>(p, args, k, dkv_accum, stream);
