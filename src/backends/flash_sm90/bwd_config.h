@@ -3,6 +3,8 @@
 // Plain C++: no CUDA needed to include it.
 #pragma once
 
+#include "attn/mask_rule.h"  // ATTN_HOST_DEVICE
+
 namespace attn::flash_sm90 {
 
 // One CTA per (KV tile of kBlockN keys, KV head, sequence): a producer
@@ -44,6 +46,17 @@ struct ConsumerColumns {
 // The deterministic mode's dQ counters are per query tile of this many rows,
 // the smallest kBlockM of the table, so one workspace layout serves every row.
 constexpr int kSemaphoreBlockM = 64;
+
+// The first column of accumulator block i (8 columns) of consumer wg's
+// part of a tensor split as Cols: all of it, or with the wide tiles its
+// whole column blocks first (consumer 0 the first ones, consumer 1 the
+// last), then its half of the middle block (tests/backends/test_sm90_bwd_columns.cpp).
+template <class Cols>
+ATTN_HOST_DEVICE constexpr int consumer_column(int wg, int i) {
+  if constexpr (Cols::kCols == Cols::kWidth) return 8 * i;
+  constexpr int NA = Cols::kWhole / 8;
+  return i < NA ? wg * (Cols::kWidth - Cols::kWhole) + 8 * i : Cols::kWhole + wg * Cols::kHalf + 8 * (i - NA);
+}
 
 template <int kDQK, int kDV>
 struct BwdConfig {

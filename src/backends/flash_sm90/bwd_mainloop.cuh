@@ -27,17 +27,6 @@
 
 namespace attn::flash_sm90 {
 
-// The first column of accumulator block i (8 columns) of consumer wg's
-// part of a tensor split as Cols (bwd_config.h's ConsumerColumns): all of
-// it, or with the wide tiles its whole column blocks first (consumer 0 the
-// first ones, consumer 1 the last), then its half of the middle block.
-template <class Cols>
-__device__ __forceinline__ int consumer_column(int wg, int i) {
-  if constexpr (Cols::kCols == Cols::kWidth) return 8 * i;
-  constexpr int NA = Cols::kWhole / 8;
-  return i < NA ? wg * (Cols::kWidth - Cols::kWhole) + 8 * i : Cols::kWhole + wg * Cols::kHalf + 8 * (i - NA);
-}
-
 // Accumulator blocks 2 np and 2 np + 1 (8 columns each, a warp's rows 16
 // warp + lane / 4 and + 8), times `scale` and rounded to T, into a
 // 128B-swizzled tile with stmatrix.x4; `chunk` is the 16-byte chunk of this
