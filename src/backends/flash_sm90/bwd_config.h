@@ -81,7 +81,8 @@ struct BwdConfig {
   // 64-column half of d; at d 64, whose half would be an n32 product, each
   // takes 64 of the 128 query rows over all of d (kDqRowHalves), so one
   // partial dQ per tile goes to the accumulator (a partial per consumer over
-  // its own keys doubled the bulk reduce-adds' traffic to L2).
+  // its own keys sends twice the bulk reduce-adds' bytes to L2; measured 1%
+  // slower).
   // Wide: each its half of d over the 64 keys (one stage); P and dS
   // (queries on the rows) take two buffers each by tile parity: a consumer
   // writes tile i + 1's while the other may still read tile i's dS in dQ's
