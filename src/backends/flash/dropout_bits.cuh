@@ -12,6 +12,18 @@
 
 namespace attn::flash {
 
+// The call's Philox seed and counter offset: from p.rng_state when the
+// caller keeps them in device memory (a captured graph's replays advance
+// them), else from the parameters.
+__device__ __forceinline__ void dropout_key(const FwdParams& p, uint64_t& seed, uint32_t& offset) {
+  seed = p.seed;
+  offset = p.offset;
+  if (p.rng_state) {
+    seed = static_cast<uint64_t>(p.rng_state[0]);
+    offset = static_cast<uint32_t>(p.rng_state[1]);
+  }
+}
+
 // Dropout's keep bits for this thread's MA x NA x 4 scores of one tile, by
 // include/attn/philox.h's rule bit for bit: one Philox block covers keys
 // 4 (j / 4) .. 4 (j / 4) + 3 of a row, and a lane's two adjacent columns
@@ -25,9 +37,8 @@ struct KeepBits {
   __device__ __forceinline__ static constexpr int bit(int ma, int na, int e) { return (ma * NA + na) * 4 + e; }
 
   // The keep bits of row i's keys 4 (j / 4) .. + 3 as bits 0-3: one Philox
-  // block, include/attn/philox.h's counter.
-  // Seed and offset from the parameters, or from p.rng_state when the caller
-  // keeps them in device memory (read once per call of compute_paired).
+  // block, include/attn/philox.h's counter (seed and offset: dropout_key,
+  // read once per call of compute_paired).
   __device__ __forceinline__ static uint32_t quad(const FwdParams& p, uint64_t seed, uint32_t offset, uint32_t bh,
                                                   uint32_t i, uint32_t j) {
     const PhiloxBlock r = philox4x32_10(PhiloxBlock{{j >> 2, i, bh, offset}}, static_cast<uint32_t>(seed),
@@ -53,12 +64,9 @@ struct KeepBits {
 #pragma unroll
     for (int w = 0; w < kWords; ++w) word[w] = theirs[w] = 0u;
     const uint32_t odd = lane & 1;
-    uint64_t seed = p.seed;
-    uint32_t offset = p.offset;
-    if (p.rng_state) {
-      seed = static_cast<uint64_t>(p.rng_state[0]);
-      offset = static_cast<uint32_t>(p.rng_state[1]);
-    }
+    uint64_t seed;
+    uint32_t offset;
+    dropout_key(p, seed, offset);
 #pragma unroll
     for (int ma = 0; ma < MA; ++ma)
 #pragma unroll

@@ -16,6 +16,7 @@
 
 #include "attn/philox.h"
 #include "backends/flash/dq_layout.h"
+#include "backends/flash/dropout_bits.cuh"
 #include "backends/flash/score_mods.cuh"
 #include "backends/flash/sequence.cuh"
 #include "backends/flash_sm90/bwd_kv_block.cuh"
@@ -76,17 +77,17 @@ struct BwdMainloop {
 
   // Dropout's keep bits of this thread's elements of S^T: a word per 64
   // queries of the tile (keep_bits).
-  struct KeepBits {
+  struct KeepWords {
     uint32_t w[kM / 64];
   };
-  static __device__ __forceinline__ KeepBits keep_all() {
-    KeepBits k;
+  static __device__ __forceinline__ KeepWords keep_all() {
+    KeepWords k;
 #pragma unroll
     for (int h = 0; h < kM / 64; ++h) k.w[h] = ~0u;
     return k;
   }
   // Element s[i][2 hr + e]'s keep bit (bit 4 (i % 8) + 2 hr + e of word i / 8).
-  __device__ __forceinline__ static bool kept(const KeepBits& keep, int i, int hr, int e) {
+  __device__ __forceinline__ static bool kept(const KeepWords& keep, int i, int hr, int e) {
     return (keep.w[i / 8] >> (4 * (i % 8) + 2 * hr + e)) & 1u;
   }
 
@@ -211,7 +212,8 @@ struct BwdMainloop {
   // branch, cost 168 more SASS instructions at d 64.
   template <bool kSoftcap, bool kAlibi>
   __device__ __forceinline__ void probabilities_modified(float (&s)[NS][4], uint32_t (&pa)[NS / 2][4], int m0,
-                                                         const float2* terms, float slope, const KeepBits& keep) const {
+                                                         const float2* terms, float slope,
+                                                         const KeepWords& keep) const {
     const bool masked = needs_mask(m0);
     const int j0 = first_key();
     const float key_at[2] = {static_cast<float>(j0), static_cast<float>(j0 + 8)};
@@ -244,7 +246,8 @@ struct BwdMainloop {
   // The build for this call's changes (uniform: one branch per tile). A
   // non-positive softmax_scale alone takes the <false, false> build.
   __device__ __forceinline__ void probabilities_modified(float (&s)[NS][4], uint32_t (&pa)[NS / 2][4], int m0,
-                                                         const float2* terms, float slope, const KeepBits& keep) const {
+                                                         const float2* terms, float slope,
+                                                         const KeepWords& keep) const {
     if (p.softcap > 0.f) {
       if (p.alibi) probabilities_modified<true, true>(s, pa, m0, terms, slope, keep);
       else probabilities_modified<true, false>(s, pa, m0, terms, slope, keep);
@@ -254,14 +257,11 @@ struct BwdMainloop {
     }
   }
 
-  __device__ __forceinline__ KeepBits keep_bits(int m0, uint32_t bh) const {
-    uint64_t seed = p.seed;
-    uint32_t offset = p.offset;
-    if (p.rng_state) {
-      seed = static_cast<uint64_t>(p.rng_state[0]);
-      offset = static_cast<uint32_t>(p.rng_state[1]);
-    }
-    KeepBits keep;
+  __device__ __forceinline__ KeepWords keep_bits(int m0, uint32_t bh) const {
+    uint64_t seed;
+    uint32_t offset;
+    flash::dropout_key(p, seed, offset);
+    KeepWords keep;
 #pragma unroll
     for (int h = 0; h < kM / 64; ++h) keep.w[h] = keep_word(m0 + 64 * h, bh, seed, offset);
     return keep;
@@ -323,7 +323,7 @@ struct BwdMainloop {
   // With dropout dS = P (z dP - D), z = keep / (1 - p) (D = rowsum(dO O)
   // of the dropped output).
   __device__ __forceinline__ void dscores(const float (&s)[NS][4], float (&dp)[NS][4], const float2* terms,
-                                          const KeepBits& keep) const {
+                                          const KeepWords& keep) const {
 #pragma unroll
     for (int i = 0; i < NS; ++i)
 #pragma unroll
@@ -427,7 +427,7 @@ struct BwdMainloop {
       cleared();
     }
     const int hq = blk.h_kv * p.h_per_kv + hh;
-    KeepBits keep = keep_all();  // before the products: keep_word says why
+    KeepWords keep = keep_all();  // before the products: keep_word says why
     if constexpr (kDropout)
       if (p.dropout_threshold) keep = keep_bits(m0, static_cast<uint32_t>(blk.b) * p.h_q + hq);
     float s[NS][4], dp[NS][4];
