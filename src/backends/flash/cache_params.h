@@ -51,12 +51,9 @@ ATTN_HOST_DEVICE int cache_row(const CacheParams& c, int b) {
 
 // Paged caches: the block table's entry for position j (< capacity) of
 // sequence b as read (a caller that clamps it later keeps the read's
-// latency off its path), and the block holding that position.
+// latency off its path).
 ATTN_HOST_DEVICE int block_table_entry(const CacheParams& c, int b, int j) {
   return c.block_table[b * c.block_table_stride + j / c.block_size];
-}
-ATTN_HOST_DEVICE int cache_block(const CacheParams& c, int b, int j) {
-  return clamp_index(block_table_entry(c, b, j), c.rows);
 }
 
 // Where position j of sequence b lives: its block and the row in it
@@ -64,9 +61,16 @@ ATTN_HOST_DEVICE int cache_block(const CacheParams& c, int b, int j) {
 struct CacheSlot {
   int64_t outer, inner;
 };
-ATTN_HOST_DEVICE CacheSlot cache_slot(const CacheParams& c, int b, int row, int j) {
-  if (c.block_table) return {cache_block(c, b, j), j % c.block_size};
+// From the block table's entry for j, read earlier by the caller
+// (block_table_entry; ignored for contiguous caches): several reads are
+// then in flight at once, each waited for only where its slot is used.
+ATTN_HOST_DEVICE CacheSlot cache_slot_at(const CacheParams& c, int row, int j, int entry) {
+  if (c.block_table) return {clamp_index(entry, c.rows), j % c.block_size};
   return {row, j};
+}
+// Reading the entry here.
+ATTN_HOST_DEVICE CacheSlot cache_slot(const CacheParams& c, int b, int row, int j) {
+  return cache_slot_at(c, row, j, c.block_table ? block_table_entry(c, b, j) : 0);
 }
 
 }  // namespace attn::flash

@@ -49,16 +49,22 @@ __device__ __forceinline__ float* lse_at(const flash::FwdParams& p, int b, int64
 // Where key j of sequence b (KV head h) starts in K and in V; null past the
 // sequence (its rows are zero-filled). A key from `appended_from` on is a
 // new token, read where the caller passed it (DecodeParams::k_new). One
-// thread per row computes these a tile ahead (the block table's read is a
-// dependent load), and every thread copying the row reads them from shared
-// memory.
+// thread per row computes these a tile ahead, and every thread copying the
+// row reads them from shared memory. A paged cache's address needs the
+// block table's entry (key_entry), a dependent load: it is read apart from
+// the address, so several go out together and the wait for one falls
+// where its address is formed.
 struct alignas(16) KeyRow {  // one 16-byte shared load reads both
   const void* k;
   const void* v;
 };
+__device__ __forceinline__ int key_entry(const flash::CacheParams& c, int b, const flash::SeqExtent& seq,
+                                         int appended_from, int j) {
+  return c.block_table && j < seq.len_kv && j < appended_from ? flash::block_table_entry(c, b, j) : 0;
+}
 template <typename T>
 __device__ __forceinline__ KeyRow key_row(const DecodeParams& dp, int b, int row_of_b, const flash::SeqExtent& seq,
-                                          int appended_from, int h, int j) {
+                                          int appended_from, int h, int j, int entry) {
   const flash::FwdParams& p = dp.f;
   if (j >= seq.len_kv) return {nullptr, nullptr};
   if (j >= appended_from) {
@@ -66,7 +72,7 @@ __device__ __forceinline__ KeyRow key_row(const DecodeParams& dp, int b, int row
     return {static_cast<const T*>(dp.k_new) + b * dp.k_new_stride[0] + t * dp.k_new_stride[1] + h * dp.k_new_stride[2],
             static_cast<const T*>(dp.v_new) + b * dp.v_new_stride[0] + t * dp.v_new_stride[1] + h * dp.v_new_stride[2]};
   }
-  flash::CacheSlot at = flash::cache_slot(p.cache, b, row_of_b, j);
+  flash::CacheSlot at = flash::cache_slot_at(p.cache, row_of_b, j, entry);
   at.inner += seq.start_kv;  // thd's first token in a forward call (0 in a cache call)
   return {static_cast<const T*>(p.k) + at.outer * p.k_batch_stride + at.inner * p.k_row_stride + h * p.k_head_stride,
           static_cast<const T*>(p.v) + at.outer * p.v_batch_stride + at.inner * p.v_row_stride + h * p.v_head_stride};
@@ -205,8 +211,10 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
   constexpr int kStages = Cfg::kStages;
   KeyRow* const row_at = reinterpret_cast<KeyRow*>(smem + Cfg::kOffsetsAt);
   const int appended_from = dp.k_new ? flash::cache_length(p.cache, b) : INT_MAX;
-  auto rows_of = [&](int t) {  // this thread's row of tile t (threads < kN)
-    return key_row<T>(dp, b, row_of_b, seq, appended_from, kvh, t * kN + tid);
+  // This thread's row of tile t (threads < kN): its block-table entry, then its address.
+  auto entry_of = [&](int t) { return key_entry(p.cache, b, seq, appended_from, t * kN + tid); };
+  auto row_of = [&](int t, int entry) {
+    return key_row<T>(dp, b, row_of_b, seq, appended_from, kvh, t * kN + tid, entry);
   };
   auto load_tile = [&](int t, int s) {
     const KeyRow* const at = row_at + (t % kStages) * kN;
@@ -237,8 +245,14 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
                      (kvh * g + r % g) * p.q_head_stride + 8 * c;
       sm80::cp_async_16(q_smem + TileQ::byte_offset(row, c), ok ? src : p.q, ok);
     }
-    if (tid < kN)
-      for (int t = t_begin; t < t_begin + kStages && t < t_end; ++t) row_at[(t % kStages) * kN + tid] = rows_of(t);
+    if (tid < kN) {  // the first tiles' entries read together, then their addresses
+      int entry[kStages];
+#pragma unroll
+      for (int i = 0; i < kStages; ++i) entry[i] = t_begin + i < t_end ? entry_of(t_begin + i) : 0;
+#pragma unroll
+      for (int i = 0; i < kStages; ++i)
+        if (t_begin + i < t_end) row_at[((t_begin + i) % kStages) * kN + tid] = row_of(t_begin + i, entry[i]);
+    }
     __syncthreads();
     // The first kStages - 1 tiles in flight, one commit group each (empty
     // groups past the end keep the count the loop waits on uniform).
@@ -259,11 +273,10 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
     sm80::cp_async_commit();
     sm80::cp_async_wait<kStages - 1>();
     // Tile t + kStages's rows, into the slot tile t's copies were issued
-    // from: the block table's reads go out now and are consumed after this
-    // tile's products, so their latency hides under them.
-    KeyRow ahead{nullptr, nullptr};
+    // from: the block table's reads go out now and their addresses are
+    // formed after this tile's products, so the latency hides under them.
     const bool prefetch = tid < kN && t + kStages < t_end;
-    if (prefetch) ahead = rows_of(t + kStages);
+    const int ahead = prefetch ? entry_of(t + kStages) : 0;
     __syncthreads();
 
     float sc[MB][2][4];
@@ -339,7 +352,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
         }
     }
     sm80::gemm_rb<T, MB, 2, NO, TileV>(o, sc, v_stage(s) + 16 * warp * TileV::kRowBytes, lane);
-    if (prefetch) row_at[(t % kStages) * kN + tid] = ahead;
+    if (prefetch) row_at[(t % kStages) * kN + tid] = row_of(t + kStages, ahead);
     __syncthreads();  // tile t's stage is free, tile t + kStages's offsets visible
   }
 
