@@ -9,7 +9,7 @@ forward_with_kvcache with and without the append, and at several split
 counts; SDPA cuDNN and flash run on the same caches' views. Then one replay
 of each under torch.profiler: every kernel, its time and the gap before it.
 
-    PYTHONPATH=/tmp/py python3 bench/diagnostics/decode_latency.py [--points b:s_kv:h_q/h_kv:d,..]
+    PYTHONPATH=/tmp/py python3 bench/diagnostics/decode_latency.py [--points b:s_kv:h_q/h_kv:d,..] [--splits 4,8,16]
 
 --eager runs attn and SDPA cuDNN three times each per point and times
 nothing: the program to run under ncu (e.g. --kernel-name
@@ -36,7 +36,7 @@ def make_sets(b, s_kv, h_q, h_kv, d, n):
     return [tensors(b, s_kv, h_q, h_kv, d, 1, 0) for _ in range(n)]
 
 
-def variants(sets, s_kv, h_q, h_kv):
+def variants(sets, s_kv, h_q, h_kv, splits=(4, 8, 16, 32, 64)):
     b = sets[0]["q"].shape[0]
     full = torch.full((b,), s_kv, dtype=torch.int32, device="cuda")
 
@@ -57,7 +57,7 @@ def variants(sets, s_kv, h_q, h_kv):
         return run
 
     v = {"attn": kv(), "attn no append": kv(append=False)}
-    for s in (4, 8, 16, 32, 64):
+    for s in splits:
         v[f"attn splits {s}"] = kv(s, append=False)
     v["sdpa_cudnn"] = sdpa(SDPBackend.CUDNN_ATTENTION)
     v["sdpa_flash"] = sdpa(SDPBackend.FLASH_ATTENTION)
@@ -102,6 +102,7 @@ def kernels_of(g):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--points", default="1:8192:32/8:64,1:8192:32/8:128,1:8192:64/8:128,1:32768:32/8:128,8:8192:32/8:128")
+    ap.add_argument("--splits", default="4,8,16,32,64", help="the fixed split counts timed beside the plan's")
     ap.add_argument("--eager", action="store_true", help="three calls of attn and SDPA cuDNN per point, untimed")
     a = ap.parse_args()
     for spec in a.points.split(","):
@@ -120,7 +121,7 @@ def main():
         print(f"\n## b {b} s_kv {s_kv} h {h_q}/{h_kv} d {d}: K+V {kv_bytes / 2**20:.0f} MiB per call")
         print(f"{'variant':18} {'rotating us':>11} {'TB/s':>6} {'one set us':>10} {'TB/s':>6}")
         graphs = {}
-        for name, fn in variants(sets, s_kv, h_q, h_kv).items():
+        for name, fn in variants(sets, s_kv, h_q, h_kv, [int(x) for x in a.splits.split(",")]).items():
             try:
                 g = capture(fn, sets)
                 g1 = capture(fn, sets[:1] * ROT)

@@ -5,9 +5,10 @@ few times in one variant, for a profiler (ncu -k flash_fwd --launch-skip 2
 same keys as a contiguous cache), `pagedN` (blocks of N keys, shuffled) or
 `pagedNseq` (the blocks in order: the paged path over the contiguous
 layout). --time VARIANT,...: each variant's median ms back to back instead
-(bench/compare.py's interleaved rounds).
+(bench/compare.py's interleaved rounds). --shape B,PRIOR,CHUNK takes
+another of bench/prefill.py's points.
 
-    python bench/diagnostics/prefill_one.py VARIANT [--calls 3]
+    python bench/diagnostics/prefill_one.py VARIANT [--calls 3] [--shape 4,4096,2048]
     python bench/diagnostics/prefill_one.py --time cache,paged128,paged128seq
 """
 import argparse
@@ -22,9 +23,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from compare import interleaved_medians  # noqa: E402
 
 
-def make(variant):
+def make(variant, b=1, prior=16384, s_q=2048):
     """The call of one variant, and the plain prefill's output to check it."""
-    b, prior, s_q, h_q, h_kv, d = 1, 16384, 2048, 32, 8, 128
+    h_q, h_kv, d = 32, 8, 128
     s_kv = prior + s_q
     dt = torch.bfloat16
     q = torch.randn(b, s_q, h_q, d, device="cuda", dtype=dt)
@@ -44,8 +45,9 @@ def make(variant):
         table = order.view(b, -1).int()
         kp = torch.zeros(n, bs, h_kv, d, device="cuda", dtype=dt)
         vp = torch.zeros(n, bs, h_kv, d, device="cuda", dtype=dt)
-        kp[table[0].long()] = k[0].view(-1, bs, h_kv, d)
-        vp[table[0].long()] = v[0].view(-1, bs, h_kv, d)
+        for i in range(b):
+            kp[table[i].long()] = k[i].view(-1, bs, h_kv, d)
+            vp[table[i].long()] = v[i].view(-1, bs, h_kv, d)
 
         def fn():
             return attn.forward_with_kvcache(q, kp, vp, cache_seqlens=lens, block_table=table, check_seqlens=False)
@@ -57,11 +59,13 @@ def main():
     ap.add_argument("variant", nargs="?")
     ap.add_argument("--calls", type=int, default=3)
     ap.add_argument("--time", default="")
+    ap.add_argument("--shape", default="1,16384,2048", help="b, cached tokens, chunk")
     a = ap.parse_args()
+    shape = [int(x) for x in a.shape.split(",")]
     if a.time:
         fns = {}
         for v in a.time.split(","):
-            fn, ref = make(v)
+            fn, ref = make(v, *shape)
             err = (fn().float() - ref).abs().max().item()
             assert err < 0.05, f"{v} differs from the prefill by {err}"
             fns[v] = (lambda _, fn=fn: fn(), [None])
@@ -70,7 +74,7 @@ def main():
         for v, ms in t.items():
             print(f"{v:>12} {ms:8.3f} ms  {base / ms:6.3f}x the first")
         return
-    fn, ref = make(a.variant)
+    fn, ref = make(a.variant, *shape)
     for _ in range(a.calls):
         out = fn()
     torch.cuda.synchronize()

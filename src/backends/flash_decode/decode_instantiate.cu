@@ -46,7 +46,7 @@ void launch_decode(const DecodeParams& dp, int h_kv, cudaStream_t stream) {
   }
   if (dp.splits > 1) {
     const dim3 cgrid(static_cast<unsigned>(dp.f.s_q * dp.f.h_q), static_cast<unsigned>(dp.f.batch));
-    kernels::launch_dependent(flash_decode_combine_kernel<T, kDV>, cgrid, CombineConfig<kDV>::kThreads, 0, stream,
+    kernels::launch_dependent(flash_decode_combine_kernel<T, kDQK, kDV>, cgrid, CombineConfig<kDV>::kThreads, 0, stream,
                               dp.overlap, dp);
   }
 }

@@ -263,8 +263,10 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
     }
   }
   // The new tokens into the cache (no kernel appended them), by one CTA per
-  // (sequence, KV head), while its first tiles load.
-  if (dp.k_new && split == 0 && m_block == 0) append_new_rows<T, kDQK, kDV>(dp, b, row_of_b, kvh, tid, Cfg::kThreads);
+  // (sequence, KV head), while its first tiles load; with splits, the
+  // combine kernel's CTAs write them while this grid runs (below).
+  if (dp.k_new && dp.splits == 1 && m_block == 0)
+    append_new_rows<T, kDQK, kDV>(dp, b, row_of_b, kvh, tid, Cfg::kThreads);
   for (int t = t_begin; t < t_end; ++t) {
     const int s = (t - t_begin) % kStages;
     // Tile t + kStages - 1 into the stage tile t - 1 used (free since the
@@ -459,7 +461,12 @@ struct CombineConfig {
 // Merges the splits of one row: lse = log(sum over splits of exp(lse_s) +
 // exp(sink)), out = sum of exp(lse_s - lse) * o_s. Each group merges its
 // splits relative to its own max, then group 0 merges the groups.
-template <typename T, int kDV>
+// It also appends the call's new tokens (DecodeParams::k_new): CTA x < h_kv
+// of sequence b writes KV head x's before it waits for the decode kernel,
+// so on sm_90 the writes run beside that grid, on SMs its single wave
+// leaves free (in one of its CTAs they held that CTA's loop for their
+// loads' latency, and the grid ended with its slowest CTA).
+template <typename T, int kDQK, int kDV>
 __global__ void __launch_bounds__(CombineConfig<kDV>::kThreads)
     flash_decode_combine_kernel(const __grid_constant__ DecodeParams dp) {
   using Cfg = CombineConfig<kDV>;
@@ -467,6 +474,8 @@ __global__ void __launch_bounds__(CombineConfig<kDV>::kThreads)
   const int group = threadIdx.x / Cfg::kChunks, chunk = threadIdx.x % Cfg::kChunks;
   const int i = static_cast<int>(blockIdx.x / p.h_q), hq = static_cast<int>(blockIdx.x % p.h_q);
   const int b = blockIdx.y;
+  if (dp.k_new && static_cast<int>(blockIdx.x) < p.h_q / p.h_per_kv)
+    append_new_rows<T, kDQK, kDV>(dp, b, flash::cache_row(p.cache, b), blockIdx.x, threadIdx.x, Cfg::kThreads);
   const flash::SeqExtent seq = flash::sequence_extent(p, b);
   if (i >= (p.packed ? seq.len_q : p.s_q)) return;
   const int64_t token_index = p.packed ? static_cast<int64_t>(seq.start_q) + i : static_cast<int64_t>(b) * p.s_q + i;

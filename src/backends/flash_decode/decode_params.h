@@ -29,7 +29,8 @@ struct DecodeParams {
   // [b, s_new, h_kv, d], rows 16-byte aligned (as every tensor of the call),
   // strides (sequence, token, head) in elements. Keys from each sequence's cache length on are read
   // from here, and one CTA per (sequence, KV head) writes them into the
-  // cache, so no kernel appends first. Null: the prologue appended them.
+  // cache (the decode kernel's with one split, else the combine kernel's),
+  // so no kernel appends first. Null: the prologue appended them.
   const void* k_new = nullptr;
   const void* v_new = nullptr;
   int64_t k_new_stride[3] = {}, v_new_stride[3] = {};

@@ -38,9 +38,10 @@ struct Plan {
 };
 Plan plan(const Problem& p, int requested_splits = 0);
 // The rule behind plan(): for `units` CTAs of one split over `slots` CTA
-// slots (SMs x CTAs per SM) and the longest sequence's `tiles` of 64 keys,
-// the fewest splits (each at least 4 tiles, at most kMaxSplits) whose waves
-// are at least 95% as full as the best count's.
+// slots and the longest sequence's `tiles` of 64 keys, the fewest splits
+// (each at least 2 tiles, at most kMaxSplits) whose waves are at least 95%
+// as full as the best count's, a split count counted by the splits that
+// get keys (tiles cut in ceil(tiles / splits)-tile ranges).
 int choose_splits(int64_t units, int64_t tiles, int64_t slots);
 // Device scratch of a plan: the splits' partial outputs and lse (0 for one split).
 int64_t workspace_bytes(const Problem& p, const Plan& plan);

@@ -73,17 +73,21 @@ bool dispatch(const Problem& p, const DecodeParams& dp, cudaStream_t stream) {
 
 }  // namespace
 
-// The fewest splits (each at least 4 tiles) whose CTAs fill the device's
+// The fewest splits (each at least 2 tiles) whose CTAs fill the device's
 // slots in waves at least 95% as whole as the best count's: a last partial
 // wave idles most SMs while it runs (FlashAttention-2's rule, with its 85%
 // raised: at 85%, batch 64 x 8 KV heads on 132 SMs x 3 slots kept one split
-// and 1.3 waves).
+// and 1.3 waves). A count that does not divide the tiles leaves the last
+// ranges empty (31 splits of 128 tiles: 26 ranges of 5), so it counts as
+// the ranges that get keys.
 int choose_splits(int64_t units, int64_t tiles, int64_t slots) {
-  const int64_t most = std::min<int64_t>(kMaxSplits, std::max<int64_t>(tiles / 4, 1));
+  const int64_t most = std::min<int64_t>(kMaxSplits, std::max<int64_t>(tiles / 2, 1));
   std::vector<double> eff(static_cast<size_t>(most) + 1, 0.0);
   double best = 0.0;
   for (int64_t s = 1; s <= most; ++s) {
-    const double waves = static_cast<double>(units * s) / static_cast<double>(slots);
+    const int64_t per = ceil_div(std::max<int64_t>(tiles, 1), s);
+    const int64_t ranges = ceil_div(std::max<int64_t>(tiles, 1), per);
+    const double waves = static_cast<double>(units * ranges) / static_cast<double>(slots);
     eff[s] = waves / std::ceil(waves);
     best = std::max(best, eff[s]);
   }
@@ -137,7 +141,14 @@ Plan plan(const Problem& p, int requested) {
   // wave sooner (H100, h 64/8, 4 tokens, d 128, TB/s one block / two: b 64
   // 8k 2.88 / 3.00, paged 16 2.48 / 2.97; b 1 8k 1.49 / 1.31).
   if (two_row_blocks_allowed(p) && pl.m_blocks * p.h_kv * p.batch >= slots(1)) cut(2);
-  pl.splits = choose_splits(pl.m_blocks * p.h_kv * p.batch, tiles, slots(pl.row_blocks));
+  // Splits fill the SMs one CTA each where the units are fewer than the
+  // SMs: a second CTA per SM adds loads in flight that one CTA's stages
+  // already keep, and doubles the ranges' prologues and the combine's
+  // reads (H100, d 128, h 32/8, CUDA graphs, us: b 1 8k 21.2 at 16 splits
+  // against 22.0 at 32 and 23.0 at the slots' 31; b 1 2k 11.0 at 16
+  // against 11.6 at 8; b 8 8k 97.7 at 2 against 99.2 at 4).
+  const int64_t units = pl.m_blocks * p.h_kv * p.batch, sms = std::max(dev.sm_count, 1);
+  pl.splits = choose_splits(units, tiles, units < sms ? sms : slots(pl.row_blocks));
   return pl;
 }
 
