@@ -36,7 +36,9 @@ struct Plan {
   int row_blocks = 1;
   int splits = 1;
 };
-Plan plan(const Problem& p, int requested_splits = 0);
+// `paged`: the keys come through a block table (their splits keep two CTAs
+// per SM, below).
+Plan plan(const Problem& p, int requested_splits = 0, bool paged = false);
 // The rule behind plan(): for `units` CTAs of one split over `slots` CTA
 // slots and the longest sequence's `tiles` of 64 keys, the fewest splits
 // (each at least 2 tiles, at most kMaxSplits) whose waves are at least 95%

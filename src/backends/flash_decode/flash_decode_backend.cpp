@@ -114,7 +114,7 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
   return no;
 }
 
-Plan plan(const Problem& p, int requested) {
+Plan plan(const Problem& p, int requested, bool paged) {
   Plan pl;
   const int64_t rows = p.s_q * (p.h_q / std::max<int64_t>(p.h_kv, 1));
   auto cut = [&](int row_blocks) {
@@ -146,9 +146,12 @@ Plan plan(const Problem& p, int requested) {
   // already keep, and doubles the ranges' prologues and the combine's
   // reads (H100, d 128, h 32/8, CUDA graphs, us: b 1 8k 21.2 at 16 splits
   // against 22.0 at 32 and 23.0 at the slots' 31; b 1 2k 11.0 at 16
-  // against 11.6 at 8; b 8 8k 97.7 at 2 against 99.2 at 4).
+  // against 11.6 at 8; b 8 8k 97.7 at 2 against 99.2 at 4). Not through a
+  // block table: each tile's block ids are a dependent read whose wait the
+  // SM's second CTA covers (paged 16 at one CTA per SM read 0.83-0.87x the
+  // contiguous cache at b 8-16 8k-32k and b 1 32k, against 0.97-0.98x).
   const int64_t units = pl.m_blocks * p.h_kv * p.batch, sms = std::max(dev.sm_count, 1);
-  pl.splits = choose_splits(units, tiles, units < sms ? sms : slots(pl.row_blocks));
+  pl.splits = choose_splits(units, tiles, units < sms && !paged ? sms : slots(pl.row_blocks));
   return pl;
 }
 
