@@ -82,11 +82,11 @@ bool dispatch(const Problem& p, const DecodeParams& dp, cudaStream_t stream) {
 // the ranges that get keys.
 int choose_splits(int64_t units, int64_t tiles, int64_t slots) {
   const int64_t most = std::min<int64_t>(kMaxSplits, std::max<int64_t>(tiles / 2, 1));
+  const int64_t some = std::max<int64_t>(tiles, 1);  // no keys: one range
   std::vector<double> eff(static_cast<size_t>(most) + 1, 0.0);
   double best = 0.0;
   for (int64_t s = 1; s <= most; ++s) {
-    const int64_t per = ceil_div(std::max<int64_t>(tiles, 1), s);
-    const int64_t ranges = ceil_div(std::max<int64_t>(tiles, 1), per);
+    const int64_t ranges = ceil_div(some, ceil_div(some, s));
     const double waves = static_cast<double>(units * ranges) / static_cast<double>(slots);
     eff[s] = waves / std::ceil(waves);
     best = std::max(best, eff[s]);
