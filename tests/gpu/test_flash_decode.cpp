@@ -309,6 +309,14 @@ TEST(FlashDecode, KvCacheMatchesTheCpuPath) {
     p.s_q = 4;
     specs.push_back(p);
   }
+  for (int64_t bs : {16, 48, 1}) {  // paged, one split: many tiles per CTA, their block ids copied ahead
+    KvSpec p;
+    p.block_size = bs;
+    p.capacity = 1104;  // 23 tiles of 64 keys, 69 blocks of 16, 23 of 48
+    p.lens = {0, 700, 1103};
+    p.num_splits = bs == 48 ? 2 : 1;
+    specs.push_back(p);
+  }
   for (bool inter : {true, false}) {  // rotary, both layouts, on a partial rotary dim
     KvSpec r;
     r.block_size = 16;

@@ -4,6 +4,7 @@ racecheck, initcheck) runs on the device:
   decode kernel appends the new tokens itself) and with it (the append kernel
   first, the decode kernel started during it), split-KV with the combine
   kernel;
+- a decode step over 1104 keys in one split (many tiles per CTA);
 - a chunked prefill (flash_sm90 on Hopper): 40 query tokens;
 each over a contiguous cache with cache_batch_idx and paged ones at block
 sizes 16 and 48 (boxes of a whole block, and gcd boxes), capacities not tile
@@ -46,6 +47,8 @@ for block in (0, 16, 48):
         call(s_q, block, 288, num_splits=3)
         call(s_q, block, 288, num_splits=3, rotary_cos=cos, rotary_sin=sin)
     call(40, block, 240 if block != 48 else 288)
+for block in (0, 16, 48):  # one split over 18 tiles: the block ids copied ahead of their tiles
+    call(1, block, 1104, num_splits=1)
 call(40, 128, 256)
 call(40, 64, 256)  # two producer warps (one box each); 16 and 48 take four
 torch.cuda.synchronize()

@@ -32,9 +32,11 @@ struct DecodeConfig {
   // The merge: each warp's unnormalized O rows, then its row maxima and sums.
   static constexpr int kMergeBytes = kWarps * kRows * kDV * 4 + 2 * kWarps * kRows * 4;
   static constexpr int kLoopBytes = kStages * kStageBytes;
-  // Q, the stages (the merge reuses them), then two tiles' row offsets (K and V, 8 bytes each).
+  // Q, the stages (the merge reuses them), then kStages tiles' row addresses
+  // (K and V, 8 bytes each) and block-table entries (4 bytes a row).
   static constexpr int kOffsetsAt = TileQ::kBytes + (kLoopBytes > kMergeBytes ? kLoopBytes : kMergeBytes);
-  static constexpr int kSmemBytes = kOffsetsAt + kStages * kBlockN * 16;
+  static constexpr int kEntriesAt = kOffsetsAt + kStages * kBlockN * 16;
+  static constexpr int kSmemBytes = kEntriesAt + kStages * kBlockN * 4;
 };
 
 }  // namespace attn::flash_decode

@@ -51,9 +51,10 @@ __device__ __forceinline__ float* lse_at(const flash::FwdParams& p, int b, int64
 // new token, read where the caller passed it (DecodeParams::k_new). One
 // thread per row computes these a tile ahead, and every thread copying the
 // row reads them from shared memory. A paged cache's address needs the
-// block table's entry (key_entry), a dependent load: it is read apart from
-// the address, so several go out together and the wait for one falls
-// where its address is formed.
+// block table's entry: the first tiles' entries are read together
+// (key_entry), later ones copied into shared memory by cp.async with the
+// tiles' copies, kStages tiles before their addresses are formed
+// (key_entry_src), so no thread waits on a table read in the loop.
 struct alignas(16) KeyRow {  // one 16-byte shared load reads both
   const void* k;
   const void* v;
@@ -61,6 +62,11 @@ struct alignas(16) KeyRow {  // one 16-byte shared load reads both
 __device__ __forceinline__ int key_entry(const flash::CacheParams& c, int b, const flash::SeqExtent& seq,
                                          int appended_from, int j) {
   return c.block_table && j < seq.len_kv && j < appended_from ? flash::block_table_entry(c, b, j) : 0;
+}
+// The entry's address for a copy, null where key_row needs no entry.
+__device__ __forceinline__ const int* key_entry_src(const flash::CacheParams& c, int b, const flash::SeqExtent& seq,
+                                                    int appended_from, int j) {
+  return j < seq.len_kv && j < appended_from ? &c.block_table[b * c.block_table_stride + j / c.block_size] : nullptr;
 }
 template <typename T>
 __device__ __forceinline__ KeyRow key_row(const DecodeParams& dp, int b, int row_of_b, const flash::SeqExtent& seq,
@@ -216,6 +222,18 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
   auto row_of = [&](int t, int entry) {
     return key_row<T>(dp, b, row_of_b, seq, appended_from, kvh, t * kN + tid, entry);
   };
+  // Paged: tile u's entries (row tid < kN) into entry slot u % kStages, in the
+  // commit group of tile u - kStages's copies: the loop's wait for that tile
+  // (iteration u - kStages) finds them in, and no entry is waited for alone.
+  const bool paged = p.cache.block_table != nullptr;
+  int* const entry_at = reinterpret_cast<int*>(smem + Cfg::kEntriesAt);
+  auto fetch_entries = [&](int u) {
+    if (paged && tid < kN && u < t_end) {
+      const int* const src = key_entry_src(p.cache, b, seq, appended_from, u * kN + tid);
+      sm80::cp_async_4(sm80::smem_addr(entry_at + (u % kStages) * kN + tid), src ? src : p.cache.block_table,
+                       src != nullptr);
+    }
+  };
   auto load_tile = [&](int t, int s) {
     const KeyRow* const at = row_at + (t % kStages) * kN;
     copy_kv_tile<T, TileK, TileV, Cfg::kThreads>(k_stage(s), v_stage(s), at, tid, static_cast<const T*>(p.k),
@@ -259,6 +277,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
 #pragma unroll
     for (int i = 0; i + 1 < kStages; ++i) {
       if (t_begin + i < t_end) load_tile(t_begin + i, i);
+      fetch_entries(t_begin + kStages + i);
       sm80::cp_async_commit();
     }
   }
@@ -272,13 +291,13 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
     // Tile t + kStages - 1 into the stage tile t - 1 used (free since the
     // last iteration's closing barrier); then tile t is in.
     if (t + kStages - 1 < t_end) load_tile(t + kStages - 1, (t + kStages - 1 - t_begin) % kStages);
+    fetch_entries(t + 2 * kStages - 1);
     sm80::cp_async_commit();
     sm80::cp_async_wait<kStages - 1>();
     // Tile t + kStages's rows, into the slot tile t's copies were issued
-    // from: the block table's reads go out now and their addresses are
-    // formed after this tile's products, so the latency hides under them.
+    // from, after this tile's products; its entries came with tile t
+    // (this thread's own copies: the wait makes them visible to it).
     const bool prefetch = tid < kN && t + kStages < t_end;
-    const int ahead = prefetch ? entry_of(t + kStages) : 0;
     __syncthreads();
 
     float sc[MB][2][4];
@@ -354,7 +373,10 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
         }
     }
     sm80::gemm_rb<T, MB, 2, NO, TileV>(o, sc, v_stage(s) + 16 * warp * TileV::kRowBytes, lane);
-    if (prefetch) row_at[(t % kStages) * kN + tid] = row_of(t + kStages, ahead);
+    if (prefetch) {
+      const int entry = paged ? entry_at[(t % kStages) * kN + tid] : 0;
+      row_at[(t % kStages) * kN + tid] = row_of(t + kStages, entry);
+    }
     __syncthreads();  // tile t's stage is free, tile t + kStages's offsets visible
   }
 
