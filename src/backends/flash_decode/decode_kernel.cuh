@@ -66,7 +66,8 @@ __device__ __forceinline__ int key_entry(const flash::CacheParams& c, int b, con
 // The entry's address for a copy, null where key_row needs no entry.
 __device__ __forceinline__ const int* key_entry_src(const flash::CacheParams& c, int b, const flash::SeqExtent& seq,
                                                     int appended_from, int j) {
-  return j < seq.len_kv && j < appended_from ? &c.block_table[b * c.block_table_stride + j / c.block_size] : nullptr;
+  return j < seq.len_kv && j < appended_from ? &c.block_table[b * c.block_table_stride + flash::block_index(c, j)]
+                                                      : nullptr;
 }
 template <typename T>
 __device__ __forceinline__ KeyRow key_row(const DecodeParams& dp, int b, int row_of_b, const flash::SeqExtent& seq,

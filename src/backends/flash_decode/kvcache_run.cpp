@@ -55,7 +55,7 @@ void run_kvcache(const Problem& p, const KvCacheArgs& a, const KvCacheLayout& L,
   cache.rows = static_cast<int>(L.cache_rows);
   cache.block_table = i32(a.block_table);
   cache.block_table_stride = a.block_table.defined() ? a.block_table.stride(0) : 0;
-  cache.block_size = static_cast<int>(L.block_size);
+  flash::set_block_size(cache, static_cast<int>(L.block_size));
 
   AppendParams ap;
   ap.batch = static_cast<int>(p.batch);

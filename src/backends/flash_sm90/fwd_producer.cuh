@@ -65,7 +65,7 @@ __device__ __forceinline__ PagedBox paged_box(const Sm90FwdParams& args, int b, 
   if (r >= Cfg::kBlockN) return {};
   const flash::CacheParams& c = args.p.cache;
   const int key = min(n * Cfg::kBlockN + r, c.capacity - 1);
-  return {flash::block_table_entry(c, b, key), (key0 + r) % c.block_size};
+  return {flash::block_table_entry(c, b, key), flash::block_row(c, key0 + r)};
 }
 
 // One K or V tile, keys [key0, key0 + kBlockN), kCols columns: a box per 64

@@ -1,0 +1,37 @@
+// flash::block_index / block_row (cache_params.h): a paged position's block
+// and row from a multiply and a shift, equal to / and % for every block size
+// a cache may have and every position up to 2^31 - 1.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "backends/flash/cache_params.h"
+
+namespace attn::flash {
+namespace {
+
+TEST(CacheBlockIndex, EqualsDivisionForEveryBlockSizeAndPosition) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> any(0, INT32_MAX);
+  std::vector<int> sizes;
+  for (int s = 1; s <= 1024; ++s) sizes.push_back(s);
+  for (int s : {4095, 4096, 65537, 1 << 20, (1 << 30) + 1, INT32_MAX}) sizes.push_back(s);
+  for (int size : sizes) {
+    CacheParams c;
+    set_block_size(c, size);
+    std::vector<int> js{0, 1, size - 1, size, INT32_MAX, INT32_MAX - 1, INT32_MAX - size + 1};
+    for (int k = 1; k <= 8; ++k) js.push_back(static_cast<int>(std::min<int64_t>(INT32_MAX, int64_t{k} * size - 1)));
+    for (int k = 0; k < 64; ++k) js.push_back(any(rng));
+    for (int j : js) {
+      if (j < 0) continue;
+      ASSERT_EQ(block_index(c, j), j / size) << "block size " << size << ", position " << j;
+      ASSERT_EQ(block_row(c, j), j % size) << "block size " << size << ", position " << j;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attn::flash
