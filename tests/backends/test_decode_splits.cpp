@@ -47,6 +47,22 @@ TEST(DecodeSplits, FillWavesWithTheFewestSplits) {
     }
 }
 
+// plan()'s count (H100: 132 SMs, 264 slots of two CTAs): below a wave of
+// units one CTA per SM; a paged cache keeps the slots' count where that
+// splits the keys (b 1 and b 8 with 8 KV heads), not where one CTA per unit
+// already fills the SMs (b 16: 128 units).
+TEST(DecodeSplits, SplitCountBelowAWave) {
+  EXPECT_EQ(split_count(8, 128, 132, 264, false), 16);
+  EXPECT_EQ(split_count(8, 128, 132, 264, true), 32);
+  EXPECT_EQ(split_count(64, 128, 132, 264, false), 2);
+  EXPECT_EQ(split_count(64, 128, 132, 264, true), 4);
+  EXPECT_EQ(split_count(128, 32, 132, 264, false), 1);
+  EXPECT_EQ(split_count(128, 32, 132, 264, true), 1);
+  EXPECT_EQ(choose_splits(128, 32, 264), 2);  // what the slots alone would split it into
+  // From a wave on, the slots' count for both.
+  for (bool paged : {false, true}) EXPECT_EQ(split_count(512, 128, 132, 396, paged), 3);
+}
+
 TEST(DecodeSplits, PlanPacksQueryRowsAndHonoursNumSplits) {
   Problem p;
   p.device = Device::cpu();  // plan() asks the device only when it chooses the splits

@@ -36,8 +36,7 @@ struct Plan {
   int row_blocks = 1;
   int splits = 1;
 };
-// `paged`: the keys come through a block table (their splits keep two CTAs
-// per SM, below).
+// `paged`: the keys come through a block table (split_count).
 Plan plan(const Problem& p, int requested_splits = 0, bool paged = false);
 // The rule behind plan(): for `units` CTAs of one split over `slots` CTA
 // slots and the longest sequence's `tiles` of 64 keys, the fewest splits
@@ -45,6 +44,10 @@ Plan plan(const Problem& p, int requested_splits = 0, bool paged = false);
 // as full as the best count's, a split count counted by the splits that
 // get keys (tiles cut in ceil(tiles / splits)-tile ranges).
 int choose_splits(int64_t units, int64_t tiles, int64_t slots);
+// plan()'s count for `units` one-split CTAs on `sms` SMs of `slots` CTA
+// slots: below a wave of units, the SMs' count (one CTA each), except that
+// a paged cache split at all keeps the slots' count.
+int split_count(int64_t units, int64_t tiles, int64_t sms, int64_t slots, bool paged);
 // Device scratch of a plan: the splits' partial outputs and lse (0 for one split).
 int64_t workspace_bytes(const Problem& p, const Plan& plan);
 

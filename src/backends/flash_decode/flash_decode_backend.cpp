@@ -146,13 +146,25 @@ Plan plan(const Problem& p, int requested, bool paged) {
   // already keep, and doubles the ranges' prologues and the combine's
   // reads (H100, d 128, h 32/8, CUDA graphs, us: b 1 8k 21.2 at 16 splits
   // against 22.0 at 32 and 23.0 at the slots' 31; b 1 2k 11.0 at 16
-  // against 11.6 at 8; b 8 8k 97.7 at 2 against 99.2 at 4). Not through a
-  // block table: each tile's block ids are a dependent read whose wait the
-  // SM's second CTA covers (paged 16 at one CTA per SM read 0.83-0.87x the
-  // contiguous cache at b 8-16 8k-32k and b 1 32k, against 0.97-0.98x).
-  const int64_t units = pl.m_blocks * p.h_kv * p.batch, sms = std::max(dev.sm_count, 1);
-  pl.splits = choose_splits(units, tiles, units < sms && !paged ? sms : slots(pl.row_blocks));
+  // against 11.6 at 8; b 8 8k 97.7 at 2 against 99.2 at 4).
+  const int64_t units = pl.m_blocks * p.h_kv * p.batch;
+  pl.splits = split_count(units, tiles, dev.sm_count, slots(pl.row_blocks), paged);
   return pl;
+}
+
+// A paged CTA does more per tile (its rows' block ids and slots), which a
+// second CTA per SM covers where few CTAs each read many tiles: at one CTA
+// per SM, paged 16 read 0.87-0.88x the contiguous cache on the same
+// addresses (H100, b 8 8k, b 1 32k), against 0.96-0.98x at the slots'
+// splits. Where one CTA per unit already fills the SMs it needs no split,
+// and none beats two with their combine (b 16 2k / 4k / 8k, us: 52.4 / 96.2
+// / 184.6 unsplit against 55.2 / 100.1 / 187.2 at 2; contiguous 50.0 /
+// 95.1 / 180.3).
+int split_count(int64_t units, int64_t tiles, int64_t sms, int64_t slots, bool paged) {
+  sms = std::max<int64_t>(sms, 1);
+  if (units >= sms) return choose_splits(units, tiles, slots);
+  const int by_sms = choose_splits(units, tiles, sms);
+  return !paged || by_sms == 1 ? by_sms : choose_splits(units, tiles, slots);
 }
 
 int64_t workspace_bytes(const Problem& p, const Plan& pl) {
