@@ -6,7 +6,9 @@ sets of tensors (q, caches, new k/v), each call a different set, so every
 call reads its keys from HBM as a model's layers do; the same on one set
 (L2-warm, bench/decode.py --graphs' figure) beside it. attn runs
 forward_with_kvcache with and without the append, and at several split
-counts; SDPA cuDNN and flash run on the same caches' views. Then one replay
+counts, and without lengths (every cache full: the same keys, known at
+the launch, as SDPA's are); SDPA cuDNN and flash run on the same caches'
+views. Then one replay
 of each under torch.profiler: every kernel, its time and the gap before it.
 
     PYTHONPATH=/tmp/py python3 bench/diagnostics/decode_latency.py [--points b:s_kv:h_q/h_kv:d,..] [--splits 4,8,16]
@@ -40,13 +42,15 @@ def variants(sets, s_kv, h_q, h_kv, splits=(4, 8, 16, 32, 64)):
     b = sets[0]["q"].shape[0]
     full = torch.full((b,), s_kv, dtype=torch.int32, device="cuda")
 
-    def kv(splits=0, append=True):
+    def kv(splits=0, append=True, lengths=True):
         def run(t):
             if append:  # the set's lengths: s_kv - 1, and one new token
                 return attn.forward_with_kvcache(t["q"], t["k"], t["v"], t["new_k"], t["new_v"],
                                                  cache_seqlens=t["lens"], num_splits=splits, check_seqlens=False)
-            return attn.forward_with_kvcache(t["q"], t["k"], t["v"], cache_seqlens=full, num_splits=splits,
-                                             check_seqlens=False)
+            # Without lengths every cache is full: the same keys, known at the launch
+            # (as SDPA's are), so no kernel reads a length before its first loads.
+            return attn.forward_with_kvcache(t["q"], t["k"], t["v"], cache_seqlens=full if lengths else None,
+                                             num_splits=splits, check_seqlens=False)
         return run
 
     def sdpa(backend):
@@ -56,7 +60,7 @@ def variants(sets, s_kv, h_q, h_kv, splits=(4, 8, 16, 32, 64)):
                                                       t["v"].transpose(1, 2), enable_gqa=h_q != h_kv)
         return run
 
-    v = {"attn": kv(), "attn no append": kv(append=False)}
+    v = {"attn": kv(), "attn no append": kv(append=False), "attn no lengths": kv(append=False, lengths=False)}
     for s in splits:
         v[f"attn splits {s}"] = kv(s, append=False)
     v["sdpa_cudnn"] = sdpa(SDPBackend.CUDNN_ATTENTION)
@@ -131,7 +135,7 @@ def main():
             graphs[name] = g
             rot, one = replay_us(g, ROT), replay_us(g1, ROT)
             print(f"{name:18} {rot:11.2f} {kv_bytes / rot / 1e6:6.2f} {one:10.2f} {kv_bytes / one / 1e6:6.2f}")
-        for name in ("attn", "attn no append", "sdpa_cudnn"):
+        for name in ("attn", "attn no append", "attn no lengths", "sdpa_cudnn"):
             if name not in graphs:
                 continue
             ks = kernels_of(graphs[name])[:6]
