@@ -312,10 +312,14 @@ TEST(FlashDecode, KvCacheMatchesTheCpuPath) {
   for (int64_t bs : {16, 48, 1}) {  // paged, one split: many tiles per CTA, their block ids copied ahead
     KvSpec p;
     p.block_size = bs;
-    p.capacity = 1104;  // 23 tiles of 64 keys, 69 blocks of 16, 23 of 48
+    p.capacity = 1104;  // 18 tiles of 64 keys, 69 blocks of 16, 23 of 48
     p.lens = {0, 700, 1103};
     p.num_splits = bs == 48 ? 2 : 1;
     specs.push_back(p);
+    if (bs == 16) {  // d 256: two stages, so the block ids come two tiles ahead
+      p.d = 256;
+      specs.push_back(p);
+    }
   }
   for (bool inter : {true, false}) {  // rotary, both layouts, on a partial rotary dim
     KvSpec r;
