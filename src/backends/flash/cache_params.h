@@ -83,12 +83,14 @@ ATTN_HOST_DEVICE int cache_row(const CacheParams& c, int b) {
   return c.batch_idx ? clamp_index(c.batch_idx[b], c.rows) : b;
 }
 
-// Paged caches: the block table's entry for position j (< capacity) of
-// sequence b as read (a caller that clamps it later keeps the read's
-// latency off its path).
-ATTN_HOST_DEVICE int block_table_entry(const CacheParams& c, int b, int j) {
-  return c.block_table[b * c.block_table_stride + block_index(c, j)];
+// Paged caches: where the block table's entry for position j (< capacity)
+// of sequence b lies (a caller may copy it asynchronously), and the entry
+// as read (a caller that clamps it later keeps the read's latency off its
+// path).
+ATTN_HOST_DEVICE const int32_t* block_table_slot(const CacheParams& c, int b, int j) {
+  return c.block_table + b * c.block_table_stride + block_index(c, j);
 }
+ATTN_HOST_DEVICE int block_table_entry(const CacheParams& c, int b, int j) { return *block_table_slot(c, b, j); }
 
 // Where position j of sequence b lives: its block and the row in it
 // (paged), or `row` (cache_row(c, b), read once by the caller) and j.

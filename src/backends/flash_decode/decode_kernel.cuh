@@ -63,11 +63,11 @@ __device__ __forceinline__ int key_entry(const flash::CacheParams& c, int b, con
                                          int appended_from, int j) {
   return c.block_table && j < seq.len_kv && j < appended_from ? flash::block_table_entry(c, b, j) : 0;
 }
-// The entry's address for a copy, null where key_row needs no entry.
+// The entry's address for a copy, null where key_row needs no entry (the
+// same bounds: a predicated load above, a zero-filled copy here).
 __device__ __forceinline__ const int* key_entry_src(const flash::CacheParams& c, int b, const flash::SeqExtent& seq,
                                                     int appended_from, int j) {
-  return j < seq.len_kv && j < appended_from ? &c.block_table[b * c.block_table_stride + flash::block_index(c, j)]
-                                                      : nullptr;
+  return j < seq.len_kv && j < appended_from ? flash::block_table_slot(c, b, j) : nullptr;
 }
 template <typename T>
 __device__ __forceinline__ KeyRow key_row(const DecodeParams& dp, int b, int row_of_b, const flash::SeqExtent& seq,
