@@ -17,26 +17,17 @@ import torch
 import attn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from decode import L2_BYTES, graph_ms  # noqa: E402
+from decode import L2_BYTES, graph_ms, tensors  # noqa: E402
 
 
 def sets(b, s_kv, h_q, h_kv, d, block, order, n):
+    """n sets of bench/decode.py's tensors for one token per sequence; "in
+    order" gives sequence b blocks b * per .. (b + 1) * per - 1 of the pool."""
     out = []
     for _ in range(n):
-        dt = torch.bfloat16
-        t = {"q": torch.randn(b, 1, h_q, d, device="cuda", dtype=dt),
-             "lens": torch.full((b,), s_kv - 1, dtype=torch.int32, device="cuda"),
-             "new_k": torch.randn(b, 1, h_kv, d, device="cuda", dtype=dt),
-             "new_v": torch.randn(b, 1, h_kv, d, device="cuda", dtype=dt), "table": None}
-        if block:
-            blocks = b * s_kv // block
-            t["k"] = torch.randn(blocks, block, h_kv, d, device="cuda", dtype=dt)
-            t["v"] = torch.randn(blocks, block, h_kv, d, device="cuda", dtype=dt)
-            ids = torch.randperm(blocks, device="cuda") if order == "shuffled" else torch.arange(blocks, device="cuda")
-            t["table"] = ids.view(b, -1).int()
-        else:
-            t["k"] = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dt)
-            t["v"] = torch.randn(b, s_kv, h_kv, d, device="cuda", dtype=dt)
+        t = tensors(b, s_kv, h_q, h_kv, d, 1, block)
+        if block and order == "in order":
+            t["table"] = torch.arange(t["table"].numel(), device="cuda", dtype=torch.int32).view(b, -1)
         out.append(t)
     return out
 
