@@ -148,23 +148,30 @@ Plan plan(const Problem& p, int requested, bool paged) {
   // against 22.0 at 32 and 23.0 at the slots' 31; b 1 2k 11.0 at 16
   // against 11.6 at 8; b 8 8k 97.7 at 2 against 99.2 at 4).
   const int64_t units = pl.m_blocks * p.h_kv * p.batch;
-  pl.splits = split_count(units, tiles, dev.sm_count, slots(pl.row_blocks), paged);
+  pl.splits = split_count(units, tiles, dev.sm_count, slots(pl.row_blocks), paged, pl.m_blocks > 1);
   return pl;
 }
 
-// A paged CTA does more per tile (its rows' block ids and slots), which a
-// second CTA per SM covers where few CTAs each read many tiles: at one CTA
-// per SM, paged 16 read 0.87-0.88x the contiguous cache on the same
-// addresses (H100, b 8 8k, b 1 32k), against 0.96-0.98x at the slots'
-// splits. Where one CTA per unit already fills the SMs it needs no split,
-// and none beats two with their combine (b 16 2k / 4k / 8k, us: 52.4 / 96.2
-// / 184.6 unsplit against 55.2 / 100.1 / 187.2 at 2; contiguous 50.0 /
-// 95.1 / 180.3).
-int split_count(int64_t units, int64_t tiles, int64_t sms, int64_t slots, bool paged) {
+// A CTA that does more per tile than its copies gains from a second CTA per
+// SM: a paged one (its rows' block ids and slots: at one CTA per SM, paged
+// 16 read 0.87-0.88x the contiguous cache on the same addresses, H100, b 8
+// 8k and b 1 32k, against 0.96-0.98x at the slots' splits), and one of
+// several row-block CTAs reading the same keys (h 64/8 with 4 tokens, TB/s
+// contiguous / paged 16 at one CTA per SM against the slots' count: b 1 8k
+// 1.44 / 1.47 -> 1.51 / 1.50, b 8 8k 2.40 / 2.01 -> 2.51 / 2.49, b 8 32k
+// 2.51 / 2.23 -> 2.78 / 2.86). It takes the slots' count where the SMs'
+// rule splits anyway. Where one CTA per unit fills the SMs, a split adds
+// the combine, which costs more than it saves on short keys (us, b 16 2k
+// paged unsplit against 2 splits: 52.4 / 55.2, 8k 184.6 / 187.2; h 64/8 b 8
+// 2k, 4 tokens, TB/s 1.94 -> 1.66), and row blocks sharing keys split there
+// from 8k keys (128 tiles) on.
+int split_count(int64_t units, int64_t tiles, int64_t sms, int64_t slots, bool paged, bool shared_keys) {
   sms = std::max<int64_t>(sms, 1);
   if (units >= sms) return choose_splits(units, tiles, slots);
   const int by_sms = choose_splits(units, tiles, sms);
-  return !paged || by_sms == 1 ? by_sms : choose_splits(units, tiles, slots);
+  const bool heavy = paged || shared_keys;
+  if (heavy && (by_sms > 1 || (shared_keys && tiles >= 128))) return choose_splits(units, tiles, slots);
+  return by_sms;
 }
 
 int64_t workspace_bytes(const Problem& p, const Plan& pl) {
