@@ -1,6 +1,7 @@
 // flash::block_index / block_row (cache_params.h): a paged position's block
-// and row from a multiply and a shift, equal to / and % for every block size
-// a cache may have and every position up to 2^31 - 1.
+// and row from a multiply and a shift (flash::fast_div, fast_div.h), equal to
+// / and % for every block size a cache may have and every position up to
+// 2^31 - 1.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "attn/mask_rule.h"  // ATTN_HOST_DEVICE
+#include "backends/flash/fast_div.h"
 
 namespace attn::flash {
 
@@ -28,40 +29,16 @@ struct CacheParams {
   const int32_t* block_table = nullptr;
   int64_t block_table_stride = 0;
   int block_size = 0;  // 0: contiguous
-  // j / block_size as the high word of j * block_magic, shifted right by
-  // block_shift (block_magic 0: block size 1), set by set_block_size: a
-  // paged row's address is on the copies' path, where a division's chain of
-  // dependent instructions held the decode kernel's loop (H100, one CTA per
-  // SM: 0.7x the contiguous cache's speed on the same addresses).
-  uint32_t block_magic = 0;
-  int block_shift = 0;
+  FastDiv block_div;  // j / block_size by a multiply (fast_div.h), set by set_block_size
 };
 
-// Sets block_size and its magic numbers: m = ceil(2^p / size) with
-// p = 31 + ceil(log2(size)), so floor(j * m / 2^p) = j / size for every
-// 0 <= j < 2^31 (the error j * (m size - 2^p) / 2^p stays below 1 / size).
 inline void set_block_size(CacheParams& c, int size) {
   c.block_size = size;
-  c.block_magic = 0;
-  c.block_shift = 0;
-  if (size <= 1) return;
-  int log2 = 0;
-  while ((int64_t{1} << log2) < size) ++log2;
-  const int p = 31 + log2;
-  const auto d = static_cast<uint64_t>(size);
-  c.block_magic = static_cast<uint32_t>(((uint64_t{1} << p) + d - 1) / d);
-  c.block_shift = p - 32;
+  c.block_div = make_fast_div(size);
 }
 
 // j / block_size and j % block_size for a position 0 <= j < 2^31.
-ATTN_HOST_DEVICE int block_index(const CacheParams& c, int j) {
-#ifdef __CUDA_ARCH__
-  const uint32_t hi = __umulhi(static_cast<uint32_t>(j), c.block_magic);
-#else
-  const auto hi = static_cast<uint32_t>((uint64_t{static_cast<uint32_t>(j)} * c.block_magic) >> 32);
-#endif
-  return c.block_magic ? static_cast<int>(hi >> c.block_shift) : j;
-}
+ATTN_HOST_DEVICE int block_index(const CacheParams& c, int j) { return fast_div(c.block_div, j); }
 ATTN_HOST_DEVICE int block_row(const CacheParams& c, int j) { return j - block_index(c, j) * c.block_size; }
 
 // An index read from the device (a cache row, a block id) clamped into [0, n).
