@@ -61,6 +61,11 @@ def attn_gpu_kvcache():
 L2_BYTES = 50 << 20  # the H100's L2: graph replays rotate over tensor sets until their K+V is 4x this
 
 
+def rotating_sets(kv_bytes):
+    """Tensor sets a graph's calls cycle through (at most 8) so that their K+V is 4x the L2."""
+    return min(8, max(1, -(-4 * L2_BYTES // kv_bytes)))
+
+
 def tensors(b, s_kv, h_q, h_kv, d, s_q, block):
     """One call's tensors: q, the cache (contiguous, or paged: every
     sequence's blocks shuffled in one pool), the new tokens and lengths."""
@@ -86,7 +91,7 @@ def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, graphs=False, flex=Fal
     r["kv_gib"] = kv_bytes / 2**30
     # Graph replays cycle through enough sets that each call reads its keys
     # from HBM, as a model's layers do (one set of a small point stays in L2).
-    n_sets = min(8, max(1, -(-4 * L2_BYTES // kv_bytes))) if graphs else 1
+    n_sets = rotating_sets(kv_bytes) if graphs else 1
     sets = [tensors(b, s_kv, h_q, h_kv, d, s_q, block) for _ in range(n_sets)]
     r["graph_sets"] = n_sets
     fns = {}

@@ -17,7 +17,7 @@ import torch
 import attn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from decode import L2_BYTES, graph_ms, tensors  # noqa: E402
+from decode import graph_ms, rotating_sets, tensors  # noqa: E402
 
 
 def sets(b, s_kv, h_q, h_kv, d, block, order, n):
@@ -44,7 +44,7 @@ def main():
     for p in a.points.split(","):
         b, s_kv = map(int, p.split(":"))
         kv_bytes = 2 * b * s_kv * h_kv * a.d * 2
-        n = min(8, max(1, -(-4 * L2_BYTES // kv_bytes)))
+        n = rotating_sets(kv_bytes)
         cases = [("contiguous", 0, None), ("paged 16 in order", 16, "in order"), ("paged 16 shuffled", 16, "shuffled"),
                  ("paged 128 shuffled", 128, "shuffled")]
         for name, block, order in cases:
