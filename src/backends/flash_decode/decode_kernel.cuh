@@ -167,9 +167,10 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
   kernels::allow_dependent_launch();  // the combine kernel's CTAs wait for this grid's end
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int m_block = blockIdx.x % dp.m_blocks, split = blockIdx.x / dp.m_blocks;
+  const int split = flash::fast_div(dp.m_blocks_div, blockIdx.x), m_block = blockIdx.x - split * dp.m_blocks;
   const int kvh = blockIdx.y, b = blockIdx.z;
   const int g = p.h_per_kv;
+  auto token_of = [&](int r) { return flash::fast_div(dp.group_div, r); };  // r / g
   const flash::SeqExtent seq = flash::sequence_extent(p, b);
   // Rows a sequence may write: its tokens in thd (the next sequence's
   // follow), every padded row of bshd / sbhd (out = 0 past its length).
@@ -180,34 +181,18 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
 
   // The CTA's keys: from the first row's first key to the last row's last
   // (mask_rule.h: both ends move right with the token), cut into splits.
-  const int i_lo = r0 / g, i_hi = min((r0 + kRows - 1) / g, seq.len_q - 1);
+  const int i_lo = token_of(r0), i_hi = min(token_of(r0 + kRows - 1), seq.len_q - 1);
   int t_begin = 0, t_end = 0;
   if (i_lo <= i_hi) {
-    const KeyRange<int> lo = flash::row_keys(p, seq, i_lo), hi = flash::row_keys(p, seq, i_hi);
-    if (hi.end > lo.begin) {
-      const int first = lo.begin / kN, last = (hi.end + kN - 1) / kN;
-      const int per_split = (last - first + dp.splits - 1) / dp.splits;
+    // 32-bit bounds (tile_ranges.h): begins and ends grow with the row, so
+    // [first row's begin, last row's end) covers every row's keys.
+    const int lo_begin = flash::row_key_begin(p, seq, i_lo), hi_end = flash::row_key_end(p, seq, i_hi);
+    if (hi_end > lo_begin) {
+      const int first = lo_begin / kN, last = (hi_end + kN - 1) / kN;
+      const int per_split = flash::fast_div(dp.splits_div, last - first + dp.splits - 1);
       t_begin = min(first + split * per_split, last);
       t_end = min(t_begin + per_split, last);
     }
-  }
-
-  // This thread's two rows (mma layout: lane / 4 and lane / 4 + 8).
-  KeyRange<int> keys[kHalves];
-  float slope[kHalves];
-  int token[kHalves];
-  // The keys both rows see (rows past the tile's last, which no one reads,
-  // see all): a tile inside them needs no mask.
-  KeyRange<int> seen_by_both{INT_MIN, INT_MAX};
-#pragma unroll
-  for (int h = 0; h < kHalves; ++h) {
-    const int r = r0 + 16 * (h / 2) + 8 * (h % 2) + lane / 4;
-    token[h] = r / g;
-    const bool valid = r < rows && token[h] < seq.len_q;
-    keys[h] = valid ? flash::row_keys(p, seq, token[h]) : KeyRange<int>{0, 0};
-    if (r < rows) seen_by_both = {max(seen_by_both.begin, keys[h].begin), min(seen_by_both.end, keys[h].end)};
-    const int hq = kvh * g + r % g;
-    slope[h] = p.alibi && valid ? p.alibi[b * p.alibi_batch_stride + hq * p.alibi_head_stride] : 0.f;
   }
 
   const uint32_t q_smem = sm80::smem_addr(smem);
@@ -257,11 +242,11 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
   if (t_begin < t_end) {
     constexpr int kCQ = kDQK / 8;
     for (int idx = tid; idx < kRows * kCQ; idx += Cfg::kThreads) {
-      const int row = idx / kCQ, c = idx % kCQ, r = r0 + row, i = r / g;
+      const int row = idx / kCQ, c = idx % kCQ, r = r0 + row, i = token_of(r);
       const bool ok = r < rows && i < seq.len_q;
       const int64_t token = static_cast<int64_t>(seq.start_q) + i;
       const T* src = static_cast<const T*>(p.q) + b * p.q_batch_stride + token * p.q_row_stride +
-                     (kvh * g + r % g) * p.q_head_stride + 8 * c;
+                     (kvh * g + r - i * g) * p.q_head_stride + 8 * c;
       sm80::cp_async_16(q_smem + TileQ::byte_offset(row, c), ok ? src : p.q, ok);
     }
     if (tid < kN) {  // the first tiles' entries read together, then their addresses
@@ -287,6 +272,27 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
   // combine kernel's CTAs write them while this grid runs (below).
   if (dp.k_new && dp.splits == 1 && m_block == 0)
     append_new_rows<T, kDQK, kDV>(dp, b, row_of_b, kvh, tid, Cfg::kThreads);
+  // This thread's two rows (mma layout: lane / 4 and lane / 4 + 8), formed
+  // while the first tiles load: only the loop and the merge need them.
+  KeyRange<int> keys[kHalves];
+  float slope[kHalves];
+  int token[kHalves];
+  // The keys both rows see (rows past the tile's last, which no one reads,
+  // see all): a tile inside them needs no mask.
+  KeyRange<int> seen_by_both{INT_MIN, INT_MAX};
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) {
+    const int r = r0 + 16 * (h / 2) + 8 * (h % 2) + lane / 4;
+    token[h] = token_of(r);
+    const bool valid = r < rows && token[h] < seq.len_q;
+    // An empty row's end may lie before its begin: it contains no key either way.
+    keys[h] = valid ? KeyRange<int>{flash::row_key_begin(p, seq, token[h]), flash::row_key_end(p, seq, token[h])}
+                    : KeyRange<int>{0, 0};
+    if (r < rows) seen_by_both = {max(seen_by_both.begin, keys[h].begin), min(seen_by_both.end, keys[h].end)};
+    const int hq = kvh * g + r - token[h] * g;
+    slope[h] = p.alibi && valid ? p.alibi[b * p.alibi_batch_stride + hq * p.alibi_head_stride] : 0.f;
+  }
+
   for (int t = t_begin; t < t_end; ++t) {
     const int s = (t - t_begin) % kStages;
     // Tile t + kStages - 1 into the stage tile t - 1 used (free since the
@@ -334,7 +340,13 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
     // The running softmax of the warp's keys, per row (log2 units). A NaN
     // score is left out of the max, so exp2 turns it into a NaN sum and
     // output: it stays visible.
+    // A row whose max was -inf holds no sum yet (its accumulators are 0, or
+    // NaN from a NaN score, either way unchanged by a rescale), so only rows
+    // that had a max and moved it need one. Rows past the group's (padding
+    // rows of the 16-row mma block) stay at -inf: counted, they forced the
+    // rescale on every tile.
     float alpha[kHalves];
+    bool moved = false;
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
       float(&row)[2][4] = sc[h / 2];
@@ -345,6 +357,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
       const float m_new = fmaxf(m[h], mx);
       const float base = m_new == -INFINITY ? 0.f : m_new;
       alpha[h] = sm80::fast_exp2(m[h] - base);
+      moved = moved || (m[h] != -INFINITY && alpha[h] != 1.f);
       m[h] = m_new;
       float sum = 0.f;
 #pragma unroll
@@ -359,9 +372,6 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
     }
     // Past the first tiles a row's max rarely moves: skip the identity
     // rescale of the warp's accumulators (exact: x * 1 == x, NaN included).
-    bool moved = false;
-#pragma unroll
-    for (int h = 0; h < kHalves; ++h) moved = moved || alpha[h] != 1.f;
     if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
       for (int ma = 0; ma < MB; ++ma)
@@ -401,12 +411,18 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
   }
   __syncthreads();
 
-  // Each row by 8 threads, 2 columns at a time.
-  const int sub = tid % 8;
+  // The CTA's rows that exist, each by tpr threads, 2 columns at a time: 8
+  // threads a row where all 16 (32) are the group's, up to a float2 each
+  // where few are (GQA 4 with one token: 4 rows of 16), so a small group's
+  // rows are not finished by one warp while three wait.
+  const int live = min(kRows, rows - r0);
+  int tpr = 8;
+  while (tpr < kDV / 2 && 2 * tpr * live <= Cfg::kThreads) tpr *= 2;
+  const int sub = tid % tpr;
   auto finish_row = [&](int row) {
     const int r = r0 + row;
     if (r >= rows) return;
-    const int i = r / g, hq = kvh * g + r % g;
+    const int i = token_of(r), hq = kvh * g + r - i * g;
     float mw[Cfg::kWarps], big = -INFINITY;
 #pragma unroll
     for (int w = 0; w < Cfg::kWarps; ++w) {
@@ -442,7 +458,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
       const float inv = big == -INFINITY ? 0.f : 1.f / sum;
       float* const dst = dp.o_partial + (static_cast<int64_t>(split) * dp.rows + row_id) * kDV;
 #pragma unroll
-      for (int c = 2 * sub; c < kDV; c += 16) {
+      for (int c = 2 * sub; c < kDV; c += 2 * tpr) {
         const float2 acc = merged(c);
         *reinterpret_cast<float2*>(dst + c) = make_float2(acc.x * inv, acc.y * inv);
       }
@@ -459,13 +475,13 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
     const float scale = none ? 0.f : __expf(big * flash::kLn2 - lse);
     T* const out = out_row<T>(p, b, static_cast<int64_t>(seq.start_q) + i, hq);
 #pragma unroll
-    for (int c = 2 * sub; c < kDV; c += 16) {
+    for (int c = 2 * sub; c < kDV; c += 2 * tpr) {
       const float2 acc = merged(c);
       *reinterpret_cast<uint32_t*>(out + c) = sm80::pack2<T>(none ? 0.f : acc.x * scale, none ? 0.f : acc.y * scale);
     }
     if (p.lse && sub == 0) *lse_at(p, b, static_cast<int64_t>(seq.start_q) + i, hq) = lse;
   };
-  for (int row = tid / 8; row < kRows; row += Cfg::kThreads / 8) finish_row(row);
+  for (int row = tid / tpr; row < live; row += Cfg::kThreads / tpr) finish_row(row);
 }
 
 // The combine kernel's shape: one CTA per row; its threads are groups of

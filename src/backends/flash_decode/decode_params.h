@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "backends/flash/fast_div.h"
 #include "backends/flash/params.h"
 
 namespace attn::flash_decode {
@@ -21,6 +22,8 @@ struct DecodeParams {
   int m_blocks = 1;
   int row_blocks = 1;  // the kernel's build: 16 or 32 rows per CTA (host only)
   int splits = 1;
+  // blockIdx.x / m_blocks, / splits and a packed row / h_per_kv by a multiply (set by run()).
+  flash::FastDiv m_blocks_div, splits_div, group_div;
   float* o_partial = nullptr;    // [splits][rows][d_v]
   float* lse_partial = nullptr;  // [splits][rows]
   int64_t rows = 0;              // query tokens (b * s_q, or thd's total) times h_q

@@ -192,6 +192,9 @@ void run(const Problem& p, DecodeParams dp, const Plan& pl, const RunContext& ct
   dp.m_blocks = pl.m_blocks;
   dp.row_blocks = pl.row_blocks;
   dp.splits = pl.splits;
+  dp.m_blocks_div = flash::make_fast_div(pl.m_blocks);
+  dp.splits_div = flash::make_fast_div(pl.splits);
+  dp.group_div = flash::make_fast_div(dp.f.h_per_kv);
   dp.rows = p.total_q * p.h_q;
   const DeviceInfo dev = query_device(p.device);
   dp.overlap = dev.sm >= 90 && !dev.simulated;
