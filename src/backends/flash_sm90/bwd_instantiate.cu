@@ -24,6 +24,7 @@ static_assert(false ATTN_FLASH_SM90_BWD_TABLE(ATTN_IS_ROW), "ATTN_BWD_DQK/DV is 
 ATTN_INSTANTIATE(false, false)
 ATTN_INSTANTIATE(true, false)
 ATTN_INSTANTIATE(true, true)
+ATTN_INSTANTIATE(false, true)
 #undef ATTN_INSTANTIATE
 
 }  // namespace attn::flash_sm90

@@ -10,8 +10,8 @@ namespace attn::flash_sm90 {
 
 // The main kernel: dK, dV written, dQ added into the fp32 accumulator.
 // kScoreMods: the build with softcap and ALiBi (bwd_mainloop.cuh), for calls
-// with either; kDropout (with kScoreMods): the build with dropout too. The
-// plain build keeps the plain path's registers and speed.
+// with either; kDropout: the build with dropout, with or without them. The
+// plain builds keep the plain path's registers and speed.
 template <typename T, int kDQK, int kDV, bool kScoreMods, bool kDropout>
 void launch_bwd(const Sm90BwdParams& p, cudaStream_t stream);
 

@@ -63,11 +63,10 @@ struct BwdRegisters {
   }
 };
 
-// kScoreMods: the build with softcap and ALiBi; kDropout (with kScoreMods):
-// the build with dropout too.
+// kScoreMods: the build with softcap and ALiBi; kDropout: the build with
+// dropout (with or without kScoreMods).
 template <typename T, class Cfg, bool kScoreMods, bool kDropout>
 struct BwdMainloop {
-  static_assert(kScoreMods || !kDropout, "the dropout build is the score-changing one with dropout");
   static constexpr int kD = Cfg::kHeadDim, kM = Cfg::kBlockM, kN = Cfg::kBlockN, kS = Cfg::kStages;
   static constexpr int kConsumerThreads = 128 * Cfg::kConsumers;
   static constexpr int NS = kM / 8;                                      // S^T's 8-column blocks (queries)
@@ -129,6 +128,21 @@ struct BwdMainloop {
   // An S^T-shaped accumulator (n8 blocks of query columns) as the A
   // fragments of a product over those queries: blocks 2 ks and 2 ks + 1 are
   // k16 step ks (the accumulator's layout per warp is the A fragment's).
+  // P^T's kept elements, scaled by 1 / (1 - p) (the dropped ones 0), as dV's
+  // A fragments; P^T stays in s for dS.
+  __device__ __forceinline__ void kept_fragments(const float (&s)[NS][4], uint32_t (&a)[NS / 2][4],
+                                                 const KeepWords& keep) const {
+    float z[NS][4];
+#pragma unroll
+    for (int i = 0; i < NS; ++i)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          z[i][2 * hr + e] = kept(keep, i, hr, e) ? s[i][2 * hr + e] * p.dropout_scale : 0.f;
+    a_fragments(z, a);
+  }
+
   static __device__ __forceinline__ void a_fragments(const float (&acc)[NS][4], uint32_t (&a)[NS / 2][4]) {
 #pragma unroll
     for (int ks = 0; ks < NS / 2; ++ks) {
@@ -441,7 +455,10 @@ struct BwdMainloop {
       probabilities_modified(s, pa, m0, terms, slope, keep);
     } else {
       probabilities(s, m0, terms);
-      a_fragments(s, pa);
+      if constexpr (kDropout)
+        kept_fragments(s, pa, keep);
+      else
+        a_fragments(s, pa);
     }
     issue_dv(pa, do_tile);
     sm90::wgmma_wait<1>();  // dP^T (dV's product may run on)

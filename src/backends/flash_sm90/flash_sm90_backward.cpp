@@ -55,8 +55,10 @@ void run(const Problem& p, const BackwardArgs& a, const flash::BwdParams& k, flo
   if (k.rows_q > 0) flash::launch_bwd_prepass<T>(k, kDQK, kDV, stream);
   flash::launch_bwd_dsink(k, stream);
   if (p.s_kv > 0) {
-    if (args.p.fwd.dropout_threshold)
+    if (args.p.fwd.dropout_threshold && args.p.fwd.score_mods)
       launch_bwd<T, kDQK, kDV, true, true>(args, stream);
+    else if (args.p.fwd.dropout_threshold)
+      launch_bwd<T, kDQK, kDV, false, true>(args, stream);
     else if (args.p.fwd.score_mods)
       launch_bwd<T, kDQK, kDV, true, false>(args, stream);
     else
