@@ -85,9 +85,10 @@ struct BwdMainloop {
     for (int h = 0; h < kM / 64; ++h) k.w[h] = ~0u;
     return k;
   }
-  // Element s[i][2 hr + e]'s keep bit (bit 4 (i % 8) + 2 hr + e of word i / 8).
+  // Element s[i][2 hr + e]'s keep bit: bit 4 (4 (i % 2) + 2 hr + e) + i % 8 / 2
+  // of word i / 8 (keep_word's order, which the lanes' trade leaves).
   __device__ __forceinline__ static bool kept(const KeepWords& keep, int i, int hr, int e) {
-    return (keep.w[i / 8] >> (4 * (i % 8) + 2 * hr + e)) & 1u;
+    return (keep.w[i / 8] >> (4 * (4 * (i % 2) + 2 * hr + e) + i % 8 / 2)) & 1u;
   }
 
   const flash::FwdParams& p;
@@ -128,8 +129,9 @@ struct BwdMainloop {
   // An S^T-shaped accumulator (n8 blocks of query columns) as the A
   // fragments of a product over those queries: blocks 2 ks and 2 ks + 1 are
   // k16 step ks (the accumulator's layout per warp is the A fragment's).
-  // P^T's kept elements, scaled by 1 / (1 - p) (the dropped ones 0), as dV's
-  // A fragments; P^T stays in s for dS.
+  // P^T's kept elements (the dropped ones 0) as dV's A fragments; P^T stays
+  // in s for dS. dV's 1 / (1 - p) is applied once, as it is stored
+  // (bwd_epilogue.cuh), not per element.
   __device__ __forceinline__ void kept_fragments(const float (&s)[NS][4], uint32_t (&a)[NS / 2][4],
                                                  const KeepWords& keep) const {
     float z[NS][4];
@@ -139,7 +141,7 @@ struct BwdMainloop {
       for (int hr = 0; hr < 2; ++hr)
 #pragma unroll
         for (int e = 0; e < 2; ++e)
-          z[i][2 * hr + e] = kept(keep, i, hr, e) ? s[i][2 * hr + e] * p.dropout_scale : 0.f;
+          z[i][2 * hr + e] = kept(keep, i, hr, e) ? s[i][2 * hr + e] : 0.f;
     a_fragments(z, a);
   }
 
@@ -247,9 +249,10 @@ struct BwdMainloop {
           if constexpr (kAlibi) x -= slope * fabsf(query_at - key_at[hr]);
           const int j = j0 + 8 * hr;
           const float prob = (masked && (j < begin || j >= end)) ? 0.f : sm80::fast_exp2(x * flash::kLog2e - lse2);
-          // dV's P is the dropped one (kept / (1 - p)); dS's P (1 - tanh^2)
-          // is not: dscores applies the keep bit to dP.
-          pr[2 * hr + e] = kDropout ? (kept(keep, i, hr, e) ? prob * p.dropout_scale : 0.f) : prob;
+          // dV's P is the dropped one (kept or 0; its 1 / (1 - p) comes at
+          // dV's store); dS's P (1 - tanh^2) is not: dscores applies the
+          // keep bit to dP.
+          pr[2 * hr + e] = kDropout ? (kept(keep, i, hr, e) ? prob : 0.f) : prob;
           s[i][2 * hr + e] = prob * grad;
         }
       }
@@ -282,19 +285,22 @@ struct BwdMainloop {
   }
 
   // The keep bits of this thread's 32 elements of S^T among queries [m0, m0
-  // + 64) (bit 4 i + 2 hr + e, i < 8), drawn by include/attn/philox.h's rule
-  // as the forward drew them (flash/dropout_bits.cuh): one Philox block per
-  // (query, 4 keys). The 4 lanes with the same lane % 4 and lane / 16 hold a
-  // block's 4 keys (key lane / 4 % 4 of it) for the same 16 queries: each
-  // draws the blocks of 4 of those queries (i = 2k, 2k + 1, both e) for both
-  // of its key quads (hr), 8 blocks, and the 4 trade them in 4 shuffles.
+  // + 64) (kept() says where element (i, hr, e) lies, i < 8), drawn by
+  // include/attn/philox.h's rule as the forward drew them
+  // (flash/dropout_bits.cuh): one Philox block per (query, 4 keys). The 4
+  // lanes with the same lane % 4 and lane / 16 hold a block's 4 keys (key
+  // lane / 4 % 4 of it) for the same 16 queries: each draws the blocks of 4
+  // of those queries (i = 2k, 2k + 1, both e) for both of its key quads (hr),
+  // 8 blocks, and the 4 trade them in 4 shuffles. A lane takes key k's bit of
+  // every nibble of a trade at once (a shift and a mask), so the bits of
+  // query pair kk sit at 4 n + kk, n = 4 ii + 2 hr + e.
   // Drawn before S^T's and dP^T's products are issued: under them the Philox
   // rounds' registers sat beside both accumulators (more spills, and the
   // dropout backward 8% slower over the d 64 / 128 grid).
   __device__ __forceinline__ uint32_t keep_word(int m0, uint32_t bh, uint64_t seed, uint32_t offset) const {
     const int k = (lane >> 2) & 3, col = lane & 3, half = lane >> 4;
     const uint32_t quad0 = static_cast<uint32_t>(key0 + 16 * warp + 4 * half) >> 2;  // hr = 1: quad0 + 2
-    uint32_t mine = 0u;  // nibble 4 ii + 2 e + hr: the keep bits of block (query 8 (2 k + ii) + 2 col + e, hr)
+    uint32_t mine = 0u;  // nibble 4 ii + 2 hr + e: the keep bits of block (query 8 (2 k + ii) + 2 col + e, hr)
 #pragma unroll
     for (int ii = 0; ii < 2; ++ii)
 #pragma unroll
@@ -307,19 +313,13 @@ struct BwdMainloop {
           uint32_t bits = 0u;
 #pragma unroll
           for (int x = 0; x < 4; ++x) bits |= (r.x[x] >= p.dropout_threshold ? 1u : 0u) << x;
-          mine |= bits << (4 * (4 * ii + 2 * e + hr));
+          mine |= bits << (4 * (4 * ii + 2 * hr + e));
         }
     uint32_t keep = 0u;
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {  // the lane that drew queries i = 2 kk, 2 kk + 1
       const uint32_t theirs = __shfl_sync(0xffffffffu, mine, 16 * half + 4 * kk + col);
-#pragma unroll
-      for (int ii = 0; ii < 2; ++ii)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr)
-            keep |= ((theirs >> (4 * (4 * ii + 2 * e + hr) + k)) & 1u) << (4 * (2 * kk + ii) + 2 * hr + e);
+      keep |= ((theirs >> k) & 0x11111111u) << kk;
     }
     return keep;
   }
