@@ -50,7 +50,10 @@
 #                             rebuilt (the extension), then bench/compare.py
 #                             --backend BACKEND $COMPARE_ARGS, timed against the
 #                             same-run peers. No correctness checks: the winner
-#                             goes through its backend's suite.
+#                             goes through its backend's suite. src/ is the tree
+#                             again afterwards, so a later build in the same
+#                             command is the tree's (AB_KEEP_LAST=1: the last
+#                             variant's, for checks on its build).
 #   builds [BACKEND ...]      [build-kernels, build-base] this tree against the
 #                             library in .carry/base (prepare_device.sh --base
 #                             REV): per flash kernel object, whether its SASS is
@@ -81,6 +84,8 @@
 #                        "python3 bench/diagnostics/profile_one.py --backward"),
 #                        and the regex of its output lines to show
 #   AB_TIMEOUT           ab: seconds per variant's bench (300)
+#   AB_KEEP_LAST=1       ab: leave the last variant's files in src/ (the tree's are
+#                        restored otherwise, and a later build would test the tree)
 #   ATTN_PASS            flash_sm90: fwd, bwd or both (both)
 #   ATTN_SKIP_BENCH=1    flash_sm80, flash_sm90: stop after the checks
 #   ATTN_KEEP_GOING=1    flash_sm90: go on after a failed edge case
@@ -381,8 +386,10 @@ suite_ab() {
     grep -E "${AB_GREP:-^ *(64|96|128|192|256) |geomean|ratio}" "$log/compare-$i-$v.log" | cut -c1-150
     verdict "$v" "$rc" "$(since "$t0") s build and bench; $(grep -m1 -E 'geomean' "$log/compare-$i-$v.log" | cut -c1-90)"
   done
-  mapfile -t files < <(tree_files "$saved")
-  copy_changed "$saved" src "${files[@]}"
+  if [ "${AB_KEEP_LAST:-0}" != 1 ]; then
+    mapfile -t files < <(tree_files "$saved")
+    copy_changed "$saved" src "${files[@]}"
+  fi
   rm -rf "$saved"
   return 0
 }

@@ -2,8 +2,7 @@
 // (its 64 keys, or from d_qk 192 its part of d's columns over the CTA's 64
 // keys).
 // dK (times the softmax scale: dS is the gradient of the scaled scores) and
-// dV (times dropout's 1 / (1 - p), which its products leave out), rounded to
-// T, are staged with stmatrix where the Q and dO stages were
+// dV, rounded to T, are staged with stmatrix where the Q and dO stages were
 // (the CTA's key rows of 128-byte swizzled blocks each, like the forward's
 // output tile) once both consumers' last products have read them, then
 // written by TMA stores of the consumer's 64 rows and column blocks (TMA
@@ -101,13 +100,13 @@ __device__ __forceinline__ void bwd_store_dk_dv(const Sm90BwdParams& args, const
         blk.h_kv * rows + (p.packed ? blk.seq.start_kv : static_cast<int64_t>(blk.b) * p.s_kv) + blk.n0;
     float* const dv_acc = args.dkv_accum + heads_kv * rows * Cfg::kHeadDim;  // dV's accumulator follows dK's
     add_rows<Cfg, ColsK>(args.dkv_accum + first * Cfg::kHeadDim, regs.dk, p.scale, blk, wg, lane, warp);
-    add_rows<Cfg, ColsV>(dv_acc + first * Cfg::kHeadDimV, regs.dv, p.dropout_scale, blk, wg, lane, warp);
+    add_rows<Cfg, ColsV>(dv_acc + first * Cfg::kHeadDimV, regs.dv, 1.f, blk, wg, lane, warp);
     return;
   }
   const auto dk_stage = smem.dk_stage(), dv_stage = smem.dv_stage();
   sm90::named_sync(kBarEpilogue, 128 * Cfg::kConsumers);
   stage_rows<T, Cfg, ColsK>(dk_stage, regs.dk, p.scale, wg, lane, warp);
-  stage_rows<T, Cfg, ColsV>(dv_stage, regs.dv, p.dropout_scale, wg, lane, warp);
+  stage_rows<T, Cfg, ColsV>(dv_stage, regs.dv, 1.f, wg, lane, warp);
   sm90::fence_proxy_async();  // the stores above, before the TMA stores read them
   // A consumer writes its 64 key rows; with the wide tiles the two write
   // the CTA's 64 rows together (at d 192 they share a column block).

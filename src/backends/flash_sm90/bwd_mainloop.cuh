@@ -129,9 +129,8 @@ struct BwdMainloop {
   // An S^T-shaped accumulator (n8 blocks of query columns) as the A
   // fragments of a product over those queries: blocks 2 ks and 2 ks + 1 are
   // k16 step ks (the accumulator's layout per warp is the A fragment's).
-  // P^T's kept elements (the dropped ones 0) as dV's A fragments; P^T stays
-  // in s for dS. dV's 1 / (1 - p) is applied once, as it is stored
-  // (bwd_epilogue.cuh), not per element.
+  // P^T's kept elements, scaled by 1 / (1 - p) (the dropped ones 0), as dV's
+  // A fragments; P^T stays in s for dS.
   __device__ __forceinline__ void kept_fragments(const float (&s)[NS][4], uint32_t (&a)[NS / 2][4],
                                                  const KeepWords& keep) const {
     float z[NS][4];
@@ -141,7 +140,7 @@ struct BwdMainloop {
       for (int hr = 0; hr < 2; ++hr)
 #pragma unroll
         for (int e = 0; e < 2; ++e)
-          z[i][2 * hr + e] = kept(keep, i, hr, e) ? s[i][2 * hr + e] : 0.f;
+          z[i][2 * hr + e] = kept(keep, i, hr, e) ? s[i][2 * hr + e] * p.dropout_scale : 0.f;
     a_fragments(z, a);
   }
 
@@ -249,10 +248,9 @@ struct BwdMainloop {
           if constexpr (kAlibi) x -= slope * fabsf(query_at - key_at[hr]);
           const int j = j0 + 8 * hr;
           const float prob = (masked && (j < begin || j >= end)) ? 0.f : sm80::fast_exp2(x * flash::kLog2e - lse2);
-          // dV's P is the dropped one (kept or 0; its 1 / (1 - p) comes at
-          // dV's store); dS's P (1 - tanh^2) is not: dscores applies the
-          // keep bit to dP.
-          pr[2 * hr + e] = kDropout ? (kept(keep, i, hr, e) ? prob : 0.f) : prob;
+          // dV's P is the dropped one (kept / (1 - p)); dS's P (1 - tanh^2)
+          // is not: dscores applies the keep bit to dP.
+          pr[2 * hr + e] = kDropout ? (kept(keep, i, hr, e) ? prob * p.dropout_scale : 0.f) : prob;
           s[i][2 * hr + e] = prob * grad;
         }
       }
