@@ -123,10 +123,11 @@ def _call(t, **kw):
                                      rotary_cos=t["rotary_cos"], rotary_sin=t["rotary_sin"], **kw)
 
 
-def _expect_cuda_matches_cpu(host):
+def _expect_cuda_matches_cpu(host, **kw):
     dev = {n: (x.cuda() if x is not None else None) for n, x in host.items()}
-    out, lse = _call(dev, return_lse=True)
-    ref, ref_lse = _call(host, return_lse=True)
+    dev_kw = {n: (x.cuda() if isinstance(x, torch.Tensor) else x) for n, x in kw.items()}
+    out, lse = _call(dev, return_lse=True, **dev_kw)
+    ref, ref_lse = _call(host, return_lse=True, **kw)
     torch.testing.assert_close(out.cpu().float(), ref.float(), atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(lse.cpu(), ref_lse, atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(dev["v_cache"].cpu(), host["v_cache"], atol=0, rtol=0)
@@ -139,6 +140,28 @@ def _expect_cuda_matches_cpu(host):
 @pytest.mark.parametrize("rotary", [True, False])  # decode: the append kernel first, or the decode kernel appends
 def test_cuda_matches_the_cpu_path(paged, s_q, rotary):
     _expect_cuda_matches_cpu(_decode_inputs(paged, s_q=s_q, s_new=s_q, rotary=rotary))
+
+
+@cuda
+@pytest.mark.parametrize("paged", [True, False])
+@pytest.mark.parametrize("s_q", [1, 4])
+@pytest.mark.parametrize("heads", [(16, 1), (8, 2), (4, 4)])
+@pytest.mark.parametrize("feature", ["window", "softcap", "alibi", "sink", "splits"])
+def test_cuda_matches_the_cpu_path_with_score_changes(paged, s_q, heads, feature):
+    # The decode kernel's row set-up and its epilogue per feature: a window
+    # (rows whose keys start inside the cache), softcap, ALiBi slopes per
+    # query head, a learnable sink, and a fixed split count (the combine
+    # kernel), at GQA 16, 4 and 1 with one and four query tokens; the
+    # lengths include an empty cache (the new tokens alone).
+    h_q, h_kv = heads
+    g = torch.Generator().manual_seed(17)
+    kw = {"window": dict(window=(40, 0)),
+          "softcap": dict(softcap=15.0),
+          "alibi": dict(alibi_slopes=torch.rand(h_q, generator=g) * 0.1),
+          "sink": dict(softmax_type="learnable", sink=torch.rand(h_q, generator=g) * 2 - 0.5),
+          "splits": dict(num_splits=3)}[feature]
+    _expect_cuda_matches_cpu(_decode_inputs(paged, s_q=s_q, s_new=s_q, h_q=h_q, h_kv=h_kv, rotary=False, seed=5),
+                             **kw)
 
 
 @cuda
