@@ -19,6 +19,7 @@
 #include "backends/flash/dropout_bits.cuh"
 #include "backends/flash/score_mods.cuh"
 #include "backends/flash/sequence.cuh"
+#include "backends/flash_sm90/bwd_keep_bits.h"
 #include "backends/flash_sm90/bwd_kv_block.cuh"
 #include "backends/flash_sm90/bwd_smem.cuh"
 #include "kernels/sm80/mma.cuh"
@@ -85,10 +86,10 @@ struct BwdMainloop {
     for (int h = 0; h < kM / 64; ++h) k.w[h] = ~0u;
     return k;
   }
-  // Element s[i][2 hr + e]'s keep bit: bit 4 (4 (i % 2) + 2 hr + e) + i % 8 / 2
-  // of word i / 8 (keep_word's order, which the lanes' trade leaves).
+  // Element s[i][2 hr + e]'s keep bit (bwd_keep_bits.h: where the lanes'
+  // trade leaves it), in word i / 8.
   __device__ __forceinline__ static bool kept(const KeepWords& keep, int i, int hr, int e) {
-    return (keep.w[i / 8] >> (4 * (4 * (i % 2) + 2 * hr + e) + i % 8 / 2)) & 1u;
+    return (keep.w[i / 8] >> keep_bit(i, hr, e)) & 1u;
   }
 
   const flash::FwdParams& p;
@@ -283,42 +284,38 @@ struct BwdMainloop {
   }
 
   // The keep bits of this thread's 32 elements of S^T among queries [m0, m0
-  // + 64) (kept() says where element (i, hr, e) lies, i < 8), drawn by
+  // + 64) (kept() says where element (i, hr, e) lies), drawn by
   // include/attn/philox.h's rule as the forward drew them
   // (flash/dropout_bits.cuh): one Philox block per (query, 4 keys). The 4
-  // lanes with the same lane % 4 and lane / 16 hold a block's 4 keys (key
-  // lane / 4 % 4 of it) for the same 16 queries: each draws the blocks of 4
-  // of those queries (i = 2k, 2k + 1, both e) for both of its key quads (hr),
-  // 8 blocks, and the 4 trade them in 4 shuffles. A lane takes key k's bit of
-  // every nibble of a trade at once (a shift and a mask), so the bits of
-  // query pair kk sit at 4 n + kk, n = 4 ii + 2 hr + e.
-  // Drawn before S^T's and dP^T's products are issued: under them the Philox
-  // rounds' registers sat beside both accumulators (more spills, and the
-  // dropout backward 8% slower over the d 64 / 128 grid).
+  // lanes with the same lane % 4 and lane / 16 hold a block's 4 keys for the
+  // same 16 queries: each draws the blocks of 4 of those queries for both of
+  // its key quads (hr), 8 blocks, and the 4 trade them in 4 shuffles, each
+  // lane taking its key's bit of every block of a trade at once
+  // (bwd_keep_bits.h). Drawn before S^T's and dP^T's products are issued:
+  // under them the Philox rounds' registers sat beside both accumulators
+  // (more spills, and the dropout backward 8% slower over the d 64 / 128
+  // grid).
   __device__ __forceinline__ uint32_t keep_word(int m0, uint32_t bh, uint64_t seed, uint32_t offset) const {
-    const int k = (lane >> 2) & 3, col = lane & 3, half = lane >> 4;
-    const uint32_t quad0 = static_cast<uint32_t>(key0 + 16 * warp + 4 * half) >> 2;  // hr = 1: quad0 + 2
-    uint32_t mine = 0u;  // nibble 4 ii + 2 hr + e: the keep bits of block (query 8 (2 k + ii) + 2 col + e, hr)
+    const uint32_t quad0 = static_cast<uint32_t>(key0 + 16 * warp + 4 * (lane >> 4)) >> 2;  // hr = 1: quad0 + 2
+    uint32_t mine = 0u;  // nibble keep_nibble(ii, hr, e): block (query m0 + keep_query(lane, ii, e), hr)'s bits
 #pragma unroll
     for (int ii = 0; ii < 2; ++ii)
 #pragma unroll
       for (int e = 0; e < 2; ++e)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
-          const uint32_t query = static_cast<uint32_t>(m0 + 8 * (2 * k + ii) + 2 * col + e);
+          const uint32_t query = static_cast<uint32_t>(m0 + keep_query(lane, ii, e));
           const PhiloxBlock r = philox4x32_10(PhiloxBlock{{quad0 + 2 * hr, query, bh, offset}},
                                               static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
           uint32_t bits = 0u;
 #pragma unroll
           for (int x = 0; x < 4; ++x) bits |= (r.x[x] >= p.dropout_threshold ? 1u : 0u) << x;
-          mine |= bits << (4 * (4 * ii + 2 * hr + e));
+          mine |= bits << (4 * keep_nibble(ii, hr, e));
         }
     uint32_t keep = 0u;
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {  // the lane that drew queries i = 2 kk, 2 kk + 1
-      const uint32_t theirs = __shfl_sync(0xffffffffu, mine, 16 * half + 4 * kk + col);
-      keep |= ((theirs >> k) & 0x11111111u) << kk;
-    }
+    for (int kk = 0; kk < 4; ++kk)
+      keep |= keep_gather(__shfl_sync(0xffffffffu, mine, keep_source_lane(lane, kk)), lane, kk);
     return keep;
   }
 
