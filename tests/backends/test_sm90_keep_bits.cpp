@@ -15,23 +15,6 @@
 namespace attn::flash_sm90 {
 namespace {
 
-// A lane's drawn word, as bwd_mainloop.cuh's keep_word forms it.
-uint32_t drawn(int lane, int m0, int key0, int warp, uint32_t bh, uint64_t seed, uint32_t offset, uint32_t threshold) {
-  const uint32_t quad0 = static_cast<uint32_t>(key0 + 16 * warp + 4 * (lane >> 4)) >> 2;
-  uint32_t mine = 0u;
-  for (int ii = 0; ii < 2; ++ii)
-    for (int e = 0; e < 2; ++e)
-      for (int hr = 0; hr < 2; ++hr) {
-        const uint32_t query = static_cast<uint32_t>(m0 + keep_query(lane, ii, e));
-        const PhiloxBlock r = philox4x32_10(PhiloxBlock{{quad0 + 2 * hr, query, bh, offset}},
-                                            static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-        uint32_t bits = 0u;
-        for (int x = 0; x < 4; ++x) bits |= (r.x[x] >= threshold ? 1u : 0u) << x;
-        mine |= bits << (4 * keep_nibble(ii, hr, e));
-      }
-  return mine;
-}
-
 TEST(Sm90KeepBits, EveryLaneGetsTheReferenceDecisionOfEachOfItsElements) {
   std::mt19937_64 rng(20261128);
   for (int trial = 0; trial < 24; ++trial) {
@@ -42,7 +25,10 @@ TEST(Sm90KeepBits, EveryLaneGetsTheReferenceDecisionOfEachOfItsElements) {
     const int warp = static_cast<int>(rng() % 4);
     const uint32_t threshold = dropout_threshold(trial % 3 == 0 ? 0.5 : trial % 3 == 1 ? 0.1 : 0.9);
     std::array<uint32_t, 32> mine{};
-    for (int lane = 0; lane < 32; ++lane) mine[lane] = drawn(lane, m0, key0, warp, bh, seed, offset, threshold);
+    for (int lane = 0; lane < 32; ++lane) {  // as keep_word draws them
+      const uint32_t quad0 = static_cast<uint32_t>(key0 + 16 * warp + 4 * (lane >> 4)) >> 2;
+      mine[lane] = keep_drawn(lane, m0, quad0, bh, seed, offset, threshold);
+    }
     for (int lane = 0; lane < 32; ++lane) {
       uint32_t keep = 0u;
       for (int kk = 0; kk < 4; ++kk) keep |= keep_gather(mine[keep_source_lane(lane, kk)], lane, kk);

@@ -171,6 +171,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
   const int kvh = blockIdx.y, b = blockIdx.z;
   const int g = p.h_per_kv;
   auto token_of = [&](int r) { return flash::fast_div(dp.group_div, r); };  // r / g
+  auto head_of = [&](int r, int i) { return kvh * g + r - i * g; };           // row r's query head, i = token_of(r)
   const flash::SeqExtent seq = flash::sequence_extent(p, b);
   // Rows a sequence may write: its tokens in thd (the next sequence's
   // follow), every padded row of bshd / sbhd (out = 0 past its length).
@@ -246,7 +247,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
       const bool ok = r < rows && i < seq.len_q;
       const int64_t token = static_cast<int64_t>(seq.start_q) + i;
       const T* src = static_cast<const T*>(p.q) + b * p.q_batch_stride + token * p.q_row_stride +
-                     (kvh * g + r - i * g) * p.q_head_stride + 8 * c;
+                     head_of(r, i) * p.q_head_stride + 8 * c;
       sm80::cp_async_16(q_smem + TileQ::byte_offset(row, c), ok ? src : p.q, ok);
     }
     if (tid < kN) {  // the first tiles' entries read together, then their addresses
@@ -289,7 +290,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
     keys[h] = valid ? KeyRange<int>{flash::row_key_begin(p, seq, token[h]), flash::row_key_end(p, seq, token[h])}
                     : KeyRange<int>{0, 0};
     if (r < rows) seen_by_both = {max(seen_by_both.begin, keys[h].begin), min(seen_by_both.end, keys[h].end)};
-    const int hq = kvh * g + r - token[h] * g;
+    const int hq = head_of(r, token[h]);
     slope[h] = p.alibi && valid ? p.alibi[b * p.alibi_batch_stride + hq * p.alibi_head_stride] : 0.f;
   }
 
@@ -422,7 +423,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
   auto finish_row = [&](int row) {
     const int r = r0 + row;
     if (r >= rows) return;
-    const int i = token_of(r), hq = kvh * g + r - i * g;
+    const int i = token_of(r), hq = head_of(r, i);
     float mw[Cfg::kWarps], big = -INFINITY;
 #pragma unroll
     for (int w = 0; w < Cfg::kWarps; ++w) {

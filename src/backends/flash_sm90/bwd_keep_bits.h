@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "attn/mask_rule.h"  // ATTN_HOST_DEVICE
+#include "attn/philox.h"
 
 namespace attn::flash_sm90 {
 
@@ -21,6 +22,38 @@ ATTN_HOST_DEVICE constexpr int keep_nibble(int ii, int hr, int e) { return 4 * i
 // The query (from the tile's m0) of the blocks a lane draws for (ii, e).
 ATTN_HOST_DEVICE constexpr int keep_query(int lane, int ii, int e) {
   return 8 * (2 * ((lane >> 2) & 3) + ii) + 2 * (lane & 3) + e;
+}
+
+// A lane's drawn word: the keep bits of its 8 blocks, nibble keep_nibble(ii,
+// hr, e) for block (query m0 + keep_query(lane, ii, e), key quad quad0 + 2
+// hr), quad0 its key rows' first quad (both halves of the warp's 16 rows).
+ATTN_HOST_DEVICE uint32_t keep_drawn(int lane, int m0, uint32_t quad0, uint32_t bh, uint64_t seed, uint32_t offset,
+                                     uint32_t threshold) {
+  uint32_t mine = 0u;
+  // Unrolled on the device (keep_word's SASS depends on it); host compilers lack the pragma.
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int ii = 0; ii < 2; ++ii)
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int e = 0; e < 2; ++e)
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+      for (int hr = 0; hr < 2; ++hr) {
+        const uint32_t query = static_cast<uint32_t>(m0 + keep_query(lane, ii, e));
+        const PhiloxBlock r = philox4x32_10(PhiloxBlock{{quad0 + 2 * hr, query, bh, offset}},
+                                            static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+        uint32_t bits = 0u;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+        for (int x = 0; x < 4; ++x) bits |= (r.x[x] >= threshold ? 1u : 0u) << x;
+        mine |= bits << (4 * keep_nibble(ii, hr, e));
+      }
+  return mine;
 }
 
 // The lane that drew query pair kk (queries i = 2 kk, 2 kk + 1) for this lane.

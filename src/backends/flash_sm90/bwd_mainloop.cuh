@@ -296,22 +296,8 @@ struct BwdMainloop {
   // (more spills, and the dropout backward 8% slower over the d 64 / 128
   // grid).
   __device__ __forceinline__ uint32_t keep_word(int m0, uint32_t bh, uint64_t seed, uint32_t offset) const {
-    const uint32_t quad0 = static_cast<uint32_t>(key0 + 16 * warp + 4 * (lane >> 4)) >> 2;  // hr = 1: quad0 + 2
-    uint32_t mine = 0u;  // nibble keep_nibble(ii, hr, e): block (query m0 + keep_query(lane, ii, e), hr)'s bits
-#pragma unroll
-    for (int ii = 0; ii < 2; ++ii)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const uint32_t query = static_cast<uint32_t>(m0 + keep_query(lane, ii, e));
-          const PhiloxBlock r = philox4x32_10(PhiloxBlock{{quad0 + 2 * hr, query, bh, offset}},
-                                              static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-          uint32_t bits = 0u;
-#pragma unroll
-          for (int x = 0; x < 4; ++x) bits |= (r.x[x] >= p.dropout_threshold ? 1u : 0u) << x;
-          mine |= bits << (4 * keep_nibble(ii, hr, e));
-        }
+    const uint32_t quad0 = static_cast<uint32_t>(key0 + 16 * warp + 4 * (lane >> 4)) >> 2;
+    const uint32_t mine = keep_drawn(lane, m0, quad0, bh, seed, offset, p.dropout_threshold);
     uint32_t keep = 0u;
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
