@@ -85,6 +85,21 @@ __device__ __forceinline__ KeyRow key_row(const DecodeParams& dp, int b, int row
           static_cast<const T*>(p.v) + at.outer * p.v_batch_stride + at.inner * p.v_row_stride + h * p.v_head_stride};
 }
 
+// key_row's cache case alone, for a row inside the cache's keys (j <
+// len_kv, j < appended_from): no branch, so the loop can form it among a
+// tile's products.
+template <typename T>
+__device__ __forceinline__ KeyRow cache_key_row(const DecodeParams& dp, int row_of_b, const flash::SeqExtent& seq,
+                                                int h, int j, int entry) {
+  const flash::FwdParams& p = dp.f;
+  // cache_slot_at's two cases as selects (a branch would end the block).
+  const bool paged = p.cache.block_table != nullptr;
+  const int64_t outer = paged ? flash::clamp_index(entry, p.cache.rows) : row_of_b;
+  const int64_t inner = (paged ? flash::block_row(p.cache, j) : j) + seq.start_kv;
+  return {static_cast<const T*>(p.k) + outer * p.k_batch_stride + inner * p.k_row_stride + h * p.k_head_stride,
+          static_cast<const T*>(p.v) + outer * p.v_batch_stride + inner * p.v_row_stride + h * p.v_head_stride};
+}
+
 // The copies of one tile of K and V into their stage: 16 bytes per thread
 // and copy, rows past the sequence zero-filled. Where a row's chunks divide
 // the CTA's threads (and K's rows are as wide as V's), each thread keeps one
@@ -302,11 +317,23 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
     fetch_entries(t + 2 * kStages - 1);
     sm80::cp_async_commit();
     sm80::cp_async_wait<kStages - 1>();
-    // Tile t + kStages's rows, into the slot tile t's copies were issued
-    // from, after this tile's products; its entries came with tile t
-    // (this thread's own copies: the wait makes them visible to it).
-    const bool prefetch = tid < kN && t + kStages < t_end;
     __syncthreads();
+    // Tile t + kStages's rows, for the slot tile t's copies were issued from
+    // (free: they were issued kStages - 1 iterations ago); its entries came
+    // with tile t (this thread's own copies: the wait makes them visible to
+    // it). Formed here, by every thread and without a branch
+    // (cache_key_row), so the entry's load and the address arithmetic after
+    // it interleave with this tile's products; only threads < kN store
+    // theirs, after them. At the loop's end the chain (a shared load, then
+    // dependent multiplies) ran in warps 0-1 alone while the others waited
+    // at the barrier.
+    const int next_slot = (t % kStages) * kN + tid % kN;
+    const bool prefetch = tid < kN && t + kStages < t_end;
+    const int next_entry = paged ? entry_at[next_slot] : 0;
+    const KeyRow next_row = cache_key_row<T>(dp, row_of_b, seq, kvh, (t + kStages) * kN + tid % kN, next_entry);
+    // A tile reaching the new tokens or the sequence's end (the last ones)
+    // takes key_row's cases at the store.
+    const bool next_at_end = (t + kStages + 1) * kN > min(appended_from, seq.len_kv);
 
     float sc[MB][2][4];
     sm80::zero(sc);
@@ -385,10 +412,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
         }
     }
     sm80::gemm_rb<T, MB, 2, NO, TileV>(o, sc, v_stage(s) + 16 * warp * TileV::kRowBytes, lane);
-    if (prefetch) {
-      const int entry = paged ? entry_at[(t % kStages) * kN + tid] : 0;
-      row_at[(t % kStages) * kN + tid] = row_of(t + kStages, entry);
-    }
+    if (prefetch) row_at[next_slot] = next_at_end ? row_of(t + kStages, next_entry) : next_row;
     __syncthreads();  // tile t's stage is free, tile t + kStages's offsets visible
   }
 
