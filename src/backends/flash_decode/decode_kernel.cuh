@@ -320,8 +320,8 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
     __syncthreads();
     // Tile t + kStages's rows, for the slot tile t's copies were issued from
     // (free: they were issued kStages - 1 iterations ago); its entries came
-    // with tile t (this thread's own copies: the wait makes them visible to
-    // it). Formed here, by every thread and without a branch
+    // with tile t's copies (each thread's wait, then the barrier, make them
+    // visible to all). Formed here, by every thread and without a branch
     // (cache_key_row), so the entry's load and the address arithmetic after
     // it interleave with this tile's products; only threads < kN store
     // theirs, after them. At the loop's end the chain (a shared load, then
