@@ -137,6 +137,17 @@ KvShape check_shapes(const Options& o, const KvCacheArgs& a) {
   if (a.rotary_cos.defined()) {
     require_rank(a.rotary_cos, "rotary_cos", 2, "[s_ro, rotary_dim / 2]");
     require_rank(a.rotary_sin, "rotary_sin", 2, "[s_ro, rotary_dim / 2]");
+    // The append kernel reads float32 tables, or tables of q's dtype; any
+    // other would be read as one of those.
+    for (const auto& [t, name] : {std::pair{&a.rotary_cos, "rotary_cos"}, {&a.rotary_sin, "rotary_sin"}})
+      if (t->dtype != DType::f32 && t->dtype != a.q.dtype)
+        bad_type(std::string(name) + " has the wrong dtype", dtype_name(t->dtype),
+                 std::string("float32 or q's dtype (") + dtype_name(a.q.dtype) + ")",
+                 std::string("convert ") + name + " to float32");
+    if (a.rotary_sin.dtype != a.rotary_cos.dtype)
+      bad_type("rotary_cos and rotary_sin have different dtypes",
+               std::string(dtype_name(a.rotary_cos.dtype)) + " / " + dtype_name(a.rotary_sin.dtype), "one dtype",
+               "pass cos and sin in one dtype (float32 or q's)");
     z.rotary_half = a.rotary_cos.size(1);
     if (a.rotary_sin.size(0) != a.rotary_cos.size(0) || a.rotary_sin.size(1) != z.rotary_half ||
         z.rotary_half == 0 || 2 * z.rotary_half > z.d_qk)

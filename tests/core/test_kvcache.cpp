@@ -4,8 +4,10 @@
 // sequence's cache and new tokens, bottom-right aligned, with ragged cache
 // lengths including 0, GQA (a group of 16), d_qk != d_v, block sizes 1 to
 // 256, rotary both layouts, windows, s_q 1 to 16, softcap, ALiBi and a
-// learnable sink; bad lengths, block tables and shapes are errors before any
-// write.
+// learnable sink; bad lengths, block tables, shapes and dtypes are errors
+// before any write. Beside the chosen cases, 200 random calls against
+// float64 and 300 random defects (errors that leave the cache and out as
+// they were).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -382,6 +384,142 @@ TEST(KvCache, BadLengthsTablesAndShapesAreErrorsBeforeAnyWrite) {
   short_sin.fill_zero();
   c.args.rotary_cos = short_cos.view(), c.args.rotary_sin = short_sin.view();
   EXPECT_NE(error_leaving_the_cache(c).find("past the rotary table"), std::string::npos);
+
+  // Rotary tables of another dtype than float32 or q's (the GPU's append
+  // would read them as one of those), or of two dtypes.
+  c = make_call(s, 23);
+  TensorBuffer cos64(DType::f64, {c.cos.view().size(0), 4}), sin64(DType::f64, {c.cos.view().size(0), 4});
+  cos64.fill_zero();
+  sin64.fill_zero();
+  c.args.rotary_cos = cos64.view(), c.args.rotary_sin = sin64.view();
+  EXPECT_NE(error_leaving_the_cache(c).find("rotary_cos has the wrong dtype"), std::string::npos);
+  c = make_call(s, 24);
+  TensorBuffer sin16(DType::f16, {c.cos.view().size(0), 4});
+  sin16.fill_zero();
+  c.args.rotary_sin = sin16.view();
+  EXPECT_NE(error_leaving_the_cache(c).find("rotary_sin has the wrong dtype"), std::string::npos);
+}
+
+// A random call's description: 1-4 sequences, GQA groups 1-8, head dims
+// 8-24 (d_qk != d_v), 0-4 new tokens, 1-8 query rows (more than a short
+// sequence's keys), a contiguous cache (rows in reverse or not) or blocks of
+// 1, 3, 8 or 16 positions, ragged lengths with empty and full caches, and
+// each of rotary (both layouts), a window, softcap, ALiBi and a sink at
+// random.
+Spec random_spec(std::mt19937_64& rng) {
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  Spec s;
+  s.b = pick(1, 4);
+  s.h_kv = pick(1, 3);
+  s.h_q = s.h_kv << pick(0, 3);
+  s.d_qk = 8 * pick(1, 3);
+  s.d_v = 8 * pick(1, 3);
+  s.s_new = pick(0, 4);
+  s.s_q = pick(1, 8);
+  s.block_size = std::vector<int64_t>{0, 0, 1, 3, 8, 16}[pick(0, 5)];
+  const int64_t positions = pick(std::max<int64_t>(s.s_new, 1), 40);
+  s.s_cache = s.block_size ? (positions + s.block_size - 1) / s.block_size * s.block_size : positions;
+  s.batch_idx = !s.block_size && pick(0, 1);
+  s.no_lens = pick(0, 5) == 0;
+  const int64_t room = s.s_cache - s.s_new;
+  s.lens.clear();
+  for (int64_t i = 0; i < s.b; ++i) {
+    const int64_t kind = s.no_lens ? 0 : pick(0, 3);  // full, empty, anything
+    s.lens.push_back(static_cast<int32_t>(kind == 0 ? room : kind == 1 ? 0 : pick(0, room)));
+  }
+  if (pick(0, 2) == 0) s.rotary_dim = 2 * pick(1, s.d_qk / 2);
+  s.interleaved = pick(0, 1);
+  s.mask = pick(0, 3) ? MaskType::causal_bottom_right : MaskType::no_mask;
+  if (pick(0, 2) == 0) s.window = {static_cast<int>(pick(-1, 10)), static_cast<int>(pick(-1, 3))};
+  if (pick(0, 3) == 0) s.softcap = pick(0, 1) ? 2.0 : 5.0;
+  s.alibi = pick(0, 3) == 0;
+  s.sink = pick(0, 3) == 0;
+  return s;
+}
+
+// Every buffer holds exactly its view's elements, so the ASan build
+// (scripts/check_sanitizers.sh) also sees any access outside a caller's
+// tensor.
+TEST(KvCache, RandomCallsMatchFloat64) {
+  std::mt19937_64 rng(2026);
+  for (int n = 0; n < 200; ++n) {
+    const Spec s = random_spec(rng);
+    SCOPED_TRACE("random call " + std::to_string(n) + ": b " + std::to_string(s.b) + ", block " +
+                 std::to_string(s.block_size) + ", s_cache " + std::to_string(s.s_cache) + ", s_new " +
+                 std::to_string(s.s_new) + ", s_q " + std::to_string(s.s_q));
+    expect_matches(s, 1000 + n);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+// One defect in an otherwise valid random call: a length out of range, a
+// block id or cache row outside the cache, a tensor of the wrong shape or
+// dtype, a mask or dropout the call does not take. Each is an error that
+// leaves the cache and out as they were.
+TEST(KvCache, RandomDefectsAreErrorsBeforeAnyWrite) {
+  std::mt19937_64 rng(48);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  int errors = 0;
+  for (int n = 0; n < 300; ++n) {
+    Spec s = random_spec(rng);
+    s.no_lens = false;
+    const int64_t i = pick(0, s.b - 1), room = s.s_cache - s.s_new;
+    const int64_t defect = pick(0, 10);
+    if (defect == 0) s.lens[i] = static_cast<int32_t>(-pick(1, 5));
+    if (defect == 1) s.lens[i] = static_cast<int32_t>(room + pick(1, 5));
+    Call c = make_call(s, 5000 + n);
+    TensorBuffer wrong;
+    std::string defect_name = defect < 2 ? "cache_seqlens" : "";
+    if (defect == 2 && s.block_size && s.lens[i] + s.s_new > 0) {  // a block the sequence uses
+      std::vector<unsigned char> bytes = c.table.host_bytes();
+      const int64_t used = (s.lens[i] + s.s_new + s.block_size - 1) / s.block_size;
+      const int32_t bad = static_cast<int32_t>(pick(0, 1) ? -1 - pick(0, 3) : c.num_blocks + pick(0, 3));
+      std::memcpy(bytes.data() + (i * c.max_blocks + pick(0, used - 1)) * 4, &bad, 4);
+      c.table.copy_from_bytes(bytes.data(), bytes.size());
+      defect_name = "block_table";
+    } else if (defect == 3 && s.batch_idx) {
+      std::vector<unsigned char> bytes = c.batch_idx.host_bytes();
+      const int32_t bad = static_cast<int32_t>(pick(0, 1) ? -1 : s.b + pick(0, 3));
+      std::memcpy(bytes.data() + i * 4, &bad, 4);
+      c.batch_idx.copy_from_bytes(bytes.data(), bytes.size());
+      defect_name = "cache_batch_idx";
+    } else if (defect == 4 && s.s_new) {
+      wrong = TensorBuffer(DType::f32, {s.b, s.s_new, s.h_kv + 1, s.d_qk});
+      c.args.k = wrong.view();
+      defect_name = "k";
+    } else if (defect == 5) {
+      wrong = TensorBuffer(DType::f32, {s.b, s.s_q, s.h_q, s.d_v + 8});
+      c.args.out = wrong.view();
+      defect_name = "out";
+    } else if (defect == 6) {
+      wrong = TensorBuffer(DType::f16, {s.b, s.s_q, s.h_q, s.d_qk});
+      c.args.q = wrong.view();
+      defect_name = "q's dtype";
+    } else if (defect == 7) {
+      wrong = TensorBuffer(DType::i32, {s.b + 1});
+      c.args.cache_seqlens = wrong.view();
+      defect_name = "cache_seqlens' shape";
+    } else if (defect == 8 && s.block_size) {
+      wrong = TensorBuffer(DType::i64, {s.b, c.max_blocks});
+      c.args.block_table = wrong.view();
+      defect_name = "block_table's dtype";
+    } else if (defect == 9) {
+      c.opts.mask = MaskType::causal;
+      defect_name = "mask";
+    } else if (defect == 10) {
+      c.opts.dropout_p = 0.1;
+      defect_name = "dropout";
+    }
+    if (defect_name.empty()) continue;  // the defect needs what this call lacks
+    if (wrong.numel()) wrong.fill_zero();
+    const std::vector<unsigned char> out0 = c.out.host_bytes();
+    SCOPED_TRACE("random defect " + std::to_string(n) + ": " + defect_name);
+    EXPECT_FALSE(error_leaving_the_cache(c).empty()) << "no error";
+    EXPECT_EQ(c.out.host_bytes(), out0) << "out was written before the error";
+    ++errors;
+    if (::testing::Test::HasFailure()) return;
+  }
+  EXPECT_GT(errors, 150);  // most draws carry a defect
 }
 
 }  // namespace

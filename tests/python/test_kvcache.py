@@ -95,6 +95,24 @@ def test_a_length_past_the_cache_is_an_error_before_any_write():
     assert torch.equal(k_cache, kc0)
 
 
+def test_rotary_tables_of_another_dtype_are_errors_before_any_write():
+    # float32 or q's dtype, one for both: the GPU's append would read any other as one of those.
+    q = torch.randn(2, 1, 2, 16).bfloat16()
+    k_cache, v_cache = torch.randn(2, 8, 1, 16).bfloat16(), torch.randn(2, 8, 1, 16).bfloat16()
+    k, v = torch.randn(2, 1, 1, 16).bfloat16(), torch.randn(2, 1, 1, 16).bfloat16()
+    lens = torch.tensor([0, 3], dtype=torch.int32)
+    cos, sin = rotary_table(8, 8)
+    kc0 = k_cache.clone()
+    for c, s, match in [(cos.double(), sin.double(), "rotary_cos has the wrong dtype"),
+                        (cos, sin.half(), "rotary_sin has the wrong dtype"),
+                        (cos, sin.bfloat16(), "rotary_cos and rotary_sin have different dtypes")]:
+        with pytest.raises(TypeError, match=match):
+            attn.forward_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens, rotary_cos=c, rotary_sin=s)
+        assert torch.equal(k_cache, kc0)
+    attn.forward_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens, rotary_cos=cos.bfloat16(),
+                              rotary_sin=sin.bfloat16())  # q's dtype for both: accepted
+
+
 cuda = pytest.mark.skipif(not torch.cuda.is_available() or attn.cuda_device_count() == 0, reason="needs a CUDA device")
 
 
