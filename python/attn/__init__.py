@@ -16,6 +16,7 @@ autograd, a torch.library custom op and TransformerEngine-style modules.
 from __future__ import annotations
 
 import functools
+import numbers
 from dataclasses import dataclass
 from typing import Any, Iterator, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -224,8 +225,9 @@ def forward_with_kvcache(
     """Attention against a KV cache, with FlashAttention's flash_attn_with_kvcache
     arguments: q [b, s_q, h_q, d]; k_cache / v_cache contiguous [b_cache,
     s_cache, h_kv, d] or paged [num_blocks, block_size, h_kv, d] with
-    block_table (int32 [b, max_blocks]); cache_seqlens (int32 [b]) the lengths
-    before the append; new k / v [b, s_new, h_kv, d] are written into the cache
+    block_table (int32 [b, max_blocks]); cache_seqlens (int32 [b], or one int
+    for every sequence, as FlashAttention takes it) the lengths before the
+    append; new k / v [b, s_new, h_kv, d] are written into the cache
     there (rotated with rotary_cos / rotary_sin, [s_ro, r / 2], interleaved or
     not, as q is) and attended in the same call. mask "causal_bottom_right"
     (q's rows are each sequence's last s_q positions) or "no_mask"; window,
@@ -241,6 +243,9 @@ def forward_with_kvcache(
     """
     for x, name in ((q, "q"), (k_cache, "k_cache"), (v_cache, "v_cache")):
         _arrays.require_array(x, name)
+    if isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
+        q_shape = _arrays.shape_of(q)
+        cache_seqlens = _arrays.full_int32(q, q_shape[0] if q_shape else 0, int(cache_seqlens))
     _arrays.require_arrays(k=k, v=v, cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
                            block_table=block_table, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                            alibi_slopes=alibi_slopes, out=out, lse=lse, sink=sink)

@@ -224,6 +224,33 @@ def _jax_buffer(like: Any, shape: tuple, dtype: Any) -> Any:
     )
 
 
+def full_int32(like: Any, n: int, value: int) -> Any:
+    """An int32 [n] array of `value` in like's framework, on like's device."""
+    if not -(2**31) <= value < 2**31:
+        raise ValueError(f"attn: {value} does not fit in int32")
+    fw = framework(like)
+    if fw == "torch":
+        import torch
+
+        return torch.full((n,), value, dtype=torch.int32, device=like.device)
+    if fw == "cupy":
+        import cupy
+
+        with like.device:
+            return cupy.full((n,), value, dtype=cupy.int32)
+    if fw == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        return jax.device_put(jnp.full((n,), value, dtype=jnp.int32), _jax_device(like))
+    if not _is_cuda(like):
+        import numpy
+
+        return numpy.full((n,), value, dtype=numpy.int32)
+    raise TypeError("attn: an int where an int32 array belongs needs q from PyTorch, CuPy, JAX or NumPy; "
+                    "pass the array")
+
+
 def finish(like: Any, buf: Any) -> Any:
     """buf as an array of like's framework (a no-op except for JAX)."""
     if buf is None or framework(like) != "jax":

@@ -95,6 +95,27 @@ def test_a_length_past_the_cache_is_an_error_before_any_write():
     assert torch.equal(k_cache, kc0)
 
 
+def test_cache_seqlens_as_one_int_for_every_sequence():
+    # flash_attn_with_kvcache takes an int there too: every sequence's length.
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 1, 4, 16, generator=g)
+    k, v = torch.randn(2, 1, 2, 16, generator=g), torch.randn(2, 1, 2, 16, generator=g)
+    caches = [torch.randn(2, 8, 2, 16, generator=g) for _ in range(2)]
+    outs = []
+    for lens in (5, torch.tensor([5, 5], dtype=torch.int32)):
+        k_cache, v_cache = (c.clone() for c in caches)
+        outs.append((attn.forward_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens), k_cache, v_cache))
+    for a, b in zip(outs[0], outs[1]):
+        assert torch.equal(a, b)
+    out_np = attn.forward_with_kvcache(q.numpy(), caches[0].numpy().copy(), caches[1].numpy().copy(), k.numpy(),
+                                       v.numpy(), cache_seqlens=5)
+    torch.testing.assert_close(torch.from_numpy(out_np), outs[0][0])
+    with pytest.raises(ValueError, match=r"cache_seqlens\[0\]=8 with 1 new tokens"):
+        attn.forward_with_kvcache(q, caches[0].clone(), caches[1].clone(), k, v, cache_seqlens=8)
+    with pytest.raises(TypeError, match="cache_seqlens must be an array"):
+        attn.forward_with_kvcache(q, caches[0].clone(), caches[1].clone(), k, v, cache_seqlens=True)
+
+
 def test_rotary_tables_of_another_dtype_are_errors_before_any_write():
     # float32 or q's dtype, one for both: the GPU's append would read any other as one of those.
     q = torch.randn(2, 1, 2, 16).bfloat16()
