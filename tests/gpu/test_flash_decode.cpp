@@ -4,7 +4,8 @@
 // softcap, ALiBi, sinks, the max logit, one split and many); and
 // forward_with_kvcache on CUDA tensors against the same call on CPU copies
 // (contiguous and paged caches of block sizes 1, 16, 64 and 256, ragged
-// lengths with 0, appends across blocks, rotary both layouts, num_splits),
+// lengths with 0, appends across blocks, rotary both layouts, num_splits;
+// then 40 random calls),
 // its errors before any write, CUDA-graph replay on new lengths and cache
 // contents, and NaN inputs staying visible.
 #include <cuda_runtime.h>
@@ -443,6 +444,51 @@ TEST(FlashDecode, KvCachePrefillMatchesTheCpuPath) {
   for (const KvSpec& k : specs) {
     SCOPED_TRACE("prefill case " + std::to_string(i) + ", block size " + std::to_string(k.block_size));
     expect_gpu_matches_cpu(k, 7300 + i++);
+  }
+}
+
+// Random calls beside the chosen ones above: 1-4 sequences, GQA groups 1-8,
+// d 64 or 128, 0-4 new tokens, 1-16 query rows (a fifth of the calls 17-40,
+// chunked prefill), contiguous caches (rows in reverse or not) or blocks of
+// 1, 16, 32, 48, 64 or 128 positions, capacities off the 64-key tile, ragged
+// lengths with empty and full caches, fixed or chosen splits, and each of
+// rotary (both layouts), a window, softcap, ALiBi and a sink at random.
+TEST(FlashDecode, KvCacheRandomCallsMatchTheCpuPath) {
+  ATTN_REQUIRE_GPU();
+  std::mt19937_64 rng(4343);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  for (int n = 0; n < 40; ++n) {
+    KvSpec s;
+    s.b = pick(1, 4);
+    s.h_kv = pick(1, 4);
+    s.h_q = s.h_kv << pick(0, 3);
+    s.d = pick(0, 1) ? 128 : 64;
+    s.s_new = pick(0, 4);
+    s.s_q = pick(0, 4) ? pick(1, 16) : pick(17, 40);
+    s.block_size = std::array<int64_t, 8>{0, 0, 1, 16, 32, 48, 64, 128}[pick(0, 7)];
+    const int64_t positions = pick(std::max<int64_t>(s.s_new, 1), 400);
+    s.capacity = s.block_size ? (positions + s.block_size - 1) / s.block_size * s.block_size : positions;
+    s.batch_idx = !s.block_size && pick(0, 1);
+    const int64_t room = s.capacity - s.s_new;
+    s.lens.clear();
+    for (int64_t i = 0; i < s.b; ++i) {
+      const int64_t kind = pick(0, 3);  // full, empty, anything
+      s.lens.push_back(static_cast<int32_t>(kind == 0 ? room : kind == 1 ? 0 : pick(0, room)));
+    }
+    if (pick(0, 2) == 0) s.rotary_dim = 2 * pick(1, s.d / 2);
+    s.interleaved = pick(0, 1);
+    s.mask = pick(0, 3) ? MaskType::causal_bottom_right : MaskType::no_mask;
+    if (pick(0, 2) == 0) s.window = {static_cast<int>(pick(-1, 100)), static_cast<int>(pick(-1, 8))};
+    if (pick(0, 3) == 0) s.softcap = pick(0, 1) ? 5.0 : 30.0;
+    s.alibi = pick(0, 3) == 0;
+    s.sink = pick(0, 3) == 0;
+    s.num_splits = std::array<int, 5>{0, 0, 1, 2, 5}[pick(0, 4)];
+    SCOPED_TRACE("random kv call " + std::to_string(n) + ": b " + std::to_string(s.b) + ", h " +
+                 std::to_string(s.h_q) + "/" + std::to_string(s.h_kv) + ", d " + std::to_string(s.d) + ", block " +
+                 std::to_string(s.block_size) + ", capacity " + std::to_string(s.capacity) + ", s_new " +
+                 std::to_string(s.s_new) + ", s_q " + std::to_string(s.s_q));
+    expect_gpu_matches_cpu(s, 7500 + n);
+    if (::testing::Test::HasFailure()) return;
   }
 }
 
