@@ -324,9 +324,9 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
     // visible to all). Formed here, by every thread and without a branch
     // (cache_key_row), so the entry's load and the address arithmetic after
     // it interleave with this tile's products; only threads < kN store
-    // theirs, after them. At the loop's end the chain (a shared load, then
-    // dependent multiplies) ran in warps 0-1 alone while the others waited
-    // at the barrier.
+    // theirs, after them. Formed at the loop's end instead, the chain (a
+    // shared load, then dependent multiplies) would run in warps 0-1 alone
+    // while the others wait at the barrier.
     const int next_slot = (t % kStages) * kN + tid % kN;
     const bool prefetch = tid < kN && t + kStages < t_end;
     const int next_entry = paged ? entry_at[next_slot] : 0;
