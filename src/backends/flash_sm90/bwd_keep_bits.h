@@ -13,6 +13,14 @@
 #include "attn/mask_rule.h"  // ATTN_HOST_DEVICE
 #include "attn/philox.h"
 
+// #pragma unroll on the device (keep_word's SASS depends on it); host
+// compilers do not know it.
+#if defined(__CUDA_ARCH__)
+#define ATTN_KEEP_UNROLL _Pragma("unroll")
+#else
+#define ATTN_KEEP_UNROLL
+#endif
+
 namespace attn::flash_sm90 {
 
 // The nibble of a lane's drawn word that holds the 4 keys' bits of block
@@ -30,26 +38,17 @@ ATTN_HOST_DEVICE constexpr int keep_query(int lane, int ii, int e) {
 ATTN_HOST_DEVICE uint32_t keep_drawn(int lane, int m0, uint32_t quad0, uint32_t bh, uint64_t seed, uint32_t offset,
                                      uint32_t threshold) {
   uint32_t mine = 0u;
-  // Unrolled on the device (keep_word's SASS depends on it); host compilers lack the pragma.
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
+  ATTN_KEEP_UNROLL
   for (int ii = 0; ii < 2; ++ii)
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
+    ATTN_KEEP_UNROLL
     for (int e = 0; e < 2; ++e)
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
+      ATTN_KEEP_UNROLL
       for (int hr = 0; hr < 2; ++hr) {
         const uint32_t query = static_cast<uint32_t>(m0 + keep_query(lane, ii, e));
         const PhiloxBlock r = philox4x32_10(PhiloxBlock{{quad0 + 2 * hr, query, bh, offset}},
                                             static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
         uint32_t bits = 0u;
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
+        ATTN_KEEP_UNROLL
         for (int x = 0; x < 4; ++x) bits |= (r.x[x] >= threshold ? 1u : 0u) << x;
         mine |= bits << (4 * keep_nibble(ii, hr, e));
       }
@@ -69,3 +68,5 @@ ATTN_HOST_DEVICE constexpr uint32_t keep_gather(uint32_t theirs, int lane, int k
 ATTN_HOST_DEVICE constexpr int keep_bit(int i, int hr, int e) { return 4 * keep_nibble(i % 2, hr, e) + i % 8 / 2; }
 
 }  // namespace attn::flash_sm90
+
+#undef ATTN_KEEP_UNROLL

@@ -130,6 +130,16 @@ struct BwdMainloop {
   // An S^T-shaped accumulator (n8 blocks of query columns) as the A
   // fragments of a product over those queries: blocks 2 ks and 2 ks + 1 are
   // k16 step ks (the accumulator's layout per warp is the A fragment's).
+  static __device__ __forceinline__ void a_fragments(const float (&acc)[NS][4], uint32_t (&a)[NS / 2][4]) {
+#pragma unroll
+    for (int ks = 0; ks < NS / 2; ++ks) {
+      a[ks][0] = sm80::pack2<T>(acc[2 * ks][0], acc[2 * ks][1]);
+      a[ks][1] = sm80::pack2<T>(acc[2 * ks][2], acc[2 * ks][3]);
+      a[ks][2] = sm80::pack2<T>(acc[2 * ks + 1][0], acc[2 * ks + 1][1]);
+      a[ks][3] = sm80::pack2<T>(acc[2 * ks + 1][2], acc[2 * ks + 1][3]);
+    }
+  }
+
   // P^T's kept elements, scaled by 1 / (1 - p) (the dropped ones 0), as dV's
   // A fragments; P^T stays in s for dS.
   __device__ __forceinline__ void kept_fragments(const float (&s)[NS][4], uint32_t (&a)[NS / 2][4],
@@ -143,16 +153,6 @@ struct BwdMainloop {
         for (int e = 0; e < 2; ++e)
           z[i][2 * hr + e] = kept(keep, i, hr, e) ? s[i][2 * hr + e] * p.dropout_scale : 0.f;
     a_fragments(z, a);
-  }
-
-  static __device__ __forceinline__ void a_fragments(const float (&acc)[NS][4], uint32_t (&a)[NS / 2][4]) {
-#pragma unroll
-    for (int ks = 0; ks < NS / 2; ++ks) {
-      a[ks][0] = sm80::pack2<T>(acc[2 * ks][0], acc[2 * ks][1]);
-      a[ks][1] = sm80::pack2<T>(acc[2 * ks][2], acc[2 * ks][3]);
-      a[ks][2] = sm80::pack2<T>(acc[2 * ks + 1][0], acc[2 * ks + 1][1]);
-      a[ks][3] = sm80::pack2<T>(acc[2 * ks + 1][2], acc[2 * ks + 1][3]);
-    }
   }
 
   // S^T = K.Q^T and dP^T = V.dO^T: this consumer's 64 keys x the tile's kM
