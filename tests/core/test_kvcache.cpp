@@ -18,6 +18,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "attn/attn.h"
@@ -417,16 +418,11 @@ Spec random_spec(std::mt19937_64& rng) {
   s.s_new = pick(0, 4);
   s.s_q = pick(1, 8);
   s.block_size = std::vector<int64_t>{0, 0, 1, 3, 8, 16}[pick(0, 5)];
-  const int64_t positions = pick(std::max<int64_t>(s.s_new, 1), 40);
-  s.s_cache = s.block_size ? (positions + s.block_size - 1) / s.block_size * s.block_size : positions;
   s.batch_idx = !s.block_size && pick(0, 1);
   s.no_lens = pick(0, 5) == 0;
-  const int64_t room = s.s_cache - s.s_new;
-  s.lens.clear();
-  for (int64_t i = 0; i < s.b; ++i) {
-    const int64_t kind = s.no_lens ? 0 : pick(0, 3);  // full, empty, anything
-    s.lens.push_back(static_cast<int32_t>(kind == 0 ? room : kind == 1 ? 0 : pick(0, room)));
-  }
+  testing::RandomCache cache = testing::random_cache(rng, s.b, s.s_new, s.block_size, 40, s.no_lens);
+  s.s_cache = cache.capacity;
+  s.lens = std::move(cache.lens);
   if (pick(0, 2) == 0) s.rotary_dim = 2 * pick(1, s.d_qk / 2);
   s.interleaved = pick(0, 1);
   s.mask = pick(0, 3) ? MaskType::causal_bottom_right : MaskType::no_mask;

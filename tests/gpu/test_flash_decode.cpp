@@ -19,6 +19,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "attn/attn.h"
@@ -466,15 +467,10 @@ TEST(FlashDecode, KvCacheRandomCallsMatchTheCpuPath) {
     s.s_new = pick(0, 4);
     s.s_q = pick(0, 4) ? pick(1, 16) : pick(17, 40);
     s.block_size = std::array<int64_t, 8>{0, 0, 1, 16, 32, 48, 64, 128}[pick(0, 7)];
-    const int64_t positions = pick(std::max<int64_t>(s.s_new, 1), 400);
-    s.capacity = s.block_size ? (positions + s.block_size - 1) / s.block_size * s.block_size : positions;
     s.batch_idx = !s.block_size && pick(0, 1);
-    const int64_t room = s.capacity - s.s_new;
-    s.lens.clear();
-    for (int64_t i = 0; i < s.b; ++i) {
-      const int64_t kind = pick(0, 3);  // full, empty, anything
-      s.lens.push_back(static_cast<int32_t>(kind == 0 ? room : kind == 1 ? 0 : pick(0, room)));
-    }
+    testing::RandomCache cache = testing::random_cache(rng, s.b, s.s_new, s.block_size, 400, false);
+    s.capacity = cache.capacity;
+    s.lens = std::move(cache.lens);
     if (pick(0, 2) == 0) s.rotary_dim = 2 * pick(1, s.d / 2);
     s.interleaved = pick(0, 1);
     s.mask = pick(0, 3) ? MaskType::causal_bottom_right : MaskType::no_mask;

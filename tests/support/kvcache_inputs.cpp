@@ -41,4 +41,18 @@ std::pair<TensorBuffer, TensorBuffer> rotary_tables(int64_t rows, int64_t rotary
   return {std::move(cos), std::move(sin)};
 }
 
+RandomCache random_cache(std::mt19937_64& rng, int64_t b, int64_t s_new, int64_t block_size, int64_t most,
+                         bool all_full) {
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  RandomCache c;
+  const int64_t positions = pick(std::max<int64_t>(s_new, 1), most);
+  c.capacity = block_size ? (positions + block_size - 1) / block_size * block_size : positions;
+  const int64_t room = c.capacity - s_new;
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t kind = all_full ? 0 : pick(0, 3);  // full, empty, anything
+    c.lens.push_back(static_cast<int32_t>(kind == 0 ? room : kind == 1 ? 0 : pick(0, room)));
+  }
+  return c;
+}
+
 }  // namespace attn::testing
