@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import _reference as ref  # noqa: E402
 import attn  # noqa: E402
 import attn.torch as at  # noqa: E402
 
@@ -23,20 +24,9 @@ CASES = {
 
 
 def visible_matrix(s_q, s_kv, kw, device):
-    """DESIGN.md's rule for one sequence: key j is visible to query i."""
-    mask = kw.get("mask", "no_mask")
-    left, right = kw.get("window", (-1, -1))
-    shift = 0 if mask == "causal" else s_kv - s_q
-    if "causal" in mask:
-        right = 0
-    i = torch.arange(s_q, device=device)[:, None]
-    j = torch.arange(s_kv, device=device)[None, :]
-    visible = torch.ones(s_q, s_kv, dtype=torch.bool, device=device)
-    if left >= 0:
-        visible &= j >= i + shift - left
-    if right >= 0:
-        visible &= j <= i + shift + right
-    return visible
+    """DESIGN.md's rule for one sequence (the Python oracle's): key j is visible to query i."""
+    vis, _ = ref._visible(s_q, s_kv, kw.get("mask", "no_mask"), kw.get("window", (-1, -1)))
+    return torch.from_numpy(vis).to(device)
 
 
 def sdpa(q, k, v, dout, visible):
