@@ -20,12 +20,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from decode import graph_ms, rotating_sets, tensors  # noqa: E402
 
 
-def sets(b, s_kv, h_q, h_kv, d, block, order, n):
-    """n sets of bench/decode.py's tensors for one token per sequence; "in
+def sets(b, s_kv, h_q, h_kv, d, s_q, block, order, n):
+    """n sets of bench/decode.py's tensors for s_q tokens per sequence; "in
     order" gives sequence b blocks b * per .. (b + 1) * per - 1 of the pool."""
     out = []
     for _ in range(n):
-        t = tensors(b, s_kv, h_q, h_kv, d, 1, block)
+        t = tensors(b, s_kv, h_q, h_kv, d, s_q, block)
         if block and order == "in order":
             t["table"] = torch.arange(t["table"].numel(), device="cuda", dtype=torch.int32).view(b, -1)
         out.append(t)
@@ -38,9 +38,11 @@ def main():
     ap.add_argument("--splits", default="0,1,2")
     ap.add_argument("--heads", default="32/8")
     ap.add_argument("--d", type=int, default=128)
+    ap.add_argument("--tokens", type=int, default=1, help="query tokens per sequence (s_q)")
     a = ap.parse_args()
     h_q, h_kv = map(int, a.heads.split("/"))
-    print(f"{torch.cuda.get_device_name()}: us per call from CUDA graphs (TB/s of K+V), h {h_q}/{h_kv}, d {a.d}")
+    print(f"{torch.cuda.get_device_name()}: us per call from CUDA graphs (TB/s of K+V), h {h_q}/{h_kv}, d {a.d}, "
+          f"s_q {a.tokens}")
     for p in a.points.split(","):
         b, s_kv = map(int, p.split(":"))
         kv_bytes = 2 * b * s_kv * h_kv * a.d * 2
@@ -48,7 +50,7 @@ def main():
         cases = [("contiguous", 0, None), ("paged 16 in order", 16, "in order"), ("paged 16 shuffled", 16, "shuffled"),
                  ("paged 128 shuffled", 128, "shuffled")]
         for name, block, order in cases:
-            ts = sets(b, s_kv, h_q, h_kv, a.d, block, order, n)
+            ts = sets(b, s_kv, h_q, h_kv, a.d, a.tokens, block, order, n)
             cells = []
             for splits in map(int, a.splits.split(",")):
                 def fn(i, splits=splits):

@@ -48,10 +48,10 @@ TEST(DecodeSplits, FillWavesWithTheFewestSplits) {
 }
 
 // plan()'s count (H100: 132 SMs, 264 slots of two CTAs): below a wave of
-// units one CTA per SM; a paged cache or row blocks sharing keys keep the
+// units one CTA per SM; a paged cache or more than 16 rows per KV head keep the
 // slots' count where that splits the keys anyway (b 1 and b 8 with 8 KV
 // heads), not where one CTA per unit already fills the SMs (b 16: 128
-// units), except shared keys from 128 tiles (8k keys) on.
+// units), except many rows from 128 tiles (8k keys) on.
 TEST(DecodeSplits, SplitCountBelowAWave) {
   EXPECT_EQ(split_count(8, 128, 132, 264, false, false), 16);
   EXPECT_EQ(split_count(8, 128, 132, 264, true, false), 32);
@@ -102,9 +102,10 @@ TEST(DecodeSplits, PlanPacksQueryRowsAndHonoursNumSplits) {
   EXPECT_EQ(plan(p, 1).m_blocks, 2);
 }
 
-// Two row blocks per CTA only where one-block CTAs would fill the GPU (a
-// simulated H100: 132 SMs, one slot each as plan() counts a simulated
-// device): h 64/8 with 4 tokens is 32 rows, two one-block CTAs per KV head.
+// Two row blocks per CTA where one-block CTAs would fill the GPU, or half
+// its SMs over 8k keys or more (a simulated H100: 132 SMs, one slot each as
+// plan() counts a simulated device): h 64/8 with 4 tokens is 32 rows, two
+// one-block CTAs per KV head.
 TEST(DecodeSplits, TwoRowBlocksWhereOneBlockCtasFillTheGpu) {
   setenv("ATTN_SIMULATE_DEVICE", "sm90", 1);
   Problem p;
@@ -118,6 +119,11 @@ TEST(DecodeSplits, TwoRowBlocksWhereOneBlockCtasFillTheGpu) {
   const Plan big = plan(p);
   p.batch = 1;  // 16 < 132: the lighter CTAs, split further
   const Plan small = plan(p);
+  p.batch = 8;  // 128 one-block CTAs, half the SMs or more, over 128 tiles: two row blocks
+  const Plan eight = plan(p);
+  p.s_kv = 2048;  // 32 tiles: one block
+  const Plan eight_short = plan(p);
+  p.s_kv = 8192;
   p.batch = 64;
   p.d_qk = p.d_v = 256;  // wide rows: one block whatever the batch
   const Plan wide = plan(p);
@@ -127,6 +133,11 @@ TEST(DecodeSplits, TwoRowBlocksWhereOneBlockCtasFillTheGpu) {
   EXPECT_EQ(small.row_blocks, 1);
   EXPECT_EQ(small.m_blocks, 2);
   EXPECT_GT(small.splits, 1);
+  EXPECT_EQ(eight.row_blocks, 2);
+  EXPECT_EQ(eight.m_blocks, 1);
+  EXPECT_GT(eight.splits, 1);
+  EXPECT_EQ(eight_short.row_blocks, 1);
+  EXPECT_EQ(eight_short.m_blocks, 2);
   EXPECT_EQ(wide.row_blocks, 1);
   EXPECT_EQ(wide.m_blocks, 2);
 }

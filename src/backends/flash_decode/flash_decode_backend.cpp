@@ -139,8 +139,20 @@ Plan plan(const Problem& p, int requested, bool paged) {
   // That pays where one-block CTAs fill the GPU without splitting the keys;
   // below, the second read comes from L2 and the lighter CTAs end a short
   // wave sooner (H100, h 64/8, 4 tokens, d 128, TB/s one block / two: b 64
-  // 8k 2.88 / 3.00, paged 16 2.48 / 2.97; b 1 8k 1.49 / 1.31).
-  if (two_row_blocks_allowed(p) && pl.m_blocks * p.h_kv * p.batch >= slots(1)) cut(2);
+  // 8k 2.88 / 3.00, paged 16 2.48 / 2.97; b 1 8k 1.49 / 1.31). It pays too
+  // from 128 tiles (8k keys) where the one-block CTAs fill half the SMs:
+  // over long ranges the CTAs that share keys drift apart, and the second
+  // read comes from HBM (ncu, H200, b 8 32k, one block: 1.13 GB read for
+  // 1.07 GB of keys contiguous, 1.22-1.30 GB paged). H200, us from graphs,
+  // contiguous / paged 16, one block at its count against two at the
+  // slots': h 64/8, 4 tokens, b 8 8k 86.0 / 92.3 -> 82.1 / 83.0, b 8 32k
+  // 293.9 / 327.0 -> 260.8 / 263.9, b 16 32k 598.4 / 624.5 -> 506.8 /
+  // 511.6; h 32/8, 16 tokens, b 8 32k, one block at two splits 570.6 /
+  // 624.9, two blocks 407.0 / 441.0. At 2k keys one block stays ahead (b 8
+  // 32.8 us against 35.7).
+  const int64_t units1 = pl.m_blocks * p.h_kv * p.batch;
+  const bool long_keys = tiles >= 128 && 2 * units1 >= dev.sm_count;
+  if (two_row_blocks_allowed(p) && (units1 >= slots(1) || long_keys)) cut(2);
   // Splits fill the SMs one CTA each where the units are fewer than the
   // SMs: a second CTA per SM adds loads in flight that one CTA's stages
   // already keep, and doubles the ranges' prologues and the combine's
@@ -148,7 +160,7 @@ Plan plan(const Problem& p, int requested, bool paged) {
   // against 22.0 at 32 and 23.0 at the slots' 31; b 1 2k 11.0 at 16
   // against 11.6 at 8; b 8 8k 97.7 at 2 against 99.2 at 4).
   const int64_t units = pl.m_blocks * p.h_kv * p.batch;
-  pl.splits = split_count(units, tiles, dev.sm_count, slots(pl.row_blocks), paged, pl.m_blocks > 1);
+  pl.splits = split_count(units, tiles, dev.sm_count, slots(pl.row_blocks), paged, rows > 16);
   return pl;
 }
 
@@ -156,21 +168,24 @@ Plan plan(const Problem& p, int requested, bool paged) {
 // SM: a paged one (its rows' block ids and slots: at one CTA per SM, paged
 // 16 read 0.87-0.88x the contiguous cache on the same addresses, H100, b 8
 // 8k and b 1 32k, against 0.96-0.98x at the slots' splits), and one of
-// several row-block CTAs reading the same keys (h 64/8 with 4 tokens, TB/s
+// more than 16 rows per KV head: several CTAs reading the same keys, or
+// one with two row blocks (h 64/8 with 4 tokens, TB/s
 // contiguous / paged 16 at one CTA per SM against the slots' count: b 1 8k
 // 1.44 / 1.47 -> 1.51 / 1.50, b 8 8k 2.40 / 2.01 -> 2.51 / 2.49, b 8 32k
 // 2.51 / 2.23 -> 2.78 / 2.86). It takes the slots' count where the SMs'
 // rule splits anyway. Where one CTA per unit fills the SMs, a split adds
 // the combine, which costs more than it saves on short keys (us, b 16 2k
 // paged unsplit against 2 splits: 52.4 / 55.2, 8k 184.6 / 187.2; h 64/8 b 8
-// 2k, 4 tokens, TB/s 1.94 -> 1.66), and row blocks sharing keys split there
-// from 8k keys (128 tiles) on.
-int split_count(int64_t units, int64_t tiles, int64_t sms, int64_t slots, bool paged, bool shared_keys) {
+// 2k, 4 tokens, TB/s 1.94 -> 1.66), and more than 16 rows split there
+// from 8k keys (128 tiles) on (two row blocks, h 64/8 with 4 tokens, H200,
+// contiguous us: b 16 32k 572.8 unsplit, 522.0 at 2; b 8 32k 296.3 at 2,
+// 260.8 at the slots' 4).
+int split_count(int64_t units, int64_t tiles, int64_t sms, int64_t slots, bool paged, bool many_rows) {
   sms = std::max<int64_t>(sms, 1);
   if (units >= sms) return choose_splits(units, tiles, slots);
   const int by_sms = choose_splits(units, tiles, sms);
-  const bool heavy = paged || shared_keys;
-  if (heavy && (by_sms > 1 || (shared_keys && tiles >= 128))) return choose_splits(units, tiles, slots);
+  const bool heavy = paged || many_rows;
+  if (heavy && (by_sms > 1 || (many_rows && tiles >= 128))) return choose_splits(units, tiles, slots);
   return by_sms;
 }
 
