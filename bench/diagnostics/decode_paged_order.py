@@ -4,9 +4,12 @@ cache's very addresses, read through the block table) and on one whose
 blocks are shuffled, at fixed split counts and the plan's (0), replayed
 from CUDA graphs over rotating sets (bench/decode.py's method). In-order
 as slow as shuffled points at the kernel's paged path; in-order as fast as
-contiguous points at where the shuffled blocks lie (pages, DRAM).
+contiguous points at where the shuffled blocks lie (pages, DRAM). A fixed
+count also fixes the rows: more than 16 per KV head (--tokens x the group)
+take two row blocks per CTA where they fit, which the plan's count may not.
 
     PYTHONPATH=/tmp/py python3 bench/diagnostics/decode_paged_order.py [--points b:s_kv,..] [--splits 0,1,2]
+        [--heads 32/8] [--tokens 1]
 """
 import argparse
 import os
