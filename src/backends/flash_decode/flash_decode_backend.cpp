@@ -143,7 +143,7 @@ Plan plan(const Problem& p, int requested, bool paged) {
   // from 128 tiles (8k keys) where the one-block CTAs fill half the SMs:
   // over long ranges the CTAs that share keys drift apart, and the second
   // read comes from HBM (ncu, H200, b 8 32k, one block: 1.13 GB read for
-  // 1.07 GB of keys contiguous, 1.22-1.30 GB paged). H200, us from graphs,
+  // 1.07 GB of keys contiguous, 1.22-1.30 GB paged). H200, d 128, us from graphs,
   // contiguous / paged 16, one block at its count against two at the
   // slots': h 64/8, 4 tokens, b 8 8k 86.0 / 92.3 -> 82.1 / 83.0, b 8 32k
   // 293.9 / 327.0 -> 260.8 / 263.9, b 16 32k 598.4 / 624.5 -> 506.8 /
