@@ -147,9 +147,9 @@ Plan plan(const Problem& p, int requested, bool paged) {
   // contiguous / paged 16, one block at its count against two at the
   // slots': h 64/8, 4 tokens, b 8 8k 86.0 / 92.3 -> 82.1 / 83.0, b 8 32k
   // 293.9 / 327.0 -> 260.8 / 263.9, b 16 32k 598.4 / 624.5 -> 506.8 /
-  // 511.6; h 32/8, 16 tokens, b 8 32k, one block at two splits 570.6 /
-  // 624.9, two blocks 407.0 / 441.0. At 2k keys one block stays ahead (b 8
-  // 32.8 us against 35.7).
+  // 511.6; h 32/8, 16 tokens, b 8 32k, one block at the old plan's three
+  // splits 589.8 / 639.5, two blocks 407.0 / 441.0. At 2k keys one block
+  // stays ahead (b 8 32.8 us against 35.7).
   const int64_t units1 = pl.m_blocks * p.h_kv * p.batch;
   const bool long_keys = tiles >= 128 && 2 * units1 >= dev.sm_count;
   if (two_row_blocks_allowed(p) && (units1 >= slots(1) || long_keys)) cut(2);
