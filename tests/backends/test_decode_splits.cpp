@@ -48,26 +48,22 @@ TEST(DecodeSplits, FillWavesWithTheFewestSplits) {
 }
 
 // plan()'s count (H100: 132 SMs, 264 slots of two CTAs): below a wave of
-// units one CTA per SM; a paged cache or more than 16 rows per KV head keep the
-// slots' count where that splits the keys anyway (b 1 and b 8 with 8 KV
-// heads), not where one CTA per unit already fills the SMs (b 16: 128
-// units), except many rows from 128 tiles (8k keys) on.
+// units one CTA per SM, paged or not; more than 16 rows per KV head keep
+// the slots' count where that splits the keys anyway (b 1 and b 8 with 8
+// KV heads), not where one CTA per unit already fills the SMs (b 16: 128
+// units), except from 128 tiles (8k keys) on.
 TEST(DecodeSplits, SplitCountBelowAWave) {
-  EXPECT_EQ(split_count(8, 128, 132, 264, false, false), 16);
-  EXPECT_EQ(split_count(8, 128, 132, 264, true, false), 32);
-  EXPECT_EQ(split_count(8, 128, 132, 264, false, true), 32);
-  EXPECT_EQ(split_count(64, 128, 132, 264, false, false), 2);
-  EXPECT_EQ(split_count(64, 128, 132, 264, true, false), 4);
-  for (bool shared : {false, true})
-    for (bool paged : {false, true}) EXPECT_EQ(split_count(128, 32, 132, 264, paged, shared), 1);
+  EXPECT_EQ(split_count(8, 128, 132, 264, false), 16);
+  EXPECT_EQ(split_count(8, 128, 132, 264, true), 32);
+  EXPECT_EQ(split_count(64, 128, 132, 264, false), 2);
+  EXPECT_EQ(split_count(64, 128, 132, 264, true), 4);
+  for (bool many_rows : {false, true}) EXPECT_EQ(split_count(128, 32, 132, 264, many_rows), 1);
   EXPECT_EQ(choose_splits(128, 32, 264), 2);  // what the slots alone would split it into
-  EXPECT_EQ(split_count(128, 128, 132, 264, true, false), 1);
-  EXPECT_EQ(split_count(128, 128, 132, 264, false, false), 1);
-  EXPECT_EQ(split_count(128, 128, 132, 264, false, true), 2);
-  EXPECT_EQ(split_count(128, 512, 132, 264, true, true), 2);
+  EXPECT_EQ(split_count(128, 128, 132, 264, false), 1);
+  EXPECT_EQ(split_count(128, 128, 132, 264, true), 2);
+  EXPECT_EQ(split_count(128, 512, 132, 264, true), 2);
   // From a wave on, the slots' count for all.
-  for (bool shared : {false, true})
-    for (bool paged : {false, true}) EXPECT_EQ(split_count(512, 128, 132, 396, paged, shared), 3);
+  for (bool many_rows : {false, true}) EXPECT_EQ(split_count(512, 128, 132, 396, many_rows), 3);
 }
 
 TEST(DecodeSplits, PlanPacksQueryRowsAndHonoursNumSplits) {

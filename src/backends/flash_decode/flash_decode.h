@@ -36,8 +36,7 @@ struct Plan {
   int row_blocks = 1;
   int splits = 1;
 };
-// `paged`: the keys come through a block table (split_count).
-Plan plan(const Problem& p, int requested_splits = 0, bool paged = false);
+Plan plan(const Problem& p, int requested_splits = 0);
 // The rule behind plan(): for `units` CTAs of one split over `slots` CTA
 // slots and the longest sequence's `tiles` of 64 keys, the fewest splits
 // (each at least 2 tiles, at most kMaxSplits) whose waves are at least 95%
@@ -46,10 +45,10 @@ Plan plan(const Problem& p, int requested_splits = 0, bool paged = false);
 int choose_splits(int64_t units, int64_t tiles, int64_t slots);
 // plan()'s count for `units` one-split CTAs on `sms` SMs of `slots` CTA
 // slots: below a wave of units, the SMs' count (one CTA each), except that
-// a paged cache or more than 16 rows per KV head (`many_rows`: CTAs
-// sharing keys, or two row blocks) keep the slots' count where the SMs'
-// rule splits, and many rows from 128 tiles on.
-int split_count(int64_t units, int64_t tiles, int64_t sms, int64_t slots, bool paged, bool many_rows);
+// more than 16 rows per KV head (`many_rows`: CTAs sharing keys, or two row
+// blocks) keep the slots' count where the SMs' rule splits, and from 128
+// tiles on. Paged and contiguous caches alike.
+int split_count(int64_t units, int64_t tiles, int64_t sms, int64_t slots, bool many_rows);
 // Device scratch of a plan: the splits' partial outputs and lse (0 for one split).
 int64_t workspace_bytes(const Problem& p, const Plan& plan);
 

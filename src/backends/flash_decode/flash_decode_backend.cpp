@@ -114,7 +114,7 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
   return no;
 }
 
-Plan plan(const Problem& p, int requested, bool paged) {
+Plan plan(const Problem& p, int requested) {
   Plan pl;
   const int64_t rows = p.s_q * (p.h_q / std::max<int64_t>(p.h_kv, 1));
   auto cut = [&](int row_blocks) {
@@ -160,32 +160,33 @@ Plan plan(const Problem& p, int requested, bool paged) {
   // against 22.0 at 32 and 23.0 at the slots' 31; b 1 2k 11.0 at 16
   // against 11.6 at 8; b 8 8k 97.7 at 2 against 99.2 at 4).
   const int64_t units = pl.m_blocks * p.h_kv * p.batch;
-  pl.splits = split_count(units, tiles, dev.sm_count, slots(pl.row_blocks), paged, rows > 16);
+  pl.splits = split_count(units, tiles, dev.sm_count, slots(pl.row_blocks), rows > 16);
   return pl;
 }
 
-// A CTA that does more per tile than its copies gains from a second CTA per
-// SM: a paged one (its rows' block ids and slots: at one CTA per SM, paged
-// 16 read 0.87-0.88x the contiguous cache on the same addresses, H100, b 8
-// 8k and b 1 32k, against 0.96-0.98x at the slots' splits), and one of
-// more than 16 rows per KV head: several CTAs reading the same keys, or
-// one with two row blocks (h 64/8 with 4 tokens, TB/s
-// contiguous / paged 16 at one CTA per SM against the slots' count: b 1 8k
-// 1.44 / 1.47 -> 1.51 / 1.50, b 8 8k 2.40 / 2.01 -> 2.51 / 2.49, b 8 32k
-// 2.51 / 2.23 -> 2.78 / 2.86). It takes the slots' count where the SMs'
-// rule splits anyway. Where one CTA per unit fills the SMs, a split adds
-// the combine, which costs more than it saves on short keys (us, b 16 2k
-// paged unsplit against 2 splits: 52.4 / 55.2, 8k 184.6 / 187.2; h 64/8 b 8
-// 2k, 4 tokens, TB/s 1.94 -> 1.66), and more than 16 rows split there
-// from 8k keys (128 tiles) on (two row blocks, h 64/8 with 4 tokens, H200,
-// contiguous us: b 16 32k 572.8 unsplit, 522.0 at 2; b 8 32k 296.3 at 2,
-// 260.8 at the slots' 4).
-int split_count(int64_t units, int64_t tiles, int64_t sms, int64_t slots, bool paged, bool many_rows) {
+// More than 16 rows per KV head (several CTAs reading the same keys, or
+// one with two row blocks) do more per tile than their copies, so they gain
+// from a second CTA per SM (h 64/8 with 4 tokens, H100, TB/s contiguous /
+// paged 16 at one CTA per SM against the slots' count: b 1 8k 1.44 / 1.47
+// -> 1.51 / 1.50, b 8 8k 2.40 / 2.01 -> 2.51 / 2.49, b 8 32k 2.51 / 2.23 ->
+// 2.78 / 2.86). They take the slots' count where the SMs' rule splits
+// anyway. Where one CTA per unit fills the SMs, a split adds the combine,
+// which costs more than it saves on short keys (h 64/8 b 8 2k, 4 tokens,
+// TB/s 1.94 -> 1.66), so many rows split there from 8k keys (128 tiles)
+// on (two row blocks, h 64/8 with 4 tokens, H200, contiguous us: b 16 32k
+// 572.8 unsplit, 522.0 at 2; b 8 32k 296.3 at 2, 260.8 at the slots' 4).
+// A paged cache takes the contiguous cache's count. It took the slots'
+// count while its rows cost more per tile (H100 before 8c0ef92: at one CTA
+// per SM paged 16 read 0.87-0.88x contiguous). Since 8c0ef92 forms those
+// rows among the products, the SMs' count reads faster paged too. H200, h
+// 32/8, one token, us from graphs, paged 16 at the slots' count / at the
+// SMs', contiguous at its own: b 1 32k 40.9 / 38.9, 37.5; b 1 8k 16.7 /
+// 16.0, 15.7; b 8 2k 25.6 / 24.4, 23.6; b 8 8k 69.9 / 68.4, 66.8.
+int split_count(int64_t units, int64_t tiles, int64_t sms, int64_t slots, bool many_rows) {
   sms = std::max<int64_t>(sms, 1);
   if (units >= sms) return choose_splits(units, tiles, slots);
   const int by_sms = choose_splits(units, tiles, sms);
-  const bool heavy = paged || many_rows;
-  if (heavy && (by_sms > 1 || (many_rows && tiles >= 128))) return choose_splits(units, tiles, slots);
+  if (many_rows && (by_sms > 1 || tiles >= 128)) return choose_splits(units, tiles, slots);
   return by_sms;
 }
 

@@ -42,7 +42,7 @@ const int32_t* i32(const TensorView& t) { return static_cast<const int32_t*>(t.d
 void run_kvcache(const Problem& p, const KvCacheArgs& a, const KvCacheLayout& L, const RunContext& ctx) {
   ATTN_CUDA(cudaSetDevice(p.device.index));
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
-  const Plan pl = L.prefill ? Plan{} : plan(p, a.num_splits, L.block_size > 0);
+  const Plan pl = L.prefill ? Plan{} : plan(p, a.num_splits);
   Scratch s;
   const int64_t bytes = carve(p, L, pl, nullptr, nullptr);
   carve(p, L, pl, bytes > 0 ? static_cast<char*>(detail::workspace(ctx, p.device.index, bytes)) : nullptr, &s);
