@@ -61,19 +61,8 @@ def test_torch_cuda_against_sdpa_float64(name, dtype):
     group = q.shape[2] // k.shape[2]
     t = lambda x: x.transpose(1, 2)  # noqa: E731
     kk, vv = t(k64).repeat_interleave(group, 1), t(v64).repeat_interleave(group, 1)
-    s_q, s_kv = q.shape[1], k.shape[1]
-    mask = case["kw"].get("mask", "no_mask")
-    left, right = case["kw"].get("window", (-1, -1))
-    i = torch.arange(s_q, device="cuda")[:, None]
-    j = torch.arange(s_kv, device="cuda")[None, :]
-    shift = 0 if mask == "causal" else s_kv - s_q
-    if "causal" in mask:
-        right = 0
-    visible = torch.ones(s_q, s_kv, dtype=torch.bool, device="cuda")
-    if left >= 0:
-        visible &= j >= i + shift - left
-    if right >= 0:
-        visible &= j <= i + shift + right
+    vis, _ = ref._visible(q.shape[1], k.shape[1], case["kw"].get("mask", "no_mask"), case["kw"].get("window", (-1, -1)))
+    visible = torch.from_numpy(vis).to("cuda")
     want = t(torch.nn.functional.scaled_dot_product_attention(t(q64), kk, vv, attn_mask=visible))
     want.backward(dout.double())
 
