@@ -143,9 +143,9 @@ Plan plan(const Problem& p, int requested) {
   // from 128 tiles (8k keys) where the one-block CTAs fill half the SMs:
   // over long ranges the CTAs that share keys drift apart, and the second
   // read comes from HBM (ncu, H200, b 8 32k, one block: 1.13 GB read for
-  // 1.07 GB of keys contiguous, 1.22-1.30 GB paged). H200, d 128, us from graphs,
-  // contiguous / paged 16, one block at its count against two at the
-  // slots': h 64/8, 4 tokens, b 8 8k 86.0 / 92.3 -> 82.1 / 83.0, b 8 32k
+  // 1.07 GB of keys contiguous, 1.22-1.30 GB paged). H200, d 128, us from
+  // graphs, contiguous / paged 16, one block at its count against two at
+  // the slots': h 64/8, 4 tokens, b 8 8k 86.0 / 92.3 -> 82.1 / 83.0, b 8 32k
   // 293.9 / 327.0 -> 260.8 / 263.9, b 16 32k 598.4 / 624.5 -> 506.8 /
   // 511.6; h 32/8, 16 tokens, b 8 32k, one block at the old plan's three
   // splits 589.8 / 639.5, two blocks 407.0 / 441.0. At 2k keys one block
@@ -175,13 +175,12 @@ Plan plan(const Problem& p, int requested) {
 // TB/s 1.94 -> 1.66), so many rows split there from 8k keys (128 tiles)
 // on (two row blocks, h 64/8 with 4 tokens, H200, contiguous us: b 16 32k
 // 572.8 unsplit, 522.0 at 2; b 8 32k 296.3 at 2, 260.8 at the slots' 4).
-// A paged cache takes the contiguous cache's count. It took the slots'
-// count while its rows cost more per tile (H100 before 8c0ef92: at one CTA
-// per SM paged 16 read 0.87-0.88x contiguous). Since 8c0ef92 forms those
-// rows among the products, the SMs' count reads faster paged too. H200, h
-// 32/8, one token, us from graphs, paged 16 at the slots' count / at the
-// SMs', contiguous at its own: b 1 32k 40.9 / 38.9, 37.5; b 1 8k 16.7 /
-// 16.0, 15.7; b 8 2k 25.6 / 24.4, 23.6; b 8 8k 69.9 / 68.4, 66.8.
+// A paged cache takes the contiguous cache's count: its rows' addresses
+// are formed among the products, so a second CTA per SM has nothing to
+// hide and costs what it costs contiguous caches (H200, h 32/8, one token,
+// us from graphs, paged 16 at the slots' count / at the SMs', contiguous
+// at its own: b 1 32k 40.9 / 38.9, 37.5; b 1 8k 16.7 / 16.0, 15.7; b 8 2k
+// 25.6 / 24.4, 23.6; b 8 8k 69.9 / 68.4, 66.8).
 int split_count(int64_t units, int64_t tiles, int64_t sms, int64_t slots, bool many_rows) {
   sms = std::max<int64_t>(sms, 1);
   if (units >= sms) return choose_splits(units, tiles, slots);
