@@ -5,7 +5,8 @@
 // this file wires its stages:
 // - warpgroup 0 (bwd_producer.cuh): one warp loads K and V once, then each
 //   query tile's Q, dO and rows' {lse2, D} into a kStages-deep ring; one
-//   thread of another warp adds each tile's staged dQ to the fp32 accumulator;
+//   thread of each of two other warps adds every other tile's staged dQ to
+//   the fp32 accumulator;
 // - warpgroups 1 and 2, the consumers, 64 keys each (from d_qk 192 the same
 //   64 keys, half of d each): the main loop (bwd_mainloop.cuh, from d_qk 192
 //   bwd_mainloop_wide.cuh: the five products, P and dS, dQ's staging) over
@@ -49,11 +50,11 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
   if (tid == 0) smem.init_barriers();
   __syncthreads();
 
-  if (tid < 128) {  // warpgroup 0: its first warp loads, a thread of the second adds dQ
+  if (tid < 128) {  // warpgroup 0: its first warp loads, a thread each of the next two adds dQ
     sm90::regs_decrease<Cfg::kProducerRegs>();
     if (!blk.has_work()) return;
     if (tid < 32) bwd_load<Cfg>(args, smem, blk, tid);
-    if (tid == 32) bwd_add_dq<Cfg>(args.p, smem, blk);
+    if (tid == 32 || tid == 64) bwd_add_dq<Cfg>(args.p, smem, blk, tid == 64);
     return;
   }
 

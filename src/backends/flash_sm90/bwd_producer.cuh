@@ -78,11 +78,15 @@ __device__ __forceinline__ void bwd_load(const Sm90BwdParams& args, const BwdSme
   }
 }
 
-// The dQ adder (one thread): each query tile's staged dQ into the rows of
-// the accumulator, rows past the sequence left out.
+// The dQ adders: each query tile's staged dQ into the rows of the
+// accumulator, rows past the sequence left out. Two threads (of two warps)
+// take the walk's tiles in turn, `odd` the odd ones. In the deterministic
+// mode an adder holds a tile's turn until its add has landed in global
+// memory (a microsecond or two); meanwhile the other adder takes the next
+// tile, which one adder alone made the walk wait for (docs/FLASH_SM90.md).
 template <class Cfg>
-__device__ __forceinline__ void bwd_add_dq(const flash::BwdParams& bp, const BwdSmem<Cfg>& smem,
-                                           const BwdKvBlock& blk) {
+__device__ __forceinline__ void bwd_add_dq(const flash::BwdParams& bp, const BwdSmem<Cfg>& smem, const BwdKvBlock& blk,
+                                           bool odd) {
   constexpr int kD = Cfg::kHeadDim, kM = Cfg::kBlockM;
   const flash::FwdParams& p = bp.fwd;
   int it = 0;
@@ -90,6 +94,7 @@ __device__ __forceinline__ void bwd_add_dq(const flash::BwdParams& bp, const Bwd
     const int hq = blk.h_kv * p.h_per_kv + hh;
     float* const dq_rows = bp.dq_accum + (hq * bp.rows_q + blk.tok0) * kD;
     for (int m = blk.mt.first; m <= blk.mt.last; ++m, ++it) {
+      if ((it & 1) != static_cast<int>(odd)) continue;
       const int rows = min(kM, blk.seq.len_q - m * kM);
       // Deterministic mode: the KV tiles that see query tile m add its dQ in
       // bp.dq_order (bwd_dq_order.h), each behind a per-(sequence, head,
@@ -106,6 +111,9 @@ __device__ __forceinline__ void bwd_add_dq(const flash::BwdParams& bp, const Bwd
         }
         __threadfence();  // their adds are visible before ours start
       }
+      // The other adder has read tile it - 1 (so dq_full's phase it - 1 is
+      // complete, and the parity wait below cannot pass on it).
+      if (it > 0) smem.dq_empty().wait((it - 1) & 1);
       smem.dq_full().wait(it & 1);
       if (rows > 0) {
         sm90::bulk_reduce_add_f32(dq_rows + static_cast<int64_t>(m) * kM * kD, smem.dq_stage(), rows * kD * 4);
