@@ -27,7 +27,8 @@ struct BwdSharedStorage {
   // Stage s: loaded (full: the producer warp's 32 lanes, one with the TMA
   // bytes) and read (empty: every consumer thread).
   uint64_t full[kS], empty[kS];
-  // dQ's stage: staged (full: every consumer thread) and added (empty: the adder).
+  // dQ's stage: staged (full: every consumer thread) and read (empty: the adder
+  // whose tile it is; the other adder waits on it before taking the next).
   uint64_t dq_full, dq_empty;
 };
 static_assert(std::is_standard_layout_v<BwdSharedStorage<BwdConfig<128, 128>>>, "members are found by offsetof");
