@@ -262,5 +262,26 @@ TEST(FlashSm90Backward, DeterministicModeIsBitwiseRepeatable) {
   }
 }
 
+// The ascending order in chunks (launch_bwd: about 32 MiB of Q, dO and dQ's
+// fp32 rows each): 16 query heads per KV head over 2048 rows at d 128 fill a
+// chunk with one (KV head, sequence) pair, so this call runs four chunks, the
+// KV tiles of each launched after the previous chunk's. It repeats bitwise and
+// equals the default mode (the fp64 reference at this size would take the
+// CPU most of a minute; the default mode is checked against it above).
+TEST(FlashSm90Backward, DeterministicModeRepeatsOverAscendingChunks) {
+  ATTN_REQUIRE_GPU();
+  if (!on_sm90()) GTEST_SKIP() << "flash_sm90 runs on sm_90 only";
+  testing::CaseSpec s;
+  s.mask = MaskType::no_mask;
+  s.batch = 2;
+  s.s_q = 2048;
+  s.s_kv = 300;  // three KV tiles, the last partial: each chunk's tiles wait their turns
+  s.h_q = 32;
+  s.h_kv = 2;
+  s.d_qk = s.d_v = 128;
+  s.backward = true;
+  testing::expect_bitwise_repeatable_backward(s, "flash_sm90", 790, testing::AnswerCheck::default_mode);
+}
+
 }  // namespace
 }  // namespace attn
