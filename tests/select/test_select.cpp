@@ -497,6 +497,19 @@ TEST(Select, FlashSm80BackwardGroupChunkAtD256) {
   EXPECT_EQ(bwd_group_chunk(1, -1, -1, 1024, 256, 256, 200000), 4);  // grid z: at most 65535 chunks
 }
 
+TEST(Select, FlashSm90DeterministicAscendingChunks) {
+  // About 32 MiB of Q, dO (bf16) and dQ's fp32 rows per chunk: at d 128 1 KiB
+  // per query row and head.
+  using flash::bwd_ascending_dq_chunk;
+  EXPECT_EQ(bwd_ascending_dq_chunk(1, 1024, 128, 128, 256), 32);    // 1 MiB per pair
+  EXPECT_EQ(bwd_ascending_dq_chunk(16, 1024, 128, 128, 256), 2);    // 16 MiB per pair
+  EXPECT_EQ(bwd_ascending_dq_chunk(16, 2048, 128, 128, 4), 1);      // 32 MiB: one pair
+  EXPECT_EQ(bwd_ascending_dq_chunk(16, 16384, 128, 128, 8), 1);     // past the budget: still one
+  EXPECT_EQ(bwd_ascending_dq_chunk(1, 1024, 128, 128, 4), 4);       // at most every pair
+  EXPECT_EQ(bwd_ascending_dq_chunk(8, 1024, 256, 256, 64), 2);      // 2 KiB per row and head
+  EXPECT_EQ(bwd_ascending_dq_chunk(16, 16384, 128, 128, 200000), 4);  // grid z: at most 65535 chunks
+}
+
 TEST(Select, FlashSm90BackwardSplitsLargeGqaGroupsUnderACausalShape) {
   // Two CTAs per KV tile from 8 query heads per KV head where the first KV
   // tiles carry the most work.

@@ -56,4 +56,16 @@ constexpr int bwd_group_chunk(int h_per_kv, long long window_left, long long win
   return bwd_clamp_group_chunk(heavy ? units_in_l2_budget(32LL << 20, pair_bytes) : 1, pairs);
 }
 
+// flash_sm90's deterministic backward in the ascending dQ order (no right
+// edge): chunks of about 32 MiB of Q, dO and dQ's fp32 rows. KV tile n of a
+// chunk's pairs launches after tile n - 1 of all of them, so a pair's tiles
+// start staggered, as the CTAs of tile n - 1 finish, where one pair per
+// chunk started them together each wave and tile n waited n hand-offs (the
+// mode's cost at d 128: 1.05x -> 1.01x the default's time, H200). A pair's
+// CTAs share a chunk, so each still waits only on CTAs launched before it.
+constexpr int bwd_ascending_dq_chunk(int h_per_kv, long long s_q, int d_qk, int d_v, int pairs) {
+  const long long pair_bytes = static_cast<long long>(h_per_kv) * s_q * ((d_qk + d_v) * 2 + d_qk * 4);
+  return bwd_clamp_group_chunk(units_in_l2_budget(32LL << 20, pair_bytes), pairs);
+}
+
 }  // namespace attn::flash

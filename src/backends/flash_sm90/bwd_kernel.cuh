@@ -101,15 +101,8 @@ void launch_bwd(const Sm90BwdParams& args, cudaStream_t stream) {
   a.p.group_chunk = flash::bwd_group_chunk(p.h_per_kv / args.head_split, p.window_left, p.window_right, p.s_q, kDQK,
                                            kDV, units);
   if (a.p.dq_semaphore) a.p.dq_order = dq_order(p.window_right);
-  // The ascending order in chunks of about 32 MiB of Q, dO and dQ's fp32
-  // rows: KV tile n of a chunk's pairs launches after tile n - 1 of all of
-  // them, so a pair's tiles start staggered (tile n as the CTAs of tile
-  // n - 1 finish) rather than together each wave, waiting n hand-offs.
-  if (a.p.dq_semaphore && a.p.dq_order == kDqAscending) {
-    const long long heads = p.h_per_kv / args.head_split;
-    a.p.group_chunk = flash::bwd_clamp_group_chunk(
-        flash::units_in_l2_budget(32LL << 20, heads * p.s_q * ((kDQK + kDV) * 2 + kDQK * 4)), units);
-  }
+  if (a.p.dq_semaphore && a.p.dq_order == kDqAscending)
+    a.p.group_chunk = flash::bwd_ascending_dq_chunk(p.h_per_kv / args.head_split, p.s_q, kDQK, kDV, units);
   const dim3 grid(a.p.group_chunk, kv_tiles, (units + a.p.group_chunk - 1) / a.p.group_chunk);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
   ATTN_CUDA(cudaGetLastError());

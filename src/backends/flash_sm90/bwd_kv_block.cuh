@@ -2,7 +2,9 @@
 // grid is (units of a chunk, KV tiles, chunks) over units of (KV head,
 // sequence) pairs (flash/heuristics.h: bwd_group_chunk): under a causal mask
 // with GQA the first KV tiles carry the most work, and a chunk's units start
-// theirs together; otherwise one unit per chunk, each unit's tiles in turn.
+// theirs together; in the deterministic mode's ascending dQ order chunks
+// stagger each unit's tiles (bwd_ascending_dq_chunk); otherwise one unit per
+// chunk, each unit's tiles in turn.
 // A unit is a pair, or with a head split (bwd_head_split) a part of a pair's
 // query heads. A CTA owns kBlockN keys of one pair and walks the query tiles
 // that see them, for each query head of its part of the KV head's group
