@@ -49,11 +49,14 @@ constexpr int bwd_head_split(int h_per_kv, long long window_left, long long wind
   return h_per_kv >= 8 && h_per_kv % 2 == 0 && causal_shape(window_left, window_right) ? 2 : 1;
 }
 
+// The backward chunks' budget of rows in flight (bwd_group_chunk, bwd_ascending_dq_chunk).
+inline constexpr long long kBwdChunkBytes = 32LL << 20;
+
 constexpr int bwd_group_chunk(int h_per_kv, long long window_left, long long window_right, long long s_q, int d_qk,
                               int d_v, int pairs) {
   const long long pair_bytes = static_cast<long long>(h_per_kv) * s_q * (d_qk + d_v) * 2;
   const bool heavy = bwd_first_kv_tiles_heavy(h_per_kv, window_left, window_right) && pair_bytes > 0;
-  return bwd_clamp_group_chunk(heavy ? units_in_l2_budget(32LL << 20, pair_bytes) : 1, pairs);
+  return bwd_clamp_group_chunk(heavy ? units_in_l2_budget(kBwdChunkBytes, pair_bytes) : 1, pairs);
 }
 
 // flash_sm90's deterministic backward in the ascending dQ order (no right
@@ -65,7 +68,7 @@ constexpr int bwd_group_chunk(int h_per_kv, long long window_left, long long win
 // CTAs share a chunk, so each still waits only on CTAs launched before it.
 constexpr int bwd_ascending_dq_chunk(int h_per_kv, long long s_q, int d_qk, int d_v, int pairs) {
   const long long pair_bytes = static_cast<long long>(h_per_kv) * s_q * ((d_qk + d_v) * 2 + d_qk * 4);
-  return bwd_clamp_group_chunk(units_in_l2_budget(32LL << 20, pair_bytes), pairs);
+  return bwd_clamp_group_chunk(units_in_l2_budget(kBwdChunkBytes, pair_bytes), pairs);
 }
 
 }  // namespace attn::flash

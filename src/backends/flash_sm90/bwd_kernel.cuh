@@ -98,11 +98,11 @@ void launch_bwd(const Sm90BwdParams& args, cudaStream_t stream) {
          "at most " + std::to_string(65535LL * Cfg::kBlockN) + " keys per sequence",
          "use another backend (cudnn, flash_sm80) for longer sequences");
   Sm90BwdParams a = args;
-  a.p.group_chunk = flash::bwd_group_chunk(p.h_per_kv / args.head_split, p.window_left, p.window_right, p.s_q, kDQK,
-                                           kDV, units);
   if (a.p.dq_semaphore) a.p.dq_order = dq_order(p.window_right);
-  if (a.p.dq_semaphore && a.p.dq_order == kDqAscending)
-    a.p.group_chunk = flash::bwd_ascending_dq_chunk(p.h_per_kv / args.head_split, p.s_q, kDQK, kDV, units);
+  const int heads = p.h_per_kv / args.head_split;  // query heads per unit
+  a.p.group_chunk = a.p.dq_semaphore && a.p.dq_order == kDqAscending
+                        ? flash::bwd_ascending_dq_chunk(heads, p.s_q, kDQK, kDV, units)
+                        : flash::bwd_group_chunk(heads, p.window_left, p.window_right, p.s_q, kDQK, kDV, units);
   const dim3 grid(a.p.group_chunk, kv_tiles, (units + a.p.group_chunk - 1) / a.p.group_chunk);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
   ATTN_CUDA(cudaGetLastError());
