@@ -134,7 +134,7 @@ TEST(Select, HopperBackwardPutsFlashSm90FirstForCausalGqa) {
   q.dropout_p = 0.1;  // cuDNN's dropout backward is faster
   EXPECT_EQ(first(q), "cudnn");
   q = p;
-  q.deterministic = true;
+  q.deterministic = true;  // d 128: cuDNN's deterministic backward leads at 1k and 4k
   EXPECT_EQ(first(q), "cudnn");
   q = p;
   q.mask = MaskType::no_mask;
@@ -164,15 +164,48 @@ TEST(Select, HopperBackwardPutsFlashSm90FirstForCausalGqa) {
   q.mask = MaskType::no_mask;
   q.window_right = -1;
   q.d_qk = q.d_v = 256;
-  q.deterministic = true;
-  EXPECT_EQ(first(q), "cudnn");
-  q.deterministic = false;
   q.dropout_p = 0.1;
   EXPECT_EQ(first(q), "cudnn");
   q = p;
   q.pass = Pass::forward;
   EXPECT_EQ(preference_order_for(dev, q)[1], "flash_sm90");  // after flash_decode, which takes decoding calls only
   EXPECT_EQ(preference_order_for(simulated_device("sm80"), p).front(), "flash_sm80");
+}
+
+// The deterministic mode's own measured rule: flash_sm90's deterministic
+// backward leads cuDNN's at d 64 (MHA and GQA) and at the wide tiles (MHA,
+// or without a right edge), cuDNN's at d 128 and for causal GQA at d 256.
+TEST(Select, HopperDeterministicBackwardFollowsItsOwnMeasurements) {
+  const DeviceInfo dev = simulated_device("sm90");
+  Problem q = causal_backward(16, 16);  // MHA, causal
+  q.deterministic = true;
+  std::string rule;
+  auto first = [&](const Problem& x) {
+    rule.clear();
+    return preference_order_for(dev, x, &rule).front();
+  };
+  EXPECT_EQ(first(q), "cudnn");  // d 128
+  q.d_qk = q.d_v = 64;
+  EXPECT_EQ(first(q), "flash_sm90");
+  EXPECT_NE(rule.find("deterministic backward at d_qk 64"), std::string::npos) << rule;
+  q.h_q = 128;  // GQA 8 at d 64 too
+  EXPECT_EQ(first(q), "flash_sm90");
+  q.dropout_p = 0.1;  // not with dropout
+  EXPECT_EQ(first(q), "cudnn");
+  q.dropout_p = 0;
+  q.d_qk = q.d_v = 256;  // GQA 8 with a right edge at d 256: cuDNN's
+  EXPECT_EQ(first(q), "cudnn");
+  q.mask = MaskType::no_mask;
+  q.window_right = -1;
+  EXPECT_EQ(first(q), "flash_sm90");
+  q.h_q = 16;  // MHA, causal
+  q.mask = MaskType::causal;
+  q.window_right = 0;
+  EXPECT_EQ(first(q), "flash_sm90");
+  q.d_qk = q.d_v = 192;
+  EXPECT_EQ(first(q), "flash_sm90");
+  q.d_v = 128;  // 192 / 128 causal: cuDNN's, as in the default mode
+  EXPECT_EQ(first(q), "cudnn");
 }
 
 // flash_sm90's backward: head dims 64, 128, 192 and 256, every format, softcap, ALiBi,
