@@ -99,9 +99,9 @@ TEST(DecodeSplits, PlanPacksQueryRowsAndHonoursNumSplits) {
 }
 
 // Two row blocks per CTA where one-block CTAs would fill the GPU, or half
-// its SMs over 8k keys or more (a simulated H100: 132 SMs, one slot each as
-// plan() counts a simulated device): h 64/8 with 4 tokens is 32 rows, two
-// one-block CTAs per KV head.
+// its SMs over 8k keys or more, or from 32k keys at any batch (a simulated
+// H100: 132 SMs, one slot each as plan() counts a simulated device): h 64/8
+// with 4 tokens is 32 rows, two one-block CTAs per KV head.
 TEST(DecodeSplits, TwoRowBlocksWhereOneBlockCtasFillTheGpu) {
   setenv("ATTN_SIMULATE_DEVICE", "sm90", 1);
   Problem p;
@@ -119,6 +119,9 @@ TEST(DecodeSplits, TwoRowBlocksWhereOneBlockCtasFillTheGpu) {
   const Plan eight = plan(p);
   p.s_kv = 2048;  // 32 tiles: one block
   const Plan eight_short = plan(p);
+  p.batch = 1;
+  p.s_kv = 32768;  // 512 tiles: two blocks at any batch, split over the SMs
+  const Plan one_long = plan(p);
   p.s_kv = 8192;
   p.batch = 64;
   p.d_qk = p.d_v = 256;  // wide rows: one block whatever the batch
@@ -134,6 +137,9 @@ TEST(DecodeSplits, TwoRowBlocksWhereOneBlockCtasFillTheGpu) {
   EXPECT_GT(eight.splits, 1);
   EXPECT_EQ(eight_short.row_blocks, 1);
   EXPECT_EQ(eight_short.m_blocks, 2);
+  EXPECT_EQ(one_long.row_blocks, 2);
+  EXPECT_EQ(one_long.m_blocks, 1);
+  EXPECT_EQ(one_long.splits, 16);  // 8 CTAs' keys over 132 slots
   EXPECT_EQ(wide.row_blocks, 1);
   EXPECT_EQ(wide.m_blocks, 2);
 }

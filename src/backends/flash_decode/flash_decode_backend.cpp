@@ -149,9 +149,15 @@ Plan plan(const Problem& p, int requested) {
   // 293.9 / 327.0 -> 260.8 / 263.9, b 16 32k 598.4 / 624.5 -> 506.8 /
   // 511.6; h 32/8, 16 tokens, b 8 32k, one block at the old plan's three
   // splits 589.8 / 639.5, two blocks 407.0 / 441.0. At 2k keys one block
-  // stays ahead (b 8 32.8 us against 35.7).
+  // stays ahead (b 8 32.8 us against 35.7). From 512 tiles (32k keys) two
+  // blocks pay at any batch, the splits filling the SMs either way (H200,
+  // d 128, us from graphs, contiguous / paged 16, one block against two:
+  // h 64/8 with 4 tokens, b 1 128k 147.6 / 159.9 -> 135.3 / 136.4, b 2 32k
+  // 80.2 / 86.3 -> 75.4 / 75.6, b 1 32k 45.9 / 48.5 -> 46.5 / 46.7; h 32/8
+  // with 16 tokens, b 1 32k 78.9 / 85.3 -> 62.4 / 66.4, b 1 128k 279.5 /
+  // 310.2 -> 205.3 / 223.7; at 8k, b 1 h 64/8: 20.5 one block, 21.7 two).
   const int64_t units1 = pl.m_blocks * p.h_kv * p.batch;
-  const bool long_keys = tiles >= 128 && 2 * units1 >= dev.sm_count;
+  const bool long_keys = (tiles >= 128 && 2 * units1 >= dev.sm_count) || tiles >= 512;
   if (two_row_blocks_allowed(p) && (units1 >= slots(1) || long_keys)) cut(2);
   // Splits fill the SMs one CTA each where the units are fewer than the
   // SMs: a second CTA per SM adds loads in flight that one CTA's stages
