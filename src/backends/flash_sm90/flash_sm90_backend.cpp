@@ -81,7 +81,7 @@ bool leads_backward(const Problem& p, std::string* rule) {
   const int64_t h_per_kv = p.h_kv > 0 ? p.h_q / p.h_kv : 0;
   if (p.dropout_p != 0) return false;
   const bool wide = (p.d_qk == 256 && p.d_v == 256) || (p.d_qk == 192 && (p.d_v == 192 || p.window_right < 0));
-  const std::string dims = "d_qk " + std::to_string(p.d_qk) + ", d_v " + std::to_string(p.d_v);
+  auto dims = [&] { return "d_qk " + std::to_string(p.d_qk) + ", d_v " + std::to_string(p.d_v); };
   if (p.deterministic) {
     // Deterministic backwards against each other (time over SDPA cuDNN's
     // default backward, H200, ANCHORS.md's points; docs/PERF.md): at d 64
@@ -91,11 +91,11 @@ bool leads_backward(const Problem& p, std::string* rule) {
     // at the wide tiles (d 256 GQA 4 causal 1.29-1.36 against 1.06-1.22), nor
     // at d 128, where cuDNN's leads at 1k and 4k (0.97-1.08 against 1.08-1.11).
     const bool yes = (p.d_qk == 64 && p.d_v == 64) || (wide && (h_per_kv == 1 || p.window_right < 0));
-    if (yes && rule) *rule = "flash_sm90 first for a deterministic backward at " + dims;
+    if (yes && rule) *rule = "flash_sm90 first for a deterministic backward at " + dims();
     return yes;
   }
   if (wide) {
-    if (rule) *rule = "flash_sm90 first for the backward at " + dims;
+    if (rule) *rule = "flash_sm90 first for the backward at " + dims();
     return true;
   }
   const bool yes = p.d_qk == 128 && p.d_v == 128 && h_per_kv >= 4 && h_per_kv < 8 &&
