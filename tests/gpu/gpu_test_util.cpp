@@ -95,8 +95,7 @@ void expect_bitwise_repeatable_backward(const CaseSpec& spec, const std::string&
     return;
   }
   Case free_order = make_case(spec, Device::cuda(0), seed);
-  forward(free_order.opts, free_order.fwd, {}, force);
-  backward(free_order.opts, free_order.bwd, {}, force);
+  run_forced(free_order, backend);
   ATTN_CUDA_OK(cudaDeviceSynchronize());
   expect_outputs_match(gpu, free_order);
 }
