@@ -15,6 +15,14 @@
 // dK and dV of 64 keys over all of d (192-256 floats each per thread) cannot
 // stay in one warpgroup's registers: split by columns they take half each,
 // as dQ.
+// The plain build (no score changes, no dropout) splits S and dP by product
+// instead (run_tile_split): consumer 0 takes S over all 64 keys, consumer 1
+// dP, so Q and dO are each read once by the scores' products (at d 256 128
+// KiB of shared-memory reads per query tile instead of 192). Consumer 0
+// writes P (T, for dV) and P in fp16 where dS will go; consumer 1 reads the
+// latter in its own fragments' layout (ldmatrix inverts stmatrix), forms
+// dS = P (dP - D) and overwrites it with dS. fp16 keeps P to 2^-11 relative
+// (its subnormals to 3e-8 absolute), below dS's own rounding to T.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +31,12 @@
 #include "backends/flash/mask.cuh"
 #include "backends/flash/tile_ranges.h"
 #include "backends/flash_sm80/bwd_scores.cuh"
+#include "kernels/sm80/ldmatrix.cuh"
 #include "backends/flash_sm90/bwd_mainloop.cuh"
 
 namespace attn::flash_sm90 {
+
+constexpr int kBarPWritten = 6;  // both consumers of the split tile: consumer 0's P (and its fp16 copy) written
 
 template <typename T, class Cfg, bool kScoreMods, bool kDropout>
 struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
@@ -188,12 +199,120 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
     this->stage_dq(dq, m0, it);
   }
 
+  // The split tile's fragments: queries on the rows (16 warp + lane / 4, + 8),
+  // all kN keys on the columns; block na's columns 8 na + 2 (lane % 4) + e.
+  static constexpr int NF = kN / 8;
+  using Scores = float[1][NF][4];
+
+  // A queries x kN tile of fragments into `tile` (T or fp16 by U), with stmatrix.
+  template <typename U>
+  __device__ __forceinline__ void store_all_keys(KeyTile tile, const float (&x)[1][NF][4]) const {
+    const int st_row = 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+    for (int np = 0; np < NF / 2; ++np) stmatrix_block_pair<U>(tile.chunk(st_row, 2 * np + (lane >> 4)), x[0], np, 1.f);
+  }
+  // Its inverse for fp16 fragments: ldmatrix with stmatrix's addresses hands
+  // each lane the pairs that lane stored.
+  __device__ __forceinline__ void load_all_keys_half(KeyTile tile, float (&x)[1][NF][4]) const {
+    const int st_row = 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+    for (int np = 0; np < NF / 2; ++np) {
+      uint32_t r[4];
+      sm80::ldmatrix_x4(r, tile.chunk(st_row, 2 * np + (lane >> 4)));
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&r[j]));
+        x[0][2 * np + j / 2][2 * (j % 2)] = f.x;
+        x[0][2 * np + j / 2][2 * (j % 2) + 1] = f.y;
+      }
+    }
+  }
+
+  // The plain build's tile, S and dP split by product (the header's second
+  // paragraph). Group order per consumer: 0 its score product, then dV, dK,
+  // dQ as in run_tile.
+  __device__ __forceinline__ void run_tile_split(int it, int m, const flash::QTiles& unmasked) const {
+    const int stage = it % kS, m0 = m * kM;
+    const QueryTile q_tile = smem.q_tile(stage), do_tile = smem.do_tile(stage);
+    smem.full(stage).wait((it / kS) & 1);
+    if ((p.packed || blk.seq.len_q < p.s_q) && m0 + kM > blk.seq.len_q) {
+      this->clear_rows(q_tile, max(0, blk.seq.len_q - m0));
+      this->template clear_rows<Cfg::kHeadDimV>(do_tile, max(0, blk.seq.len_q - m0));
+      this->cleared();
+    }
+    float x[1][NF][4];  // consumer 0: S, then P; consumer 1: dP, then dS
+    float(&x_flat)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&x);
+    // One instruction sequence for both (operands chosen by the consumer's
+    // uniform wg_key0): two branches of wgmma into the same accumulators
+    // made ptxas inject a warpgroup.arrive at their join.
+    const bool dp_side = this->wg_key0 != 0;
+    const QueryTile a_tile = dp_side ? do_tile : q_tile;
+    const KeyTile b_tile = dp_side ? smem.v_tile() : smem.k_tile();
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks)
+      sm90::Wgmma<kN, T>::template ss<0>(x_flat, a_tile.kmajor(0, ks), b_tile.kmajor(0, ks), ks > 0);
+    sm90::wgmma_commit();
+    const int row0 = m0 + 16 * warp;
+    flash_sm80::RowTerms<1> rt;
+    rt.load(reinterpret_cast<const float2*>(smem.to_generic(smem.terms(stage))), 16 * warp, blk.seq.len_q - m0,
+            lane);
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(x_flat);
+    const KeyTile p_buf = smem.ds_tile(2 * (it & 1)), ds_buf = smem.ds_tile(2 * (it & 1) + 1);
+    if (!dp_side) {
+      if (m < unmasked.first || m > unmasked.last) flash::apply_mask_by_key(x, p, blk.seq, row0, blk.n0, lane);
+#pragma unroll
+      for (int na = 0; na < NF; ++na)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) x[0][na][e] = sm80::fast_exp2(x[0][na][e] * p.scale_log2 - rt.lse2[0][e >> 1]);
+      store_all_keys<T>(p_buf, x);        // P for dV
+      store_all_keys<__half>(ds_buf, x);  // P for dS, overwritten by consumer 1
+      sm90::fence_proxy_async();          // P's stores, before wgmma reads them
+    } else {
+#pragma unroll
+      for (int na = 0; na < NF; ++na)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) x[0][na][e] -= rt.delta[0][e >> 1];
+    }
+    sm90::named_sync(kBarPWritten, 128 * Cfg::kConsumers);
+    sm90::wgmma_fence();
+    column_product<ColsV, 1, kM / 16>(regs.dv_flat(), QueryTile{p_buf.addr}, do_tile, true);
+    sm90::wgmma_commit();
+    if (dp_side) {  // dS = P (dP - D) under dV's product
+      float pr[1][NF][4];
+      load_all_keys_half(ds_buf, pr);
+#pragma unroll
+      for (int na = 0; na < NF; ++na)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) x[0][na][e] *= pr[0][na][e];
+      store_all_keys<T>(ds_buf, x);
+      sm90::fence_proxy_async();
+    }
+    sm90::named_sync(kBarDsWritten, 128 * Cfg::kConsumers);
+    sm90::wgmma_fence();
+    column_product<ColsK, 1, kM / 16>(regs.dk_flat(), QueryTile{ds_buf.addr}, q_tile, true);
+    sm90::wgmma_commit();
+    float dq[ColsK::kCols / 8][4];
+    issue_dq(dq, it);
+    sm90::wgmma_wait<1>();  // dV and dK
+    sm90::fence_registers(regs.dk_flat());
+    sm90::fence_registers(regs.dv_flat());
+    smem.empty(stage).arrive();  // Q, dO and the terms are read
+    sm90::wgmma_wait<0>();       // dQ
+    sm90::fence_registers(*reinterpret_cast<float(*)[ColsK::kCols / 2]>(&dq));
+    this->stage_dq(dq, m0, it);
+  }
+
   __device__ __forceinline__ void run() const {
     this->await_keys();
     const flash::QTiles unmasked = flash::unmasked_q_tiles<kM, kN>(p, blk.seq, blk.n0);
     int it = 0;
     for (int hh = blk.hh0; hh < blk.hh1; ++hh)
-      for (int m = blk.mt.first; m <= blk.mt.last; ++m, ++it) run_tile(it, m, hh, unmasked);
+      for (int m = blk.mt.first; m <= blk.mt.last; ++m, ++it) {
+        if constexpr (!kScoreMods && !kDropout && kD == kDV) run_tile_split(it, m, unmasked);
+        else run_tile(it, m, hh, unmasked);
+      }
   }
 };
 
