@@ -22,10 +22,11 @@ namespace attn::flash_sm90 {
 // - d_qk 192 and 256 (kWide): dK and dV of 64 keys over all of d would take
 //   192-256 registers per thread, so the two consumers share the CTA's 64
 //   keys and split d: each computes S = Q.K^T and dP for 32 of the keys over
-//   all of d (the forward's layout, queries on the rows), P and dS go to
-//   shared memory, and each takes the dV, dK and dQ products of its half of
-//   d's columns (bwd_mainloop_wide.cuh): at d 256 dK, dV and dQ 64 floats
-//   each, S and dP 16. A half is whole 64-column blocks (wgmma reads an
+//   all of d (the forward's layout, queries on the rows; in the plain build
+//   consumer 0 computes S and consumer 1 dP over all 64, bwd_split_by_product),
+//   P and dS go to shared memory, and each takes the dV, dK and dQ products
+//   of its half of d's columns (bwd_mainloop_wide.cuh): at d 256 dK, dV and
+//   dQ 64 floats each, S and dP 16 (32 split by product). A half is whole 64-column blocks (wgmma reads an
 //   MN-major operand by blocks), and at d 192 half of the middle block (a
 //   product of its own: consumer 0 its first 32 columns, consumer 1 its last
 //   32; ConsumerColumns). d_v may differ (192 / 128). Shared memory holds two Q / dO stages at d 192, one at
@@ -56,6 +57,21 @@ ATTN_HOST_DEVICE constexpr int consumer_column(int wg, int i) {
   if constexpr (Cols::kCols == Cols::kWidth) return 8 * i;
   constexpr int NA = Cols::kWhole / 8;
   return i < NA ? wg * (Cols::kWidth - Cols::kWhole) + 8 * i : Cols::kWhole + wg * Cols::kHalf + 8 * (i - NA);
+}
+
+// The wide tiles' plain loop (no score changes, no dropout, d_qk == d_v)
+// splits S and dP by product (bwd_mainloop_wide.cuh: run_tile_split).
+template <class Cfg>
+ATTN_HOST_DEVICE constexpr bool bwd_split_by_product(bool score_mods, bool dropout) {
+  return Cfg::kWide && !score_mods && !dropout && Cfg::kHeadDim == Cfg::kHeadDimV;
+}
+// With one Q / dO stage (d 256) that loop frees the stage's dO after dV's
+// product, before Q, and the producer loads the next tile's dO first, under
+// dK's and dQ's products (H200: d 256 +0.9-3.9%; with d 192's two stages it
+// cost 0.4-2.5%, the loop's extra wait buying nothing there).
+template <class Cfg>
+ATTN_HOST_DEVICE constexpr bool bwd_early_do(bool score_mods, bool dropout) {
+  return bwd_split_by_product<Cfg>(score_mods, dropout) && Cfg::kStages == 1;
 }
 
 template <int kDQK, int kDV>

@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
   if (tid < 128) {  // warpgroup 0: its first warp loads, a thread each of the next two adds dQ
     sm90::regs_decrease<Cfg::kProducerRegs>();
     if (!blk.has_work()) return;
-    if (tid < 32) bwd_load<Cfg>(args, smem, blk, tid);
+    if (tid < 32) bwd_load<Cfg, bwd_early_do<Cfg>(kScoreMods, kDropout)>(args, smem, blk, tid);
     if (tid == 32 || tid == 64) bwd_add_dq<Cfg>(args.p, smem, blk, tid == 64);
     return;
   }

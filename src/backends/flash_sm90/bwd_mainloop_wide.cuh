@@ -293,12 +293,16 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
     sm90::wgmma_fence();
     column_product<ColsK, 1, kM / 16>(regs.dk_flat(), QueryTile{ds_buf.addr}, q_tile, true);
     sm90::wgmma_commit();
+    if constexpr (bwd_early_do<Cfg>(kScoreMods, kDropout)) {
+      sm90::wgmma_wait<1>();          // dV
+      smem.do_empty(stage).arrive();  // dO is read: the next one loads under dK and dQ
+    }
     float dq[ColsK::kCols / 8][4];
     issue_dq(dq, it);
-    sm90::wgmma_wait<1>();  // dV and dK
+    sm90::wgmma_wait<1>();  // dK
     sm90::fence_registers(regs.dk_flat());
     sm90::fence_registers(regs.dv_flat());
-    smem.empty(stage).arrive();  // Q, dO and the terms are read
+    smem.empty(stage).arrive();  // Q (and dO unless freed above) and the terms are read
     sm90::wgmma_wait<0>();       // dQ
     sm90::fence_registers(*reinterpret_cast<float(*)[ColsK::kCols / 2]>(&dq));
     this->stage_dq(dq, m0, it);
@@ -310,7 +314,7 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
     int it = 0;
     for (int hh = blk.hh0; hh < blk.hh1; ++hh)
       for (int m = blk.mt.first; m <= blk.mt.last; ++m, ++it) {
-        if constexpr (!kScoreMods && !kDropout && kD == kDV) run_tile_split(it, m, unmasked);
+        if constexpr (bwd_split_by_product<Cfg>(kScoreMods, kDropout)) run_tile_split(it, m, unmasked);
         else run_tile(it, m, hh, unmasked);
       }
   }

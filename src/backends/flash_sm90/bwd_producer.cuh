@@ -17,8 +17,10 @@
 namespace attn::flash_sm90 {
 
 // The loading warp (lanes 0..31): lane 0 issues the copies, every lane
-// stores row terms and arrives on the stage's "full" barrier.
-template <class Cfg>
+// stores row terms and arrives on the stage's "full" barrier. With
+// kEarlyDo (bwd_early_do) a stage's dO is loaded once the consumers freed
+// it (do_empty), before Q's copy waits for the whole stage (empty).
+template <class Cfg, bool kEarlyDo>
 __device__ __forceinline__ void bwd_load(const Sm90BwdParams& args, const BwdSmem<Cfg>& smem, const BwdKvBlock& blk,
                                          int lane) {
   constexpr int kD = Cfg::kHeadDim, kDV = Cfg::kHeadDimV, kM = Cfg::kBlockM, kS = Cfg::kStages;
@@ -54,6 +56,20 @@ __device__ __forceinline__ void bwd_load(const Sm90BwdParams& args, const BwdSme
         const int r = lane + 32 * j;
         t[j] = m0 + r < blk.seq.len_q ? terms[m0 + r] : make_float2(INFINITY, 0.f);
       }
+      const int row = static_cast<int>(blk.seq.start_q) + m0;
+      auto load_do = [&] {
+#pragma unroll
+        for (int cb = 0; cb < kDV / 64; ++cb)
+          sm90::tma_load_4d(smem.do_tile(stage).column_block(cb), &args.dout, smem.full(stage).addr, cb * 64, row, h,
+                            seq_coord);
+      };
+      if constexpr (kEarlyDo) {  // dO first, on the full barrier's bytes before its arrivals
+        smem.do_empty(stage).wait(ring.producer_phase());
+        if (lane == 0) {
+          smem.full(stage).expect_tx(Cfg::kSmemDo);
+          load_do();
+        }
+      }
       smem.empty(stage).wait(ring.producer_phase());
 #pragma unroll
       for (int j = 0; j < kM / 32; ++j) {
@@ -61,16 +77,12 @@ __device__ __forceinline__ void bwd_load(const Sm90BwdParams& args, const BwdSme
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(t[j].x), "f"(t[j].y) : "memory");
       }
       if (lane == 0) {
-        smem.full(stage).arrive_expect_tx(Cfg::kSmemQ + Cfg::kSmemDo);
-        const int row = static_cast<int>(blk.seq.start_q) + m0;
+        smem.full(stage).arrive_expect_tx(Cfg::kSmemQ + (kEarlyDo ? 0 : Cfg::kSmemDo));
 #pragma unroll
         for (int cb = 0; cb < kD / 64; ++cb)
           sm90::tma_load_4d(smem.q_tile(stage).column_block(cb), &args.q, smem.full(stage).addr, cb * 64, row, h,
                             seq_coord);
-#pragma unroll
-        for (int cb = 0; cb < kDV / 64; ++cb)
-          sm90::tma_load_4d(smem.do_tile(stage).column_block(cb), &args.dout, smem.full(stage).addr, cb * 64, row, h,
-                            seq_coord);
+        if constexpr (!kEarlyDo) load_do();
       } else {
         smem.full(stage).arrive();
       }

@@ -45,6 +45,7 @@ struct BwdSmem : sm90::SharedBase {
   __device__ __forceinline__ sm90::Barrier kv_full() const { return {at(offsetof(Storage, kv_full))}; }
   __device__ __forceinline__ sm90::Barrier full(int stage) const { return bar(offsetof(Storage, full), stage); }
   __device__ __forceinline__ sm90::Barrier empty(int stage) const { return bar(offsetof(Storage, empty), stage); }
+  __device__ __forceinline__ sm90::Barrier do_empty(int stage) const { return bar(offsetof(Storage, do_empty), stage); }
   __device__ __forceinline__ sm90::Barrier dq_full() const { return {at(offsetof(Storage, dq_full))}; }
   __device__ __forceinline__ sm90::Barrier dq_empty() const { return {at(offsetof(Storage, dq_empty))}; }
 
@@ -54,6 +55,7 @@ struct BwdSmem : sm90::SharedBase {
     for (int s = 0; s < Cfg::kStages; ++s) {
       full(s).init(32);  // the producer warp's lanes (row terms), one with the TMA bytes
       empty(s).init(kConsumerThreads);
+      do_empty(s).init(kConsumerThreads);
     }
     dq_full().init(kConsumerThreads);  // the consumers, each staging its part
     dq_empty().init(1);

@@ -27,6 +27,9 @@ struct BwdSharedStorage {
   // Stage s: loaded (full: the producer warp's 32 lanes, one with the TMA
   // bytes) and read (empty: every consumer thread).
   uint64_t full[kS], empty[kS];
+  // Stage s's dO read (every consumer thread), where the loop frees it before
+  // Q (bwd_early_do: the producer loads the next dO there first).
+  uint64_t do_empty[kS];
   // dQ's stage: staged (full: every consumer thread) and read (empty: the adder
   // whose tile it is; the other adder waits on it before taking the next).
   uint64_t dq_full, dq_empty;

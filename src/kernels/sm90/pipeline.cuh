@@ -17,6 +17,9 @@ struct Barrier {
   __device__ __forceinline__ void arrive() const { mbar_arrive(addr); }
   // One arrival that also expects `bytes` of asynchronous copies (TMA) to land.
   __device__ __forceinline__ void arrive_expect_tx(uint32_t bytes) const { mbar_arrive_expect_tx(addr, bytes); }
+  // Expects `bytes` more in the current phase without arriving (a stage
+  // whose copies are issued in two parts).
+  __device__ __forceinline__ void expect_tx(uint32_t bytes) const { mbar_expect_tx(addr, bytes); }
   // Until the phase of parity `phase` has completed.
   __device__ __forceinline__ void wait(uint32_t phase) const { mbar_wait(addr, phase); }
 };
