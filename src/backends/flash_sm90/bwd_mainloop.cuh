@@ -127,6 +127,18 @@ struct BwdMainloop {
     }
   }
 
+  // The `it`-th query tile's Q and dO in shared memory (stage it % kS),
+  // their rows past the sequence cleared.
+  __device__ __forceinline__ void await_query_tile(int it, int m0) const {
+    const int stage = it % kS;
+    smem.full(stage).wait((it / kS) & 1);
+    if ((p.packed || blk.seq.len_q < p.s_q) && m0 + kM > blk.seq.len_q) {
+      clear_rows(smem.q_tile(stage), max(0, blk.seq.len_q - m0));
+      clear_rows<Cfg::kHeadDimV>(smem.do_tile(stage), max(0, blk.seq.len_q - m0));
+      cleared();
+    }
+  }
+
   // An S^T-shaped accumulator (n8 blocks of query columns) as the A
   // fragments of a product over those queries: blocks 2 ks and 2 ks + 1 are
   // k16 step ks (the accumulator's layout per warp is the A fragment's).
@@ -415,12 +427,7 @@ struct BwdMainloop {
   __device__ __forceinline__ void run_tile(int it, int m, int hh) const {
     const int stage = it % kS, m0 = m * kM;
     const QueryTile q_tile = smem.q_tile(stage), do_tile = smem.do_tile(stage);
-    smem.full(stage).wait((it / kS) & 1);
-    if ((p.packed || blk.seq.len_q < p.s_q) && m0 + kM > blk.seq.len_q) {
-      clear_rows(q_tile, max(0, blk.seq.len_q - m0));
-      clear_rows<Cfg::kHeadDimV>(do_tile, max(0, blk.seq.len_q - m0));
-      cleared();
-    }
+    await_query_tile(it, m0);
     const int hq = blk.h_kv * p.h_per_kv + hh;
     KeepWords keep = keep_all();  // before the products: keep_word says why
     if constexpr (kDropout)

@@ -152,12 +152,7 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
   __device__ __forceinline__ void run_tile(int it, int m, int hh, const flash::QTiles& unmasked) const {
     const int stage = it % kS, m0 = m * kM;
     const QueryTile q_tile = smem.q_tile(stage), do_tile = smem.do_tile(stage);
-    smem.full(stage).wait((it / kS) & 1);
-    if ((p.packed || blk.seq.len_q < p.s_q) && m0 + kM > blk.seq.len_q) {
-      this->clear_rows(q_tile, max(0, blk.seq.len_q - m0));
-      this->template clear_rows<Cfg::kHeadDimV>(do_tile, max(0, blk.seq.len_q - m0));
-      this->cleared();
-    }
+    this->await_query_tile(it, m0);
     float s[1][NA][4], dp[1][NA][4];
     issue_scores(q_tile, do_tile, s, dp);
     const int hq = blk.h_kv * p.h_per_kv + hh, row0 = m0 + 16 * warp;
@@ -234,12 +229,7 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
   __device__ __forceinline__ void run_tile_split(int it, int m, const flash::QTiles& unmasked) const {
     const int stage = it % kS, m0 = m * kM;
     const QueryTile q_tile = smem.q_tile(stage), do_tile = smem.do_tile(stage);
-    smem.full(stage).wait((it / kS) & 1);
-    if ((p.packed || blk.seq.len_q < p.s_q) && m0 + kM > blk.seq.len_q) {
-      this->clear_rows(q_tile, max(0, blk.seq.len_q - m0));
-      this->template clear_rows<Cfg::kHeadDimV>(do_tile, max(0, blk.seq.len_q - m0));
-      this->cleared();
-    }
+    this->await_query_tile(it, m0);
     float x[1][NF][4];  // consumer 0: S, then P; consumer 1: dP, then dS
     float(&x_flat)[kN / 2] = *reinterpret_cast<float(*)[kN / 2]>(&x);
     // One instruction sequence for both (operands chosen by the consumer's
