@@ -63,5 +63,30 @@ TEST(Sm90BwdColumns, WideTilesSplitEveryColumnOnceAndStageDqInGroups) {
   EXPECT_EQ(wide_rows, 3) << "the table's wide rows: 192/128, 192, 256";
 }
 
+// The plain wide build splits S and dP by product where d_qk == d_v, and
+// frees dO early only with one Q / dO stage (d 256: measured faster there,
+// slower with d 192's two stages); the score-changing and dropout builds
+// keep the split by keys.
+TEST(Sm90BwdColumns, ProductSplitAndEarlyDoFollowTheTable) {
+  std::vector<std::string> split, early;
+#define ATTN_CHECK_ROW(dqk, dv)                                                               \
+  {                                                                                           \
+    using Cfg = BwdConfig<dqk, dv>;                                                           \
+    if (bwd_split_by_product<Cfg>(false, false)) split.push_back(#dqk "/" #dv);               \
+    if (bwd_early_do<Cfg>(false, false)) early.push_back(#dqk "/" #dv);                       \
+    for (const bool mods : {false, true})                                                     \
+      for (const bool dropout : {false, true}) {                                              \
+        if (!mods && !dropout) continue;                                                      \
+        EXPECT_FALSE(bwd_split_by_product<Cfg>(mods, dropout)) << #dqk "/" #dv;               \
+        EXPECT_FALSE(bwd_early_do<Cfg>(mods, dropout)) << #dqk "/" #dv;                       \
+      }                                                                                       \
+    if (bwd_early_do<Cfg>(false, false)) EXPECT_EQ(Cfg::kStages, 1) << "one Q / dO stage";  \
+  }
+  ATTN_FLASH_SM90_BWD_TABLE(ATTN_CHECK_ROW)
+#undef ATTN_CHECK_ROW
+  EXPECT_EQ(split, (std::vector<std::string>{"192/192", "256/256"}));
+  EXPECT_EQ(early, (std::vector<std::string>{"256/256"}));
+}
+
 }  // namespace
 }  // namespace attn::flash_sm90
