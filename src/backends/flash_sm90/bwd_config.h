@@ -23,10 +23,11 @@ namespace attn::flash_sm90 {
 //   192-256 registers per thread, so the two consumers share the CTA's 64
 //   keys and split d: each computes S = Q.K^T and dP for 32 of the keys over
 //   all of d (the forward's layout, queries on the rows; in the plain build
-//   consumer 0 computes S and consumer 1 dP over all 64, bwd_split_by_product),
-//   P and dS go to shared memory, and each takes the dV, dK and dQ products
-//   of its half of d's columns (bwd_mainloop_wide.cuh): at d 256 dK, dV and
-//   dQ 64 floats each, S and dP 16 (32 split by product). A half is whole 64-column blocks (wgmma reads an
+//   consumer 0 computes S and consumer 1 dP over all 64,
+//   bwd_split_by_product), P and dS go to shared memory, and each takes the
+//   dV, dK and dQ products of its half of d's columns
+//   (bwd_mainloop_wide.cuh): at d 256 dK, dV and dQ 64 floats each, S and dP
+//   16 (32 split by product). A half is whole 64-column blocks (wgmma reads an
 //   MN-major operand by blocks), and at d 192 half of the middle block (a
 //   product of its own: consumer 0 its first 32 columns, consumer 1 its last
 //   32; ConsumerColumns). d_v may differ (192 / 128). Shared memory holds two Q / dO stages at d 192, one at

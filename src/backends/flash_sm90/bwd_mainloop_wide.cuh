@@ -197,7 +197,6 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
   // The split tile's fragments: queries on the rows (16 warp + lane / 4, + 8),
   // all kN keys on the columns; block na's columns 8 na + 2 (lane % 4) + e.
   static constexpr int NF = kN / 8;
-  using Scores = float[1][NF][4];
 
   // A queries x kN tile of fragments into `tile` (T or fp16 by U), with stmatrix.
   template <typename U>
