@@ -265,9 +265,10 @@ TEST(FlashSm90Backward, DeterministicModeIsBitwiseRepeatable) {
 // The ascending order in chunks (flash::bwd_ascending_dq_chunk: about 32 MiB
 // of Q, dO and dQ's fp32 rows each): 16 query heads per KV head over 2048
 // rows at d 128 fill a chunk with one (KV head, sequence) pair, so this call
-// runs four chunks, the KV tiles of each launched after the previous chunk's. It repeats bitwise and
-// equals the default mode (the fp64 reference at this size would take the
-// CPU most of a minute; the default mode is checked against it above).
+// runs four chunks, the KV tiles of each launched after the previous
+// chunk's. It repeats bitwise and equals the default mode (the fp64
+// reference at this size would take the CPU most of a minute; the default
+// mode is checked against it above).
 TEST(FlashSm90Backward, DeterministicModeRepeatsOverAscendingChunks) {
   ATTN_REQUIRE_GPU();
   if (!on_sm90()) GTEST_SKIP() << "flash_sm90 runs on sm_90 only";

@@ -77,14 +77,19 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
     sm90::wgmma_commit();
   }
 
-  // A tile of queries x this consumer's keys (P or dS) into the columns
-  // wg_key0.. of `tile`, with stmatrix: lane l addresses row l % 8 of matrix
+  // Where this lane addresses key blocks block0 + 2 np and + 1 of `tile`
+  // (queries on the rows) for stmatrix and ldmatrix: row l % 8 of matrix
   // l / 8, matrix j holding rows 8 (j % 2).. of key block 2 np + j / 2.
-  __device__ __forceinline__ void store_keys_block(KeyTile tile, const float (&x)[1][NA][4]) const {
+  __device__ __forceinline__ uint32_t key_pair_chunk(KeyTile tile, int block0, int np) const {
     const int st_row = 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7);
+    return tile.chunk(st_row, block0 + 2 * np + (lane >> 4));
+  }
+  // NB key blocks of a queries x keys tile of fragments (P, dS, or P in
+  // fp16: U) into the key columns 8 block0.. of `tile`, with stmatrix.
+  template <typename U, int NB>
+  __device__ __forceinline__ void store_key_blocks(KeyTile tile, const float (&x)[1][NB][4], int block0) const {
 #pragma unroll
-    for (int np = 0; np < NA / 2; ++np)
-      stmatrix_block_pair<T>(tile.chunk(st_row, this->wg_key0 / 8 + 2 * np + (lane >> 4)), x[0], np, 1.f);
+    for (int np = 0; np < NB / 2; ++np) stmatrix_block_pair<U>(key_pair_chunk(tile, block0, np), x[0], np, 1.f);
   }
 
   // P's and dS's buffers of tile `it` (two each, by parity).
@@ -178,8 +183,8 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
     if (m < unmasked.first || m > unmasked.last) flash::apply_mask_by_key(s, p, blk.seq, row0, this->key0, lane);
     if (dropout) flash_sm80::probabilities_and_grads<true>(s, dp, rt, keep, p, unit);
     else flash_sm80::probabilities_and_grads<false>(s, dp, rt, keep, p, unit);
-    store_keys_block(p_tile(it), s);   // P (times z with dropout)
-    store_keys_block(ds_tile(it), dp);  // dS
+    store_key_blocks<T>(p_tile(it), s, this->wg_key0 / 8);   // P (times z with dropout)
+    store_key_blocks<T>(ds_tile(it), dp, this->wg_key0 / 8);  // dS
     sm90::fence_proxy_async();          // the stores above, before wgmma reads them
     sm90::named_sync(kBarDsWritten, 128 * Cfg::kConsumers);
     issue_dv_dk(q_tile, do_tile, it);
@@ -198,21 +203,13 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
   // all kN keys on the columns; block na's columns 8 na + 2 (lane % 4) + e.
   static constexpr int NF = kN / 8;
 
-  // A queries x kN tile of fragments into `tile` (T or fp16 by U), with stmatrix.
-  template <typename U>
-  __device__ __forceinline__ void store_all_keys(KeyTile tile, const float (&x)[1][NF][4]) const {
-    const int st_row = 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7);
-#pragma unroll
-    for (int np = 0; np < NF / 2; ++np) stmatrix_block_pair<U>(tile.chunk(st_row, 2 * np + (lane >> 4)), x[0], np, 1.f);
-  }
-  // Its inverse for fp16 fragments: ldmatrix with stmatrix's addresses hands
-  // each lane the pairs that lane stored.
+  // store_key_blocks' inverse for all kN keys in fp16: ldmatrix at
+  // stmatrix's addresses hands each lane the pairs that lane stored.
   __device__ __forceinline__ void load_all_keys_half(KeyTile tile, float (&x)[1][NF][4]) const {
-    const int st_row = 16 * warp + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
     for (int np = 0; np < NF / 2; ++np) {
       uint32_t r[4];
-      sm80::ldmatrix_x4(r, tile.chunk(st_row, 2 * np + (lane >> 4)));
+      sm80::ldmatrix_x4(r, key_pair_chunk(tile, 0, np));
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&r[j]));
@@ -248,15 +245,15 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
             lane);
     sm90::wgmma_wait<0>();
     sm90::fence_registers(x_flat);
-    const KeyTile p_buf = smem.ds_tile(2 * (it & 1)), ds_buf = smem.ds_tile(2 * (it & 1) + 1);
+    const KeyTile p_buf = p_tile(it), ds_buf = ds_tile(it);
     if (!dp_side) {
       if (m < unmasked.first || m > unmasked.last) flash::apply_mask_by_key(x, p, blk.seq, row0, blk.n0, lane);
 #pragma unroll
       for (int na = 0; na < NF; ++na)
 #pragma unroll
         for (int e = 0; e < 4; ++e) x[0][na][e] = sm80::fast_exp2(x[0][na][e] * p.scale_log2 - rt.lse2[0][e >> 1]);
-      store_all_keys<T>(p_buf, x);        // P for dV
-      store_all_keys<__half>(ds_buf, x);  // P for dS, overwritten by consumer 1
+      store_key_blocks<T>(p_buf, x, 0);       // P for dV
+      store_key_blocks<__half>(ds_buf, x, 0);  // P for dS, overwritten by consumer 1
       sm90::fence_proxy_async();          // P's stores, before wgmma reads them
     } else {
 #pragma unroll
@@ -266,7 +263,7 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
     }
     sm90::named_sync(kBarPWritten, 128 * Cfg::kConsumers);
     sm90::wgmma_fence();
-    column_product<ColsV, 1, kM / 16>(regs.dv_flat(), QueryTile{p_buf.addr}, do_tile, true);
+    column_product<ColsV, 1, kM / 16>(regs.dv_flat(), p_buf, do_tile, true);
     sm90::wgmma_commit();
     if (dp_side) {  // dS = P (dP - D) under dV's product
       float pr[1][NF][4];
@@ -275,12 +272,12 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
       for (int na = 0; na < NF; ++na)
 #pragma unroll
         for (int e = 0; e < 4; ++e) x[0][na][e] *= pr[0][na][e];
-      store_all_keys<T>(ds_buf, x);
+      store_key_blocks<T>(ds_buf, x, 0);
       sm90::fence_proxy_async();
     }
     sm90::named_sync(kBarDsWritten, 128 * Cfg::kConsumers);
     sm90::wgmma_fence();
-    column_product<ColsK, 1, kM / 16>(regs.dk_flat(), QueryTile{ds_buf.addr}, q_tile, true);
+    column_product<ColsK, 1, kM / 16>(regs.dk_flat(), ds_buf, q_tile, true);
     sm90::wgmma_commit();
     if constexpr (bwd_early_do<Cfg>(kScoreMods, kDropout)) {
       sm90::wgmma_wait<1>();          // dV
