@@ -530,6 +530,21 @@ TEST(Select, FlashSm80BackwardGroupChunkAtD256) {
   EXPECT_EQ(bwd_group_chunk(1, -1, -1, 1024, 256, 256, 200000), 4);  // grid z: at most 65535 chunks
 }
 
+TEST(Select, FlashSm90BackwardChunksCausalMha) {
+  // The default mode's chunks: MHA under a causal shape in chunks of about
+  // 8 MiB of Q and dO rows; GQA and the other masks as bwd_group_chunk.
+  using flash::sm90_bwd_group_chunk;
+  EXPECT_EQ(sm90_bwd_group_chunk(1, -1, 0, 1024, 256, 256, 256), 8);    // 1 MiB per pair
+  EXPECT_EQ(sm90_bwd_group_chunk(1, -1, 0, 4096, 128, 128, 64), 4);     // 2 MiB per pair
+  EXPECT_EQ(sm90_bwd_group_chunk(1, -1, 0, 16384, 256, 256, 16), 1);    // 16 MiB: one pair
+  EXPECT_EQ(sm90_bwd_group_chunk(1, -1, 0, 1024, 64, 64, 8), 8);        // at most every pair
+  EXPECT_EQ(sm90_bwd_group_chunk(1, -1, 5, 1024, 128, 128, 256), 16);   // a right window grows with the row too
+  EXPECT_EQ(sm90_bwd_group_chunk(1, -1, -1, 1024, 128, 128, 256), 1);   // no mask: even work
+  EXPECT_EQ(sm90_bwd_group_chunk(1, 1023, 0, 4096, 128, 128, 256), 1);  // sliding window: even work
+  EXPECT_EQ(sm90_bwd_group_chunk(4, -1, 0, 1024, 256, 256, 32), 8);     // GQA: bwd_group_chunk's 32 MiB
+  EXPECT_EQ(sm90_bwd_group_chunk(1, -1, 0, 0, 128, 128, 32), 1);        // no query rows
+}
+
 TEST(Select, FlashSm90DeterministicAscendingChunks) {
   // About 32 MiB of Q, dO (bf16) and dQ's fp32 rows per chunk: at d 128 1 KiB
   // per query row and head.

@@ -100,9 +100,14 @@ void launch_bwd(const Sm90BwdParams& args, cudaStream_t stream) {
   Sm90BwdParams a = args;
   if (a.p.dq_semaphore) a.p.dq_order = dq_order(p.window_right);
   const int heads = p.h_per_kv / args.head_split;  // query heads per unit
-  a.p.group_chunk = a.p.dq_semaphore && a.p.dq_order == kDqAscending
-                        ? flash::bwd_ascending_dq_chunk(heads, p.s_q, kDQK, kDV, units)
-                        : flash::bwd_group_chunk(heads, p.window_left, p.window_right, p.s_q, kDQK, kDV, units);
+  // The deterministic mode's descending order keeps bwd_group_chunk (MHA in
+  // chunks there is not measured).
+  if (!a.p.dq_semaphore)
+    a.p.group_chunk = flash::sm90_bwd_group_chunk(heads, p.window_left, p.window_right, p.s_q, kDQK, kDV, units);
+  else if (a.p.dq_order == kDqAscending)
+    a.p.group_chunk = flash::bwd_ascending_dq_chunk(heads, p.s_q, kDQK, kDV, units);
+  else
+    a.p.group_chunk = flash::bwd_group_chunk(heads, p.window_left, p.window_right, p.s_q, kDQK, kDV, units);
   const dim3 grid(a.p.group_chunk, kv_tiles, (units + a.p.group_chunk - 1) / a.p.group_chunk);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
   ATTN_CUDA(cudaGetLastError());

@@ -1,10 +1,11 @@
 // flash_sm90's backward: the work of one CTA, from its grid position. The
 // grid is (units of a chunk, KV tiles, chunks) over units of (KV head,
-// sequence) pairs (flash/heuristics.h: bwd_group_chunk): under a causal mask
-// with GQA the first KV tiles carry the most work, and a chunk's units start
-// theirs together; in the deterministic mode's ascending dQ order chunks
-// stagger each unit's tiles (bwd_ascending_dq_chunk); otherwise one unit per
-// chunk, each unit's tiles in turn.
+// sequence) pairs (flash/heuristics.h: sm90_bwd_group_chunk): under a
+// causal mask the first KV tiles carry the most work, and a chunk's units
+// start theirs together (the deterministic mode chunks GQA only,
+// bwd_group_chunk); in that mode's ascending dQ order chunks stagger each
+// unit's tiles (bwd_ascending_dq_chunk); otherwise one unit per chunk, each
+// unit's tiles in turn.
 // A unit is a pair, or with a head split (bwd_head_split) a part of a pair's
 // query heads. A CTA owns kBlockN keys of one pair and walks the query tiles
 // that see them, for each query head of its part of the KV head's group
