@@ -71,10 +71,9 @@ inline constexpr long long kSm90BwdMhaChunkBytes = 8LL << 20;
 
 constexpr int sm90_bwd_group_chunk(int heads, long long window_left, long long window_right, long long s_q, int d_qk,
                                    int d_v, int pairs) {
-  const long long pair_bytes = s_q * (d_qk + d_v) * 2;
-  if (heads > 1 || !causal_shape(window_left, window_right) || pair_bytes <= 0)
+  if (heads > 1 || !causal_shape(window_left, window_right))
     return bwd_group_chunk(heads, window_left, window_right, s_q, d_qk, d_v, pairs);
-  return bwd_clamp_group_chunk(units_in_l2_budget(kSm90BwdMhaChunkBytes, pair_bytes), pairs);
+  return bwd_clamp_group_chunk(units_in_l2_budget(kSm90BwdMhaChunkBytes, s_q * (d_qk + d_v) * 2), pairs);
 }
 
 // flash_sm90's deterministic backward in the ascending dQ order (no right
