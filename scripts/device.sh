@@ -100,7 +100,8 @@
 #                        (bench/sinks.py, $ATTN_SINKS_ARGS, then bench/layer.py --gptoss),
 #                        or none (build and stage /tmp/py for a command after it)
 #   ATTN_LAYER_ARGS      python_bench: bench/layer.py's arguments
-#   ATTN_PYTEST          python_bench: pytest these paths first
+#   ATTN_PYTEST          python_bench: pytest these paths first; test: these paths instead of
+#                        tests/python (a shorter suite when little device time is left)
 #   ATTN_ARCHS           cp, python_bench: CUDA architectures (90a-real)
 #   ATTN_STALLS_BACKEND  profile, stalls: flash_sm80 (default) or flash_sm90
 #   ATTN_STALLS_PEER     profile, stalls: fa2 or cudnn (default fa2 beside
@@ -144,7 +145,9 @@ suite_test() {
   # The Python package on the GPU: CUDA tensors from PyTorch, CuPy and JAX.
   t0=$(date +%s)
   stage_python
-  PYTHONPATH=/tmp/py timeout 240 python3 -m pytest -q -rs -p no:cacheprovider tests/python >"$log/python.log" 2>&1
+  # shellcheck disable=SC2086  # a list of paths
+  PYTHONPATH=/tmp/py timeout 240 python3 -m pytest -q -rs -p no:cacheprovider ${ATTN_PYTEST:-tests/python} \
+    >"$log/python.log" 2>&1
   py_rc=$?
   verdict python "$py_rc" "$(grep -E '[0-9]+ (passed|failed)' "$log/python.log" | tail -1) ($(since "$t0") s)"
   echo "== failures / skips"

@@ -90,7 +90,8 @@ TEST(Select, PreferenceOrderPerArchitecture) {
   // flash_decode leads every forward order: it takes only calls with at most
   // 16 query tokens per sequence (decoding), which it reads at the memory's
   // speed. Then flash_sm90 leads Hopper's forward since it beats cuDNN's
-  // (docs/PERF.md, v18); cudnn leads the backward until flash_sm90's backward does.
+  // (docs/PERF.md, v18). cudnn heads the backward's base order; flash_sm90 moves
+  // ahead of it where leads_backward measured it faster (below).
   ASSERT_GE(sm90.size(), 4u);
   EXPECT_EQ(sm90[0], "flash_decode");
   EXPECT_EQ(sm90[1], "flash_sm90");
@@ -107,44 +108,40 @@ TEST(Select, PreferenceOrderPerArchitecture) {
   for (const auto* order : {&sm90, &sm90_bwd, &sm80, &sm80_bwd, &cpu}) EXPECT_EQ(order->size(), 6u);
 }
 
-// Hopper's backward order moves flash_sm90 first for causal GQA at d 128
-// (4 to 7 query heads per KV head) and at d_qk 192 and 256, where it measured faster
-// than cuDNN's, and says so; everywhere else cudnn stays first.
-TEST(Select, HopperBackwardPutsFlashSm90FirstForCausalGqa) {
+// Hopper's backward order moves flash_sm90 first where it measured faster
+// than cuDNN's (d 64 and 128, MHA and GQA; d_qk 192 and 256; 192 / 128
+// without a right edge) and says so; with dropout and for causal 192 / 128
+// cudnn stays first.
+TEST(Select, HopperBackwardPutsFlashSm90FirstWhereItLeads) {
   const DeviceInfo dev = simulated_device("sm90");
   const Problem p = causal_backward(16, 4);
   std::string rule;
   EXPECT_EQ(preference_order_for(dev, p, &rule).front(), "flash_sm90");
-  EXPECT_NE(rule.find("causal GQA"), std::string::npos) << rule;
+  EXPECT_NE(rule.find("flash_sm90 first for the backward at d_qk 128, d_v 128"), std::string::npos) << rule;
   const Selection s = select_backend(p, dev, Policy{});
   ASSERT_NE(s.backend, nullptr);
   EXPECT_STREQ(s.backend->name(), "flash_sm90");
-  EXPECT_NE(s.why.find("flash_sm90 first for a causal GQA backward"), std::string::npos) << s.why;
+  EXPECT_NE(s.why.find("flash_sm90 first for the backward"), std::string::npos) << s.why;
   auto first = [&](Problem q) { return preference_order_for(dev, q).front(); };
   Problem q = p;
-  q.h_q = q.h_kv = 16;  // MHA
-  EXPECT_EQ(first(q), "cudnn");
-  q = p;
-  q.h_q = 8;  // GQA 2
-  EXPECT_EQ(first(q), "cudnn");
-  q = p;
-  q.h_q = 32;  // GQA 8: each CTA walks too many heads
-  EXPECT_EQ(first(q), "cudnn");
-  q = p;
-  q.dropout_p = 0.1;  // cuDNN's dropout backward is faster
-  EXPECT_EQ(first(q), "cudnn");
-  q = p;
-  q.deterministic = true;  // d 128: cuDNN's deterministic backward leads at 1k and 4k
-  EXPECT_EQ(first(q), "cudnn");
+  for (int64_t h_q : {4, 8, 16, 32, 64}) {  // MHA, GQA 2, 4, 8 and 16
+    q.h_q = h_q;
+    EXPECT_EQ(first(q), "flash_sm90") << h_q;
+  }
   q = p;
   q.mask = MaskType::no_mask;
   q.window_right = -1;
-  EXPECT_EQ(first(q), "cudnn");
+  EXPECT_EQ(first(q), "flash_sm90");
   q = p;
-  q.window_left = 256;  // a sliding window: the first KV tiles are not the heavy ones
-  EXPECT_EQ(first(q), "cudnn");
+  q.window_left = 256;  // a sliding window
+  EXPECT_EQ(first(q), "flash_sm90");
   q = p;
-  q.d_qk = q.d_v = 64;  // measured slower than cuDNN's there
+  q.d_qk = q.d_v = 64;
+  EXPECT_EQ(first(q), "flash_sm90");
+  q = p;
+  q.dropout_p = 0.1;  // cuDNN's dropout backward is faster
+  EXPECT_EQ(first(q), "cudnn");
+  q.d_qk = q.d_v = 64;
   EXPECT_EQ(first(q), "cudnn");
   q = p;
   q.d_qk = q.d_v = 256;  // d 256: first for every mask and group, MHA too
@@ -173,8 +170,8 @@ TEST(Select, HopperBackwardPutsFlashSm90FirstForCausalGqa) {
 }
 
 // The deterministic mode's own measured rule: flash_sm90's deterministic
-// backward leads cuDNN's at d 64 (MHA and GQA) and at the wide tiles (MHA,
-// or without a right edge), cuDNN's at d 128 and for causal GQA at d 256.
+// backward leads cuDNN's at d 64 and 128 (MHA and GQA) and at the wide tiles
+// (MHA, or without a right edge), cuDNN's for causal GQA at d 256.
 TEST(Select, HopperDeterministicBackwardFollowsItsOwnMeasurements) {
   const DeviceInfo dev = simulated_device("sm90");
   Problem q = causal_backward(16, 16);  // MHA, causal
@@ -184,7 +181,11 @@ TEST(Select, HopperDeterministicBackwardFollowsItsOwnMeasurements) {
     rule.clear();
     return preference_order_for(dev, x, &rule).front();
   };
-  EXPECT_EQ(first(q), "cudnn");  // d 128
+  EXPECT_EQ(first(q), "flash_sm90");  // d 128
+  EXPECT_NE(rule.find("deterministic backward at d_qk 128"), std::string::npos) << rule;
+  q.h_q = 64;  // GQA 4 at d 128 too
+  EXPECT_EQ(first(q), "flash_sm90");
+  q.h_q = 16;
   q.d_qk = q.d_v = 64;
   EXPECT_EQ(first(q), "flash_sm90");
   EXPECT_NE(rule.find("deterministic backward at d_qk 64"), std::string::npos) << rule;

@@ -7,7 +7,6 @@
 #include "attn/error.h"
 #include "backends/common/device_reasons.h"
 #include "backends/flash/backend_adapter.h"
-#include "backends/flash/heuristics.h"
 #include "backends/flash_sm90/bwd_config.h"
 #include "backends/flash_sm90/bwd_table.h"
 #include "backends/flash_sm90/flash_sm90.h"
@@ -67,40 +66,32 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
 }
 
 bool leads_backward(const Problem& p, std::string* rule) {
-  // Its chunked grid runs the heavy first KV tiles of several heads together,
-  // where cuDNN also sums dK and dV over the group in extra kernels (at d 64
-  // cuDNN stays ahead). Not with dropout (its Philox draws cost flash_sm90
-  // more: 0.64x cuDNN's dropout backward over the d 64/128 grid, H100). Nor
-  // from 8 query heads per KV head: each CTA then walks 8 heads' query tiles
-  // and the first KV tiles' CTAs set the call's length (GQA 8, causal:
-  // 0.72-0.98x cuDNN). With the wide tiles (d_qk 192 and 256) it leads
-  // everywhere: d 256 1.03-1.24x cuDNN over ANCHORS.md's points (1.04-1.21x
-  // with GQA 4), d 192 1.16-1.42x (H100, docs/PERF.md); at 192 / 128 only
-  // without a right edge (1.23-1.43x; causal 0.80-0.91x, where cuDNN runs
-  // faster than without a mask).
+  // Measured against SDPA cuDNN's backward over ANCHORS.md's points (bf16,
+  // docs/PERF.md): d 64 1.04-1.17x and d 128 1.02-1.16x for MHA, 1.09-1.27x
+  // with GQA 4 and 8 (H200, 573d7a7); d 256 1.13-1.35x, d 192 1.26-1.49x;
+  // 192 / 128 only without a right edge (1.31-1.46x; causal 0.86-0.90x,
+  // where cuDNN runs faster than without a mask). Not with dropout: its
+  // Philox draws cost flash_sm90 more (0.69-0.85x cuDNN's dropout backward
+  // at d 64 / 128).
   const int64_t h_per_kv = p.h_kv > 0 ? p.h_q / p.h_kv : 0;
   if (p.dropout_p != 0) return false;
+  const bool narrow = p.d_qk == p.d_v && (p.d_qk == 64 || p.d_qk == 128);
   const bool wide = (p.d_qk == 256 && p.d_v == 256) || (p.d_qk == 192 && (p.d_v == 192 || p.window_right < 0));
   auto dims = [&] { return "d_qk " + std::to_string(p.d_qk) + ", d_v " + std::to_string(p.d_v); };
   if (p.deterministic) {
     // Deterministic backwards against each other (time over SDPA cuDNN's
-    // default backward, H200, ANCHORS.md's points; docs/PERF.md): at d 64
-    // flash_sm90 1.09-1.18 against cuDNN's 1.08-1.58 (MHA; GQA 4 and 8
-    // 0.97-1.15 against 1.04-1.62), at d 192 0.71-1.03 against 1.09-1.45,
-    // at d 256 0.82-1.10 against 1.07-1.31. Not with GQA and a right edge
-    // at the wide tiles (d 256 GQA 4 causal 1.29-1.36 against 1.06-1.22), nor
-    // at d 128, where cuDNN's leads at 1k and 4k (0.97-1.08 against 1.08-1.11).
-    const bool yes = (p.d_qk == 64 && p.d_v == 64) || (wide && (h_per_kv == 1 || p.window_right < 0));
+    // default backward, H200, ANCHORS.md's points): at d 64 flash_sm90
+    // 1.09-1.18 against cuDNN's 1.08-1.58 (MHA; GQA 4 and 8 0.97-1.15
+    // against 1.04-1.62), at d 128 0.91-0.98 (573d7a7) against 1.08-1.11,
+    // at d 192 0.71-1.03 against 1.09-1.45, at d 256 0.82-1.10 against
+    // 1.07-1.31. Not with GQA and a right edge at the wide tiles (d 256 GQA
+    // 4 causal 1.29-1.36 against 1.06-1.22).
+    const bool yes = narrow || (wide && (h_per_kv == 1 || p.window_right < 0));
     if (yes && rule) *rule = "flash_sm90 first for a deterministic backward at " + dims();
     return yes;
   }
-  if (wide) {
-    if (rule) *rule = "flash_sm90 first for the backward at " + dims();
-    return true;
-  }
-  const bool yes = p.d_qk == 128 && p.d_v == 128 && h_per_kv >= 4 && h_per_kv < 8 &&
-                   flash::bwd_first_kv_tiles_heavy(static_cast<int>(h_per_kv), p.window_left, p.window_right);
-  if (yes && rule) *rule = "flash_sm90 first for a causal GQA backward at d 128 (4 to 7 query heads per KV head)";
+  const bool yes = narrow || wide;
+  if (yes && rule) *rule = "flash_sm90 first for the backward at " + dims();
   return yes;
 }
 
