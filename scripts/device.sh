@@ -107,6 +107,7 @@
 #   ATTN_STALLS_PEER     profile, stalls: fa2 or cudnn (default fa2 beside
 #                        flash_sm80, cudnn beside flash_sm90)
 #   SEQLEN               profile, stalls: sequence length (4096)
+#   ATTN_STALLS_CAUSAL   profile, stalls: 1 for a causal problem (default non-causal)
 # Logs: $OUT/SUITE/ while it runs, then $OUT/SUITE-logs.tgz (a device call
 # brings back at most 8 files); figures (*.json, *.png) stay in $OUT/SUITE/.
 # Clocks and other card settings are left alone (METHOD.md).

@@ -4,7 +4,8 @@ Two roles, both used by the `profile` and `stalls` suites of
 scripts/device.sh on the device:
 
   stalls.py run IMPL PASS D SEQLEN
-      one problem (bf16, batch 16384/SEQLEN, heads 2048/D, non-causal) three
+      one problem (bf16, batch 16384/SEQLEN, heads 2048/D, non-causal, or
+      causal with ATTN_STALLS_CAUSAL=1) three
       times, so that ncu can profile the third call's kernel: IMPL is "attn"
       (the backend $ATTN_STALLS_BACKEND, default flash_sm80, through
       attn.torch), "fa2" (PyTorch SDPA's flash backend) or "cudnn" (SDPA's
@@ -31,13 +32,16 @@ def run(impl, pass_, d, seqlen):
     q, k, v = (torch.randn(b, seqlen, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=backward)
                for _ in range(3))
     do = torch.randn_like(q)
+    causal = os.environ.get("ATTN_STALLS_CAUSAL", "0") == "1"
 
     def call():
         if impl == "attn":
             import attn.torch as at
-            return at.attention(q, k, v, mask="no_mask", backend=os.environ.get("ATTN_STALLS_BACKEND", "flash_sm80"))
+            return at.attention(q, k, v, mask="causal" if causal else "no_mask",
+                                backend=os.environ.get("ATTN_STALLS_BACKEND", "flash_sm80"))
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION if impl == "fa2" else SDPBackend.CUDNN_ATTENTION):
-            return F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v))).transpose(1, 2)
+            return F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)),
+                                                  is_causal=causal).transpose(1, 2)
 
     for _ in range(3):
         if backward:
