@@ -15,6 +15,10 @@ namespace attn::flash {
 // The call's Philox seed and counter offset: from p.rng_state when the
 // caller keeps them in device memory (a captured graph's replays advance
 // them), else from the parameters.
+// Every lane of the warp calls it: the values are broadcast from lane 0, so
+// ptxas knows they are warp-uniform and keeps Philox's key schedule (one
+// key pair per round, the same for every block) in uniform registers,
+// folded into the rounds' XORs, rather than adding it again per block.
 __device__ __forceinline__ void dropout_key(const FwdParams& p, uint64_t& seed, uint32_t& offset) {
   seed = p.seed;
   offset = p.offset;
@@ -22,6 +26,10 @@ __device__ __forceinline__ void dropout_key(const FwdParams& p, uint64_t& seed, 
     seed = static_cast<uint64_t>(p.rng_state[0]);
     offset = static_cast<uint32_t>(p.rng_state[1]);
   }
+  const uint32_t lo = __shfl_sync(0xffffffffu, static_cast<uint32_t>(seed), 0);
+  const uint32_t hi = __shfl_sync(0xffffffffu, static_cast<uint32_t>(seed >> 32), 0);
+  seed = static_cast<uint64_t>(hi) << 32 | lo;
+  offset = __shfl_sync(0xffffffffu, offset, 0);
 }
 
 // Dropout's keep bits for this thread's MA x NA x 4 scores of one tile, by
