@@ -88,11 +88,16 @@ std::vector<testing::CaseSpec> cases(int64_t d, int64_t d_v = 0) {
   packed(MaskType::padding_causal, {300, 0, 1, 77}, {300, 0, 1, 77}, {63, 0});
   out.back().softcap = 30.0;
   out.back().bias = BiasType::alibi;
-  // Dropout (the forward's Philox bits, bit for bit): alone, with GQA, a
-  // window, packed sequences and softcap.
+  // Dropout (the forward's Philox bits, bit for bit): alone, with GQA (a
+  // CTA's walk over 4 query heads, then with the head split: d 64 draws each
+  // tile's bits during the tile before it, across query heads), a window,
+  // packed sequences and softcap.
   add(QkvFormat::bshd, MaskType::causal, 2, 300, 300, 8, 2);
   out.back().dropout_p = 0.2;
   out.back().seed = 11;
+  add(QkvFormat::bshd, MaskType::causal, 1, 200, 200, 8, 1);
+  out.back().dropout_p = 0.15;
+  out.back().seed = 14;
   add(QkvFormat::sbhd, MaskType::no_mask, 1, 130, 333, 4, 4, {100, 50}, DType::f16);
   out.back().dropout_p = 0.1;
   out.back().seed = 12;
