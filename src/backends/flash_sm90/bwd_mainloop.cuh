@@ -209,21 +209,18 @@ struct BwdMainloop {
 
   // S^T -> P^T in place. P = 0 where masked, so dS = P (dP - D) is 0 there too.
   // A tile without a mask (needs_mask: the same for the consumer's warps)
-  // takes a loop with no per-element test: with the test under a flag,
-  // ptxas kept three compares, a constant reload and a move per element.
+  // takes the loop built without the per-element test: with the test under a
+  // runtime flag, ptxas kept three compares, a constant reload and a move per
+  // element.
+  __device__ __forceinline__ void probabilities(float (&s)[NS][4], int m0, const float2* terms) const {
+    if (needs_mask(m0))
+      probabilities<true>(s, m0, terms);
+    else
+      probabilities<false>(s, m0, terms);
+  }
+  template <bool kMasked>
   __device__ __forceinline__ void probabilities(float (&s)[NS][4], int m0, const float2* terms) const {
     const float unit = p.scale_log2;  // scores -> log2 units
-    if (!needs_mask(m0)) {
-#pragma unroll
-      for (int i = 0; i < NS; ++i)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float lse2 = terms[8 * i + 2 * (lane & 3) + e].x;
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) s[i][2 * hr + e] = sm80::fast_exp2(s[i][2 * hr + e] * unit - lse2);
-        }
-      return;
-    }
     const int j0 = first_key();
 #pragma unroll
     for (int i = 0; i < NS; ++i)
@@ -231,13 +228,13 @@ struct BwdMainloop {
       for (int e = 0; e < 2; ++e) {
         const int c = 8 * i + 2 * (lane & 3) + e;
         const float lse2 = terms[c].x;
-        int begin, end;
-        row_bounds(m0, c, true, begin, end);
+        int begin = 0, end = 0;
+        if constexpr (kMasked) row_bounds(m0, c, true, begin, end);
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
           const int j = j0 + 8 * hr;
           float& x = s[i][2 * hr + e];
-          x = (j < begin || j >= end) ? 0.f : sm80::fast_exp2(x * unit - lse2);
+          x = (kMasked && (j < begin || j >= end)) ? 0.f : sm80::fast_exp2(x * unit - lse2);
         }
       }
   }
