@@ -17,8 +17,10 @@ void launch_bwd_prepass(const BwdParams& p, int d_qk, int d_v, cudaStream_t stre
 // order (deterministic); 0 without rows. Nothing to do without p.dsink.
 void launch_bwd_dsink(const BwdParams& p, cudaStream_t stream);
 
-// dq = softmax_scale * dq_accum in T and the caller's strides.
+// dq = softmax_scale * accum_scale * dq_accum in T and the caller's strides
+// (accum_scale: a factor the main kernel left out of dq_accum, as
+// flash_sm90's narrow tiles leave dropout's 1 / (1 - p)).
 template <typename T>
-void launch_bwd_convert_dq(const BwdParams& p, int d_qk, cudaStream_t stream);
+void launch_bwd_convert_dq(const BwdParams& p, int d_qk, cudaStream_t stream, float accum_scale = 1.f);
 
 }  // namespace attn::flash

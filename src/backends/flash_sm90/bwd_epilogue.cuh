@@ -94,19 +94,21 @@ __device__ __forceinline__ void bwd_store_dk_dv(const Sm90BwdParams& args, const
   const flash::FwdParams& p = bp.fwd;
   const int wg = tid / 128 - 1, lane = tid & 31, warp = (tid / 32) & 3;
   const int row0 = key_row0<Cfg>(wg);
+  // Dropout's 1 / (1 - p), left out of the tile loop (kKeepScaleOutside).
+  const float keep_scale = Cfg::kKeepScaleOutside ? p.dropout_scale : 1.f;
   if (args.dkv_accum) {
     const int64_t rows = args.dkv_rows, heads_kv = p.h_q / p.h_per_kv;
     const int64_t first =
         blk.h_kv * rows + (p.packed ? blk.seq.start_kv : static_cast<int64_t>(blk.b) * p.s_kv) + blk.n0;
     float* const dv_acc = args.dkv_accum + heads_kv * rows * Cfg::kHeadDim;  // dV's accumulator follows dK's
-    add_rows<Cfg, ColsK>(args.dkv_accum + first * Cfg::kHeadDim, regs.dk, p.scale, blk, wg, lane, warp);
-    add_rows<Cfg, ColsV>(dv_acc + first * Cfg::kHeadDimV, regs.dv, 1.f, blk, wg, lane, warp);
+    add_rows<Cfg, ColsK>(args.dkv_accum + first * Cfg::kHeadDim, regs.dk, p.scale * keep_scale, blk, wg, lane, warp);
+    add_rows<Cfg, ColsV>(dv_acc + first * Cfg::kHeadDimV, regs.dv, keep_scale, blk, wg, lane, warp);
     return;
   }
   const auto dk_stage = smem.dk_stage(), dv_stage = smem.dv_stage();
   sm90::named_sync(kBarEpilogue, 128 * Cfg::kConsumers);
-  stage_rows<T, Cfg, ColsK>(dk_stage, regs.dk, p.scale, wg, lane, warp);
-  stage_rows<T, Cfg, ColsV>(dv_stage, regs.dv, 1.f, wg, lane, warp);
+  stage_rows<T, Cfg, ColsK>(dk_stage, regs.dk, p.scale * keep_scale, wg, lane, warp);
+  stage_rows<T, Cfg, ColsV>(dv_stage, regs.dv, keep_scale, wg, lane, warp);
   sm90::fence_proxy_async();  // the stores above, before the TMA stores read them
   // A consumer writes its 64 key rows; with the wide tiles the two write
   // the CTA's 64 rows together (at d 192 they share a column block).

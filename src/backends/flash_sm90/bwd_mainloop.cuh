@@ -152,8 +152,9 @@ struct BwdMainloop {
     }
   }
 
-  // P^T's kept elements, scaled by 1 / (1 - p) (the dropped ones 0), as dV's
-  // A fragments; P^T stays in s for dS.
+  // P^T's kept elements (the dropped ones 0) as dV's A fragments; P^T stays
+  // in s for dS. 1 / (1 - p) is applied to dV in the epilogue
+  // (kKeepScaleOutside).
   __device__ __forceinline__ void kept_fragments(const float (&s)[NS][4], uint32_t (&a)[NS / 2][4],
                                                  const KeepWords& keep) const {
     float z[NS][4];
@@ -163,7 +164,7 @@ struct BwdMainloop {
       for (int hr = 0; hr < 2; ++hr)
 #pragma unroll
         for (int e = 0; e < 2; ++e)
-          z[i][2 * hr + e] = kept(keep, i, hr, e) ? s[i][2 * hr + e] * p.dropout_scale : 0.f;
+          z[i][2 * hr + e] = kept(keep, i, hr, e) ? s[i][2 * hr + e] : 0.f;
     a_fragments(z, a);
   }
 
@@ -271,9 +272,9 @@ struct BwdMainloop {
           if constexpr (kAlibi) x -= slope * fabsf(query_at - key_at[hr]);
           const int j = j0 + 8 * hr;
           const float prob = (masked && (j < begin || j >= end)) ? 0.f : sm80::fast_exp2(x * flash::kLog2e - lse2);
-          // dV's P is the dropped one (kept / (1 - p)); dS's P (1 - tanh^2)
-          // is not: dscores applies the keep bit to dP.
-          pr[2 * hr + e] = kDropout ? (kept(keep, i, hr, e) ? prob * p.dropout_scale : 0.f) : prob;
+          // dV's P is the dropped one (kept; 1 / (1 - p) in the epilogue);
+          // dS's P (1 - tanh^2) is not: dscores applies the keep bit to dP.
+          pr[2 * hr + e] = kDropout ? (kept(keep, i, hr, e) ? prob : 0.f) : prob;
           s[i][2 * hr + e] = prob * grad;
         }
       }
@@ -338,9 +339,12 @@ struct BwdMainloop {
   // dS^T = P^T (dP^T - D), in dp's registers (with softcap, s holds P^T (1 -
   // tanh^2); ALiBi's bias has no gradient: the slopes are not learned).
   // With dropout dS = P (z dP - D), z = keep / (1 - p) (D = rowsum(dO O)
-  // of the dropped output).
+  // of the dropped output), formed here as P (keep dP - (1 - p) D): the
+  // producer staged D (1 - p), and dQ and dK take 1 / (1 - p) after the
+  // loop (kKeepScaleOutside).
   __device__ __forceinline__ void dscores(const float (&s)[NS][4], float (&dp)[NS][4], const float2* terms,
                                           const KeepWords& keep) const {
+    static_assert(Cfg::kKeepScaleOutside, "dS leaves dropout's 1 / (1 - p) to dQ's conversion and the epilogue");
 #pragma unroll
     for (int i = 0; i < NS; ++i)
 #pragma unroll
@@ -349,7 +353,7 @@ struct BwdMainloop {
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
           float d = dp[i][2 * hr + e];
-          if constexpr (kDropout) d = kept(keep, i, hr, e) ? d * p.dropout_scale : 0.f;
+          if constexpr (kDropout) d = kept(keep, i, hr, e) ? d : 0.f;
           dp[i][2 * hr + e] = s[i][2 * hr + e] * (d - delta);
         }
       }
