@@ -320,6 +320,10 @@ suite_flash_sm90() {
     sanitize bwd-causal "--backend flash_sm90 --backward --format bshd --batch 2 --seqlen 150 --seqlen-kv 260 --heads 4 --kv-heads 2 --head-dim 128 --mask causal_bottom_right"
     sanitize bwd-window "--backend flash_sm90 --backward --format sbhd --batch 1 --seqlen 300 --heads 2 --head-dim 64 --mask no_mask --window 70,20"
     sanitize bwd-packed "--backend flash_sm90 --backward --format thd --seqlens 130,0,1,200 --heads 4 --kv-heads 2 --head-dim 128 --mask padding_causal"
+    # Dropout: d 64 draws a tile's keep bits a tile ahead, across the query
+    # heads of GQA 8's head split; d 128 with softcap over packed sequences.
+    sanitize bwd-dropout "--backend flash_sm90 --backward --format bshd --batch 1 --seqlen 200 --heads 8 --kv-heads 1 --head-dim 64 --mask causal --dropout 0.15 --seed 14"
+    sanitize bwd-drop-mods "--backend flash_sm90 --backward --format thd --seqlens 200,0,1,64 --heads 4 --kv-heads 2 --head-dim 128 --mask padding_causal --softcap 20 --dropout 0.3 --seed 13"
   fi
   note sanitizers "$(since "$t0") s"
   bench flash_sm90 420 "${compare[@]}" "$@"
