@@ -20,6 +20,7 @@
 #include "backends/flash/sequence.cuh"
 #include "backends/flash/score_mods.cuh"  // kLog2e
 #include "core/cuda_check.h"
+#include "kernels/dependent_launch.cuh"
 
 namespace attn::flash {
 namespace {
@@ -66,6 +67,9 @@ __device__ __forceinline__ float2 to_float2(uint32_t v) {
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     bwd_prepass_kernel(const __grid_constant__ BwdParams p, int d_qk, int d_v, int lanes) {
+  // Once every block has started, the main kernel's CTAs may take the SMs
+  // this pass leaves (flash_sm90 launches it early; it waits for this grid).
+  kernels::allow_dependent_launch();
   const int lane = threadIdx.x % lanes;  // within the row's group
   const int64_t t = static_cast<int64_t>(blockIdx.x) * (kThreads / lanes) + threadIdx.x / lanes;
   const int h = blockIdx.y;
@@ -138,6 +142,7 @@ __device__ __forceinline__ uint32_t pack_pair(float x, float y) {
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     bwd_convert_dq_kernel(const __grid_constant__ BwdParams p, int d_qk, int lanes, float accum_scale) {
+  kernels::wait_for_prior_grid();  // an early launch: the main kernel's adds (every block waits, see the launch)
   const int lane = threadIdx.x % lanes;  // within the row's group
   const int64_t t = static_cast<int64_t>(blockIdx.x) * (kThreads / lanes) + threadIdx.x / lanes;
   const int h = blockIdx.y;
@@ -170,15 +175,15 @@ void launch_bwd_dsink(const BwdParams& p, cudaStream_t stream) {
 }
 
 template <typename T>
-void launch_bwd_convert_dq(const BwdParams& p, int d_qk, cudaStream_t stream, float accum_scale) {
+void launch_bwd_convert_dq(const BwdParams& p, int d_qk, cudaStream_t stream, float accum_scale, bool early) {
   const int lanes = lanes_per_row(d_qk);
-  bwd_convert_dq_kernel<T><<<row_grid(p, lanes), kThreads, 0, stream>>>(p, d_qk, lanes, accum_scale);
-  ATTN_CUDA(cudaGetLastError());
+  kernels::launch_dependent(bwd_convert_dq_kernel<T>, row_grid(p, lanes), kThreads, 0, stream, early, p, d_qk, lanes,
+                            accum_scale);
 }
 
 template void launch_bwd_prepass<__nv_bfloat16>(const BwdParams&, int, int, cudaStream_t);
 template void launch_bwd_prepass<__half>(const BwdParams&, int, int, cudaStream_t);
-template void launch_bwd_convert_dq<__nv_bfloat16>(const BwdParams&, int, cudaStream_t, float);
-template void launch_bwd_convert_dq<__half>(const BwdParams&, int, cudaStream_t, float);
+template void launch_bwd_convert_dq<__nv_bfloat16>(const BwdParams&, int, cudaStream_t, float, bool);
+template void launch_bwd_convert_dq<__half>(const BwdParams&, int, cudaStream_t, float, bool);
 
 }  // namespace attn::flash

@@ -8,7 +8,9 @@
 
 namespace attn::flash {
 
-// D = rowsum(dO * O) and lse in log2 units per (query head, token), and dq_accum = 0.
+// D = rowsum(dO * O) and lse in log2 units per (query head, token), and
+// dq_accum = 0. Its blocks let the next kernel launch early once all have
+// started (a kernel so launched waits for this grid's end before it reads).
 template <typename T>
 void launch_bwd_prepass(const BwdParams& p, int d_qk, int d_v, cudaStream_t stream);
 
@@ -19,8 +21,11 @@ void launch_bwd_dsink(const BwdParams& p, cudaStream_t stream);
 
 // dq = softmax_scale * accum_scale * dq_accum in T and the caller's strides
 // (accum_scale: a factor the main kernel left out of dq_accum, as
-// flash_sm90's narrow tiles leave dropout's 1 / (1 - p)).
+// flash_sm90's narrow tiles leave dropout's 1 / (1 - p)). `early`
+// (sm_90): launched while the kernel before it still runs, its blocks
+// waiting for that grid's end (kernels/dependent_launch.cuh).
 template <typename T>
-void launch_bwd_convert_dq(const BwdParams& p, int d_qk, cudaStream_t stream, float accum_scale = 1.f);
+void launch_bwd_convert_dq(const BwdParams& p, int d_qk, cudaStream_t stream, float accum_scale = 1.f,
+                           bool early = false);
 
 }  // namespace attn::flash

@@ -18,8 +18,8 @@ static_assert(false ATTN_FLASH_SM90_BWD_TABLE(ATTN_IS_ROW), "ATTN_BWD_DQK/DV is 
 
 #define ATTN_INSTANTIATE(score_mods, dropout)                                                           \
   template void launch_bwd<__nv_bfloat16, ATTN_BWD_DQK, ATTN_BWD_DV, score_mods, dropout>(const Sm90BwdParams&, \
-                                                                                           cudaStream_t);       \
-  template void launch_bwd<__half, ATTN_BWD_DQK, ATTN_BWD_DV, score_mods, dropout>(const Sm90BwdParams&,        \
+                                                                                           bool, cudaStream_t); \
+  template void launch_bwd<__half, ATTN_BWD_DQK, ATTN_BWD_DV, score_mods, dropout>(const Sm90BwdParams&, bool,  \
                                                                                     cudaStream_t);
 ATTN_INSTANTIATE(false, false)
 ATTN_INSTANTIATE(true, false)

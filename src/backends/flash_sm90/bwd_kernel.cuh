@@ -33,6 +33,7 @@
 #include "backends/flash_sm90/bwd_producer.cuh"
 #include "backends/flash_sm90/bwd_smem.cuh"
 #include "core/cuda_check.h"
+#include "kernels/dependent_launch.cuh"
 #include "kernels/sm90/mbarrier.cuh"
 
 namespace attn::flash_sm90 {
@@ -42,6 +43,12 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ Sm90BwdParams args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = BwdConfig<kDQK, kDV>;
+  // An early launch (below): the pre-pass may still write the row terms and
+  // zero dq_accum. Every thread waits, those of CTAs without work too, so
+  // this grid's end implies the pre-pass's for dQ's conversion, launched
+  // early behind it; the conversion may launch once every CTA has started.
+  kernels::wait_for_prior_grid();
+  kernels::allow_dependent_launch();
   BwdKvBlock blk;
   if (!bwd_kv_block<Cfg>(args, blk)) return;  // the whole CTA
   extern __shared__ char smem_raw[];
@@ -89,9 +96,10 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV>::kThreads, 1)
 }
 
 // One CTA per (KV tile, KV head, sequence) on the caller's stream, in the
-// chunked order above.
+// chunked order above. `early`: launched behind the pre-pass (or dsink's
+// sum), so that its CTAs start on the SMs the pre-pass's last wave leaves.
 template <typename T, int kDQK, int kDV, bool kScoreMods, bool kDropout>
-void launch_bwd(const Sm90BwdParams& args, cudaStream_t stream) {
+void launch_bwd(const Sm90BwdParams& args, bool early, cudaStream_t stream) {
   using Cfg = BwdConfig<kDQK, kDV>;
   auto* kernel = flash_bwd_sm90_kernel<T, kDQK, kDV, kScoreMods, kDropout>;
   ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
@@ -115,8 +123,7 @@ void launch_bwd(const Sm90BwdParams& args, cudaStream_t stream) {
   else
     a.p.group_chunk = flash::bwd_group_chunk(heads, p.window_left, p.window_right, p.s_q, kDQK, kDV, units);
   const dim3 grid(a.p.group_chunk, kv_tiles, (units + a.p.group_chunk - 1) / a.p.group_chunk);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(a);
-  ATTN_CUDA(cudaGetLastError());
+  kernels::launch_dependent(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, early, a);
 }
 
 }  // namespace attn::flash_sm90

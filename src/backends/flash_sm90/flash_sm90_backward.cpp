@@ -58,18 +58,21 @@ void run(const Problem& p, const BackwardArgs& a, const flash::BwdParams& k, flo
   args.dv = tile_map(p, a.dv, tokens_kv, p.h_kv, kDV, 64, "dv");
   if (k.rows_q > 0) flash::launch_bwd_prepass<T>(k, kDQK, kDV, stream);
   flash::launch_bwd_dsink(k, stream);
+  // The main kernel and dQ's conversion start early, behind the kernel
+  // before each (a memset before the main kernel has no rows to wait for).
+  const bool early = k.rows_q > 0;
   if (p.s_kv > 0) {
     if (args.p.fwd.dropout_threshold && args.p.fwd.score_mods)
-      launch_bwd<T, kDQK, kDV, true, true>(args, stream);
+      launch_bwd<T, kDQK, kDV, true, true>(args, early, stream);
     else if (args.p.fwd.dropout_threshold)
-      launch_bwd<T, kDQK, kDV, false, true>(args, stream);
+      launch_bwd<T, kDQK, kDV, false, true>(args, early, stream);
     else if (args.p.fwd.score_mods)
-      launch_bwd<T, kDQK, kDV, true, false>(args, stream);
+      launch_bwd<T, kDQK, kDV, true, false>(args, early, stream);
     else
-      launch_bwd<T, kDQK, kDV, false, false>(args, stream);
+      launch_bwd<T, kDQK, kDV, false, false>(args, early, stream);
   }
   if (dkv_accum) launch_bwd_convert_dkv<T>(args, kDQK, kDV, stream);
-  if (k.rows_q > 0) flash::launch_bwd_convert_dq<T>(k, kDQK, stream, dq_accum_scale);
+  if (k.rows_q > 0) flash::launch_bwd_convert_dq<T>(k, kDQK, stream, dq_accum_scale, /*early=*/true);
 }
 
 template <typename T>
