@@ -324,6 +324,8 @@ suite_flash_sm90() {
     # heads of GQA 8's head split; d 128 with softcap over packed sequences.
     sanitize bwd-dropout "--backend flash_sm90 --backward --format bshd --batch 1 --seqlen 200 --heads 8 --kv-heads 1 --head-dim 64 --mask causal --dropout 0.15 --seed 14"
     sanitize bwd-drop-mods "--backend flash_sm90 --backward --format thd --seqlens 200,0,1,64 --heads 4 --kv-heads 2 --head-dim 128 --mask padding_causal --softcap 20 --dropout 0.3 --seed 13"
+    # The wide tiles' dropout (flash_sm80's score code, 1 / (1 - p) out of the loop).
+    sanitize bwd-drop-256 "--backend flash_sm90 --backward --format bshd --batch 1 --seqlen 130 --heads 2 --head-dim 256 --mask causal --dropout 0.2 --seed 15"
   fi
   note sanitizers "$(since "$t0") s"
   bench flash_sm90 420 "${compare[@]}" "$@"

@@ -141,7 +141,7 @@ __device__ __forceinline__ uint32_t pack_pair(float x, float y) {
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    bwd_convert_dq_kernel(const __grid_constant__ BwdParams p, int d_qk, int lanes, float accum_scale) {
+    bwd_convert_dq_kernel(const __grid_constant__ BwdParams p, int d_qk, int lanes) {
   kernels::wait_for_prior_grid();  // an early launch: the main kernel's adds (every block waits, see the launch)
   const int lane = threadIdx.x % lanes;  // within the row's group
   const int64_t t = static_cast<int64_t>(blockIdx.x) * (kThreads / lanes) + threadIdx.x / lanes;
@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kThreads)
   T* dq = static_cast<T*>(p.dq) + row_offset(token_row(p, t), p.dq_batch_stride, p.dq_row_stride) +
           h * p.dq_head_stride;
   const float4* acc = reinterpret_cast<const float4*>(p.dq_accum + (h * p.rows_q + t) * d_qk);
-  const float s = p.fwd.scale * accum_scale;
+  const float s = p.fwd.scale * p.fwd.dropout_scale;  // dropout's 1 / (1 - p) was left out of dq_accum
   for (int c = lane; c < d_qk / 8; c += lanes) {
     const int at = dq_swizzle(t, 8 * c) / 4;  // chunk c's place in the row (flash/dq_layout.h)
     const float4 a = acc[at], b = acc[at + 1];
@@ -175,15 +175,14 @@ void launch_bwd_dsink(const BwdParams& p, cudaStream_t stream) {
 }
 
 template <typename T>
-void launch_bwd_convert_dq(const BwdParams& p, int d_qk, cudaStream_t stream, float accum_scale, bool early) {
+void launch_bwd_convert_dq(const BwdParams& p, int d_qk, cudaStream_t stream, bool early) {
   const int lanes = lanes_per_row(d_qk);
-  kernels::launch_dependent(bwd_convert_dq_kernel<T>, row_grid(p, lanes), kThreads, 0, stream, early, p, d_qk, lanes,
-                            accum_scale);
+  kernels::launch_dependent(bwd_convert_dq_kernel<T>, row_grid(p, lanes), kThreads, 0, stream, early, p, d_qk, lanes);
 }
 
 template void launch_bwd_prepass<__nv_bfloat16>(const BwdParams&, int, int, cudaStream_t);
 template void launch_bwd_prepass<__half>(const BwdParams&, int, int, cudaStream_t);
-template void launch_bwd_convert_dq<__nv_bfloat16>(const BwdParams&, int, cudaStream_t, float, bool);
-template void launch_bwd_convert_dq<__half>(const BwdParams&, int, cudaStream_t, float, bool);
+template void launch_bwd_convert_dq<__nv_bfloat16>(const BwdParams&, int, cudaStream_t, bool);
+template void launch_bwd_convert_dq<__half>(const BwdParams&, int, cudaStream_t, bool);
 
 }  // namespace attn::flash

@@ -19,13 +19,11 @@ void launch_bwd_prepass(const BwdParams& p, int d_qk, int d_v, cudaStream_t stre
 // order (deterministic); 0 without rows. Nothing to do without p.dsink.
 void launch_bwd_dsink(const BwdParams& p, cudaStream_t stream);
 
-// dq = softmax_scale * accum_scale * dq_accum in T and the caller's strides
-// (accum_scale: a factor the main kernel left out of dq_accum, as
-// flash_sm90's narrow tiles leave dropout's 1 / (1 - p)). `early`
+// dq = softmax_scale * dq_accum / (1 - p) in T and the caller's strides (the
+// main kernels leave dropout's factor out of dq_accum: params.h). `early`
 // (sm_90): launched while the kernel before it still runs, its blocks
 // waiting for that grid's end (kernels/dependent_launch.cuh).
 template <typename T>
-void launch_bwd_convert_dq(const BwdParams& p, int d_qk, cudaStream_t stream, float accum_scale = 1.f,
-                           bool early = false);
+void launch_bwd_convert_dq(const BwdParams& p, int d_qk, cudaStream_t stream, bool early = false);
 
 }  // namespace attn::flash

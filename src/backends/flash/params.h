@@ -96,6 +96,12 @@ struct BwdParams {
   // One 8-byte load per row in the main kernel, in place of two loads through
   // the caller's lse strides and a conversion per query tile.
   float2* row_terms = nullptr;  // [h_q][rows_q]
+  // Dropout's 1 / (1 - p) stays out of the main kernels' tile loops: they
+  // form dS = P (keep dP - (1 - p) D) and dV's P keep alone, take D times
+  // this factor (1 - p; 1 without dropout) from the row terms, and scale
+  // dK and dV by fwd.dropout_scale when they store them; dQ's conversion
+  // applies it to dq_accum. Two multiplies per element fewer.
+  float delta_scale = 1.f;
   float* dq_accum = nullptr;  // [h_q][rows_q][d_qk]: dQ / softmax_scale, fp32
   // Deterministic mode: one counter per (sequence, query head, query tile),
   // the number of KV tiles that have added into that tile's dq_accum rows; a

@@ -114,6 +114,7 @@ BwdParams backward_params(const Problem& p, const BackwardArgs& a, int semaphore
                           int64_t tail_bytes, void** tail) {
   BwdParams k;
   k.fwd = forward_params(p, ForwardArgs{a.in, a.out, a.lse, {}});
+  if (p.dropout_p > 0) k.delta_scale = static_cast<float>(1.0 - p.dropout_p);
   const QkvFormat f = p.qkv_format;
   const Strides o = strides_of(a.dout, f), q = strides_of(a.dq, f), kk = strides_of(a.dk, f),
                 v = strides_of(a.dv, f);

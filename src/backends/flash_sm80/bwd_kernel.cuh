@@ -59,7 +59,8 @@ __device__ __forceinline__ bool bwd_grid_position(const flash::BwdParams& bp, in
 }
 
 // dK (times softmax_scale) and dV through K's and V's shared memory, then
-// whole 16-byte chunks per row; zeros where no query saw these keys.
+// whole 16-byte chunks per row; zeros where no query saw these keys. Both
+// take dropout's 1 / (1 - p) here (bwd_scores.cuh).
 template <typename T, class Cfg, class DK, class DV>
 __device__ __forceinline__ void bwd_store_dk_dv(const flash::BwdParams& bp, const flash::SeqExtent& seq, int b,
                                                 int h_kv, int n0, int rows_out, const DK& dk, const DV& dv,
@@ -73,8 +74,8 @@ __device__ __forceinline__ void bwd_store_dk_dv(const flash::BwdParams& bp, cons
   if (bp.dq_bulk) dq_bulk_wait_read();  // shared memory stays until the last bulk add has read it
 #endif
   __syncthreads();
-  flash::stage_block<T, KTile>(k_smem, dk, bp.fwd.scale, row0_k, col0_k, lane);
-  flash::stage_block<T, VTile>(v_smem, dv, 1.f, row0_v, col0_v, lane);
+  flash::stage_block<T, KTile>(k_smem, dk, bp.fwd.scale * bp.fwd.dropout_scale, row0_k, col0_k, lane);
+  flash::stage_block<T, VTile>(v_smem, dv, bp.fwd.dropout_scale, row0_v, col0_v, lane);
   __syncthreads();
   T* dk_out = static_cast<T*>(bp.dk) + b * bp.dk_batch_stride + (seq.start_kv + n0) * bp.dk_row_stride +
               h_kv * bp.dk_head_stride;
@@ -208,7 +209,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
       const int rows = min(kM, seq.len_q - m0);
       const uint32_t bh = static_cast<uint32_t>(b) * static_cast<uint32_t>(p.h_q) + static_cast<uint32_t>(h);
       RowTerms<MAS> rt;
-      rt.load(bp.row_terms + h * bp.rows_q + tok0 + m0, row0_s, rows, lane);
+      rt.load(bp.row_terms + h * bp.rows_q + tok0 + m0, row0_s, rows, lane, bp.delta_scale);
       flash::KeepBits<MAS, NAS> keep;
       if (dropout) keep.compute_paired(p, bh, m0 + row0_s, n0 + col0_s, lane);
 

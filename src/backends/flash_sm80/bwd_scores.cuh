@@ -5,6 +5,9 @@
 //   s   = scale q.k, softcap (dP' *= 1 - tanh^2, its derivative), ALiBi, mask
 //   P   = exp(s - lse)          (0 for rows with lse = -inf: they see no key)
 //   dS  = P * dP',  and P * z is what dV needs.
+// With dropout the tile holds (1 - p) times dP' and P * z: keep * dP - (1 - p)
+// D, with D (1 - p) from the row terms (flash::BwdParams::delta_scale), and P
+// * keep; dK, dV and dQ take the 1 / (1 - p) once, when they are stored.
 // Register layout as in flash/mask.cuh: s[ma][na][2 * half + e] is row
 // row0 + 16 ma + 8 half + lane / 4, column n0 + 8 na + 2 (lane % 4) + e.
 #pragma once
@@ -31,8 +34,10 @@ struct RowTerms {
   float lse2[MA][2];
   float delta[MA][2];
 
-  // terms: the tile's row 0; rows: the rows of the tile in the sequence.
-  __device__ __forceinline__ void load(const float2* terms, int row0, int rows, int lane) {
+  // terms: the tile's row 0; rows: the rows of the tile in the sequence;
+  // delta_scale: D's factor (flash::BwdParams::delta_scale, or 1 for terms
+  // staged with it).
+  __device__ __forceinline__ void load(const float2* terms, int row0, int rows, int lane, float delta_scale) {
     const int r0 = row0 + (lane >> 2);
     const float2* at = terms + r0;
 #pragma unroll
@@ -41,13 +46,14 @@ struct RowTerms {
       for (int h = 0; h < 2; ++h) {
         const float2 t = r0 + 16 * ma + 8 * h < rows ? at[16 * ma + 8 * h] : make_float2(INFINITY, 0.f);
         lse2[ma][h] = t.x;
-        delta[ma][h] = t.y;
+        delta[ma][h] = t.y * delta_scale;
       }
   }
 };
 
-// dP -> z * dP - D (dropped pairs: -D; their P * z is 0 and their dS is P * -D,
-// as d(out)/d(s) through the kept pairs alone requires). kDropout is a
+// dP -> z * dP - D, times 1 - p under dropout (dropped pairs: -D; their P * z
+// is 0 and their dS is P * -D, as d(out)/d(s) through the kept pairs alone
+// requires). kDropout is a
 // template argument, chosen once per tile by the caller: a per-element test of
 // p.dropout_threshold made the compiler keep the 32 keep bits as predicates
 // packed into registers on the path without dropout too (~100 instructions a
@@ -64,7 +70,7 @@ __device__ __forceinline__ void dp_minus_delta(float (&dp)[MA][NA][4], const Row
         float d = dp[ma][na][e];
         if constexpr (kDropout) {
           const int b = flash::KeepBits<MA, NA>::bit(ma, na, e);
-          d = ((keep.word[b / 32] >> (b % 32)) & 1u) ? d * p.dropout_scale : 0.f;
+          d = ((keep.word[b / 32] >> (b % 32)) & 1u) ? d : 0.f;
         }
         dp[ma][na][e] = d - rt.delta[ma][e >> 1];
       }
@@ -83,7 +89,7 @@ __device__ __forceinline__ void score_mods_bwd(float (&s)[MA][NA][4], float (&dp
   });
 }
 
-// s -> P = exp2(unit * s - lse2); dp -> dS = P * dp; s -> P * z (dropout).
+// s -> P = exp2(unit * s - lse2); dp -> dS = P * dp; s -> P * keep (dropout).
 template <bool kDropout, int MA, int NA>
 __device__ __forceinline__ void probabilities_and_grads(float (&s)[MA][NA][4], float (&dp)[MA][NA][4],
                                                         const RowTerms<MA>& rt, const flash::KeepBits<MA, NA>& keep,
@@ -99,7 +105,7 @@ __device__ __forceinline__ void probabilities_and_grads(float (&s)[MA][NA][4], f
         float pz = pr;
         if constexpr (kDropout) {
           const int b = flash::KeepBits<MA, NA>::bit(ma, na, e);
-          pz = ((keep.word[b / 32] >> (b % 32)) & 1u) ? pr * p.dropout_scale : 0.f;
+          pz = ((keep.word[b / 32] >> (b % 32)) & 1u) ? pr : 0.f;
         }
         s[ma][na][e] = pz;
       }

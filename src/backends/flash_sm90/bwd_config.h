@@ -105,13 +105,6 @@ struct BwdConfig {
   // writes tile i + 1's while the other may still read tile i's dS in dQ's
   // product, which runs after the stage is handed back.
   static constexpr bool kDqRowHalves = kDQK == 64;
-  // The narrow tiles leave dropout's 1 / (1 - p) out of the tile loop: dV's
-  // P and dS take the keep bit alone, the producer stages D (1 - p), and
-  // the scale is applied once to dK and dV in the epilogue and to dQ in its
-  // conversion (launch_bwd_convert_dq's accum_scale): two multiplies per
-  // element fewer (bwd_mainloop.cuh). The wide tiles share flash_sm80's
-  // dropout code.
-  static constexpr bool kKeepScaleOutside = !kWide;
   static_assert(kDqRowHalves ? kBlockM == 64 * kConsumers : kBlockM == 64, "dQ: an m64 product per consumer");
   static constexpr int kDsBuffers = kWide ? 4 : 2;
   static constexpr int kSmemDs = kBlockN * kBlockM * 2;  // dS^T, one buffer

@@ -94,8 +94,8 @@ __device__ __forceinline__ void bwd_store_dk_dv(const Sm90BwdParams& args, const
   const flash::FwdParams& p = bp.fwd;
   const int wg = tid / 128 - 1, lane = tid & 31, warp = (tid / 32) & 3;
   const int row0 = key_row0<Cfg>(wg);
-  // Dropout's 1 / (1 - p), left out of the tile loop (kKeepScaleOutside).
-  const float keep_scale = Cfg::kKeepScaleOutside ? p.dropout_scale : 1.f;
+  // Dropout's 1 / (1 - p), left out of the tile loop (flash::BwdParams::delta_scale).
+  const float keep_scale = p.dropout_scale;
   if (args.dkv_accum) {
     const int64_t rows = args.dkv_rows, heads_kv = p.h_q / p.h_per_kv;
     const int64_t first =

@@ -154,7 +154,7 @@ struct BwdMainloop {
 
   // P^T's kept elements (the dropped ones 0) as dV's A fragments; P^T stays
   // in s for dS. 1 / (1 - p) is applied to dV in the epilogue
-  // (kKeepScaleOutside).
+  // (flash::BwdParams::delta_scale).
   __device__ __forceinline__ void kept_fragments(const float (&s)[NS][4], uint32_t (&a)[NS / 2][4],
                                                  const KeepWords& keep) const {
     float z[NS][4];
@@ -341,10 +341,9 @@ struct BwdMainloop {
   // With dropout dS = P (z dP - D), z = keep / (1 - p) (D = rowsum(dO O)
   // of the dropped output), formed here as P (keep dP - (1 - p) D): the
   // producer staged D (1 - p), and dQ and dK take 1 / (1 - p) after the
-  // loop (kKeepScaleOutside).
+  // loop (flash::BwdParams::delta_scale).
   __device__ __forceinline__ void dscores(const float (&s)[NS][4], float (&dp)[NS][4], const float2* terms,
                                           const KeepWords& keep) const {
-    static_assert(Cfg::kKeepScaleOutside, "dS leaves dropout's 1 / (1 - p) to dQ's conversion and the epilogue");
 #pragma unroll
     for (int i = 0; i < NS; ++i)
 #pragma unroll

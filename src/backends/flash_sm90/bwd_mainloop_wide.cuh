@@ -163,7 +163,7 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
     const int hq = blk.h_kv * p.h_per_kv + hh, row0 = m0 + 16 * warp;
     flash_sm80::RowTerms<1> rt;
     rt.load(reinterpret_cast<const float2*>(smem.to_generic(smem.terms(stage))), 16 * warp, blk.seq.len_q - m0,
-            lane);
+            lane, 1.f);  // D staged times delta_scale
     const bool dropout = kDropout && p.dropout_threshold;
     flash::KeepBits<1, NA> keep;
     if (dropout) keep.compute_paired(p, static_cast<uint32_t>(blk.b) * p.h_q + hq, row0, this->key0, lane);
@@ -183,7 +183,7 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
     if (m < unmasked.first || m > unmasked.last) flash::apply_mask_by_key(s, p, blk.seq, row0, this->key0, lane);
     if (dropout) flash_sm80::probabilities_and_grads<true>(s, dp, rt, keep, p, unit);
     else flash_sm80::probabilities_and_grads<false>(s, dp, rt, keep, p, unit);
-    store_key_blocks<T>(p_tile(it), s, this->wg_key0 / 8);   // P (times z with dropout)
+    store_key_blocks<T>(p_tile(it), s, this->wg_key0 / 8);   // P (times keep with dropout)
     store_key_blocks<T>(ds_tile(it), dp, this->wg_key0 / 8);  // dS
     sm90::fence_proxy_async();          // the stores above, before wgmma reads them
     sm90::named_sync(kBarDsWritten, 128 * Cfg::kConsumers);
@@ -242,7 +242,7 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
     const int row0 = m0 + 16 * warp;
     flash_sm80::RowTerms<1> rt;
     rt.load(reinterpret_cast<const float2*>(smem.to_generic(smem.terms(stage))), 16 * warp, blk.seq.len_q - m0,
-            lane);
+            lane, 1.f);  // D staged times delta_scale
     sm90::wgmma_wait<0>();
     sm90::fence_registers(x_flat);
     const KeyTile p_buf = p_tile(it), ds_buf = ds_tile(it);

@@ -20,9 +20,6 @@ struct Sm90BwdParams {
   int head_split = 1;
   float* dkv_accum = nullptr;
   int64_t dkv_rows = 0;  // b * s_kv, or thd's packed key tokens
-  // D's factor in the row terms the producer stages: 1 - p where the tiles
-  // keep dropout's 1 / (1 - p) out of the loop (BwdConfig::kKeepScaleOutside).
-  float delta_scale = 1.f;
 };
 
 }  // namespace attn::flash_sm90

@@ -74,7 +74,7 @@ __device__ __forceinline__ void bwd_load(const Sm90BwdParams& args, const BwdSme
 #pragma unroll
       for (int j = 0; j < kM / 32; ++j) {
         const uint32_t at = smem.terms(stage) + 8 * (lane + 32 * j);
-        const float delta = t[j].y * args.delta_scale;  // D (1 - p) under dropout (kKeepScaleOutside)
+        const float delta = t[j].y * bp.delta_scale;  // D (1 - p) under dropout (flash::BwdParams)
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(t[j].x), "f"(delta) : "memory");
       }
       if (lane == 0) {

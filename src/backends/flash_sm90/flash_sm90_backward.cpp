@@ -40,10 +40,6 @@ void run(const Problem& p, const BackwardArgs& a, const flash::BwdParams& k, flo
   const int64_t tokens_q = packed ? p.total_q : p.s_q, tokens_kv = packed ? p.total_kv : p.s_kv;
   Sm90BwdParams args;
   args.p = k;
-  // Dropout's 1 / (1 - p), left out of the tile loop (kKeepScaleOutside):
-  // D staged times 1 - p, dQ's conversion applies the scale.
-  if (Cfg::kKeepScaleOutside) args.delta_scale = static_cast<float>(1.0 - p.dropout_p);
-  const float dq_accum_scale = Cfg::kKeepScaleOutside ? k.fwd.dropout_scale : 1.f;
   if (dkv_accum) {
     args.head_split = head_split_of(p);
     args.dkv_accum = dkv_accum;
@@ -72,7 +68,7 @@ void run(const Problem& p, const BackwardArgs& a, const flash::BwdParams& k, flo
       launch_bwd<T, kDQK, kDV, false, false>(args, early, stream);
   }
   if (dkv_accum) launch_bwd_convert_dkv<T>(args, kDQK, kDV, stream);
-  if (k.rows_q > 0) flash::launch_bwd_convert_dq<T>(k, kDQK, stream, dq_accum_scale, /*early=*/true);
+  if (k.rows_q > 0) flash::launch_bwd_convert_dq<T>(k, kDQK, stream, /*early=*/true);
 }
 
 template <typename T>
