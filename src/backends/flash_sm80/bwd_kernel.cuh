@@ -235,8 +235,8 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
       sm80::gemm_ss<T, MAS, NAS, kDV, DOTile, VTile, false, false>(dp, do_s, v_s, row0_s, col0_s, lane);
       sm80::gemm_ss<T, MAS, NAS, kDQK, QTile, KTile, false, false>(s, q_s, k_s, row0_s, col0_s, lane);
 
-      if (dropout) dp_minus_delta<true>(dp, rt, keep, p);
-      else dp_minus_delta<false>(dp, rt, keep, p);
+      if (dropout) dp_minus_delta<true>(dp, rt, keep);
+      else dp_minus_delta<false>(dp, rt, keep);
       if (p.score_mods) {
         const float slope = p.alibi ? p.alibi[b * p.alibi_batch_stride + h * p.alibi_head_stride] : 0.f;
         score_mods_bwd(s, dp, p, slope, m0 + row0_s, n0 + col0_s, seq.shift, lane);
@@ -245,8 +245,8 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
         if constexpr (Cfg::kMaskBits) flash::apply_mask_bits(s, p, seq, m0 + row0_s, n0 + col0_s, lane);
         else flash::apply_mask_by_key(s, p, seq, m0 + row0_s, n0 + col0_s, lane);
       }
-      if (dropout) probabilities_and_grads<true>(s, dp, rt, keep, p, unit);
-      else probabilities_and_grads<false>(s, dp, rt, keep, p, unit);
+      if (dropout) probabilities_and_grads<true>(s, dp, rt, keep, unit);
+      else probabilities_and_grads<false>(s, dp, rt, keep, unit);
       flash::stage_block<T, PTile>(p_smem, s, 1.f, row0_s, col0_s, lane);
       flash::stage_block<T, PTile>(ds_smem, dp, 1.f, row0_s, col0_s, lane);
       __syncthreads();

@@ -53,14 +53,13 @@ struct RowTerms {
 
 // dP -> z * dP - D, times 1 - p under dropout (dropped pairs: -D; their P * z
 // is 0 and their dS is P * -D, as d(out)/d(s) through the kept pairs alone
-// requires). kDropout is a
-// template argument, chosen once per tile by the caller: a per-element test of
-// p.dropout_threshold made the compiler keep the 32 keep bits as predicates
-// packed into registers on the path without dropout too (~100 instructions a
-// tile in the d 128 loop).
+// requires). kDropout is a template argument, chosen once per tile by the
+// caller: a per-element test of p.dropout_threshold made the compiler keep
+// the 32 keep bits as predicates packed into registers on the path without
+// dropout too (~100 instructions a tile in the d 128 loop).
 template <bool kDropout, int MA, int NA>
 __device__ __forceinline__ void dp_minus_delta(float (&dp)[MA][NA][4], const RowTerms<MA>& rt,
-                                               const flash::KeepBits<MA, NA>& keep, const flash::FwdParams& p) {
+                                               const flash::KeepBits<MA, NA>& keep) {
 #pragma unroll
   for (int ma = 0; ma < MA; ++ma)
 #pragma unroll
@@ -93,7 +92,7 @@ __device__ __forceinline__ void score_mods_bwd(float (&s)[MA][NA][4], float (&dp
 template <bool kDropout, int MA, int NA>
 __device__ __forceinline__ void probabilities_and_grads(float (&s)[MA][NA][4], float (&dp)[MA][NA][4],
                                                         const RowTerms<MA>& rt, const flash::KeepBits<MA, NA>& keep,
-                                                        const flash::FwdParams& p, float unit) {
+                                                        float unit) {
 #pragma unroll
   for (int ma = 0; ma < MA; ++ma)
 #pragma unroll

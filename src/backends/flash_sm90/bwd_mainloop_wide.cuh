@@ -170,8 +170,8 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
     sm90::wgmma_wait<0>();  // S and dP
     sm90::fence_registers(*reinterpret_cast<float(*)[kKeys / 2]>(&s));
     sm90::fence_registers(*reinterpret_cast<float(*)[kKeys / 2]>(&dp));
-    if (dropout) flash_sm80::dp_minus_delta<true>(dp, rt, keep, p);
-    else flash_sm80::dp_minus_delta<false>(dp, rt, keep, p);
+    if (dropout) flash_sm80::dp_minus_delta<true>(dp, rt, keep);
+    else flash_sm80::dp_minus_delta<false>(dp, rt, keep);
     float unit = p.scale_log2;
     if constexpr (kScoreMods) {
       if (p.score_mods) {
@@ -181,8 +181,8 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
       }
     }
     if (m < unmasked.first || m > unmasked.last) flash::apply_mask_by_key(s, p, blk.seq, row0, this->key0, lane);
-    if (dropout) flash_sm80::probabilities_and_grads<true>(s, dp, rt, keep, p, unit);
-    else flash_sm80::probabilities_and_grads<false>(s, dp, rt, keep, p, unit);
+    if (dropout) flash_sm80::probabilities_and_grads<true>(s, dp, rt, keep, unit);
+    else flash_sm80::probabilities_and_grads<false>(s, dp, rt, keep, unit);
     store_key_blocks<T>(p_tile(it), s, this->wg_key0 / 8);   // P (times keep with dropout)
     store_key_blocks<T>(ds_tile(it), dp, this->wg_key0 / 8);  // dS
     sm90::fence_proxy_async();          // the stores above, before wgmma reads them
