@@ -4,10 +4,13 @@
 //
 // The contract (docs/SEMANTICS.md, "Dropout"), which GPU kernels reproduce bit for bit:
 //   key     = (lo32(seed), hi32(seed))
-//   counter = (j / 4, i, b * h_q + h, offset)       i, j: positions inside sequence b
-//   r       = philox4x32_10(counter, key)[j % 4]
-//   keep    = r >= dropout_threshold(p)              threshold = floor(p * 2^32)
-// Kept probabilities are scaled by 1 / (1 - p).
+//   counter = (j / 8, i, b * h_q + h, offset)       i, j: positions inside sequence b
+//   w       = philox4x32_10(counter, key)[j % 8 / 2]
+//   r       = 16 bits of w: bits 0-15 for even j, 16-31 for odd j
+//   keep    = r >= dropout_threshold(p)              threshold = floor(p * 2^16)
+// Kept probabilities are scaled by 1 / (1 - p). 16 bits per element (one block
+// per 8 keys) halve the Philox work of 32 and keep p exact to 2^-16; the
+// kernels are bound by that work under dropout.
 #pragma once
 
 #include <cstdint>
@@ -43,20 +46,34 @@ ATTN_HOST_DEVICE PhiloxBlock philox4x32_10(PhiloxBlock ctr, uint32_t k0, uint32_
   return ctr;
 }
 
-// floor(p * 2^32) for 0 <= p < 1; a random word below it means "drop".
+// floor(p * 2^16) for 0 <= p < 1; a 16-bit draw below it means "drop".
 inline uint32_t dropout_threshold(double p) {
   if (p <= 0.0) return 0u;
-  const double t = p * 4294967296.0;
-  return t >= 4294967295.0 ? 0xFFFFFFFFu : static_cast<uint32_t>(t);
+  const double t = p * 65536.0;
+  return t >= 65535.0 ? 0xFFFFu : static_cast<uint32_t>(t);
 }
 
-// bh = b * h_q + h (query head); i, j: positions inside sequence b.
+// The keep bits of keys 8 block .. 8 block + 7 of row i as bits 0-7: one
+// Philox block. bh = b * h_q + h (query head); i: position inside sequence b.
+ATTN_HOST_DEVICE uint32_t dropout_keep_block(uint64_t seed, uint32_t offset, uint32_t bh, uint32_t i,
+                                             uint32_t block, uint32_t threshold) {
+  const PhiloxBlock r = philox4x32_10(PhiloxBlock{{block, i, bh, offset}}, static_cast<uint32_t>(seed),
+                                      static_cast<uint32_t>(seed >> 32));
+  uint32_t bits = 0u;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int x = 0; x < 4; ++x) {
+    bits |= ((r.x[x] & 0xFFFFu) >= threshold ? 1u : 0u) << (2 * x);
+    bits |= ((r.x[x] >> 16) >= threshold ? 1u : 0u) << (2 * x + 1);
+  }
+  return bits;
+}
+
+// Element (i, j)'s decision; j: position inside sequence b.
 ATTN_HOST_DEVICE bool dropout_keep(uint64_t seed, uint32_t offset, uint32_t bh, uint32_t i,
                                    uint32_t j, uint32_t threshold) {
-  const PhiloxBlock r = philox4x32_10(PhiloxBlock{{j >> 2, i, bh, offset}},
-                                      static_cast<uint32_t>(seed),
-                                      static_cast<uint32_t>(seed >> 32));
-  return r.x[j & 3u] >= threshold;
+  return (dropout_keep_block(seed, offset, bh, i, j >> 3, threshold) >> (j & 7u)) & 1u;
 }
 
 }  // namespace attn

@@ -1,7 +1,7 @@
 // flash_sm90's backward with dropout (bwd_keep_bits.h): the lanes' Philox
 // draws and their trade, replayed on the CPU for a warp's 32 lanes, give each
 // lane the keep bit of every element it holds exactly as attn::dropout_keep
-// (the rule every backend follows) decides it. A wrong nibble, shift or
+// (the rule every backend follows) decides it. A wrong byte, shift or
 // source lane would drop another element than the reference does.
 #include <gtest/gtest.h>
 
@@ -26,12 +26,12 @@ TEST(Sm90KeepBits, EveryLaneGetsTheReferenceDecisionOfEachOfItsElements) {
     const uint32_t threshold = dropout_threshold(trial % 3 == 0 ? 0.5 : trial % 3 == 1 ? 0.1 : 0.9);
     std::array<uint32_t, 32> mine{};
     for (int lane = 0; lane < 32; ++lane) {  // as keep_word draws them
-      const uint32_t quad0 = static_cast<uint32_t>(key0 + 16 * warp + 4 * (lane >> 4)) >> 2;
-      mine[lane] = keep_drawn(lane, m0, quad0, bh, seed, offset, threshold);
+      const uint32_t oct0 = static_cast<uint32_t>(key0 + 16 * warp) >> 3;
+      mine[lane] = keep_drawn(lane, m0, oct0, bh, seed, offset, threshold);
     }
     for (int lane = 0; lane < 32; ++lane) {
       uint32_t keep = 0u;
-      for (int kk = 0; kk < 4; ++kk) keep |= keep_gather(mine[keep_source_lane(lane, kk)], lane, kk);
+      for (int i = 0; i < 8; ++i) keep |= keep_gather(mine[keep_source_lane(lane, i)], lane, i);
       // S^T's layout: key row lane / 4 (+ 8 for hr) of the warp's 16, query
       // column 8 i + 2 (lane % 4) + e of the 64.
       for (int i = 0; i < 8; ++i)

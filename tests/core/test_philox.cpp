@@ -40,15 +40,15 @@ TEST(Philox, Random123KnownAnswers) {
 TEST(Philox, ThresholdEdgeCases) {
   EXPECT_EQ(dropout_threshold(0.0), 0u);
   EXPECT_EQ(dropout_threshold(-0.5), 0u);
-  EXPECT_EQ(dropout_threshold(1e-300), 0u);                       // rounds down to keep-all
-  EXPECT_EQ(dropout_threshold(std::ldexp(1.0, -32)), 1u);         // one word value dropped
-  EXPECT_EQ(dropout_threshold(std::ldexp(3.0, -33)), 1u);         // 1.5 -> floor
-  EXPECT_EQ(dropout_threshold(0.25), 0x40000000u);
-  EXPECT_EQ(dropout_threshold(0.5), 0x80000000u);
-  EXPECT_EQ(dropout_threshold(0.1), 429496729u);                  // floor(0.1 * 2^32)
-  EXPECT_EQ(dropout_threshold(1.0 - std::ldexp(1.0, -31)), 0xFFFFFFFEu);
-  EXPECT_EQ(dropout_threshold(1.0 - std::ldexp(1.0, -33)), 0xFFFFFFFFu);  // saturates, no overflow
-  EXPECT_EQ(dropout_threshold(1.0), 0xFFFFFFFFu);
+  EXPECT_EQ(dropout_threshold(1e-300), 0u);                 // rounds down to keep-all
+  EXPECT_EQ(dropout_threshold(std::ldexp(1.0, -16)), 1u);   // one 16-bit value dropped
+  EXPECT_EQ(dropout_threshold(std::ldexp(3.0, -17)), 1u);   // 1.5 -> floor
+  EXPECT_EQ(dropout_threshold(0.25), 0x4000u);
+  EXPECT_EQ(dropout_threshold(0.5), 0x8000u);
+  EXPECT_EQ(dropout_threshold(0.1), 6553u);                 // floor(0.1 * 2^16)
+  EXPECT_EQ(dropout_threshold(1.0 - std::ldexp(1.0, -15)), 0xFFFEu);
+  EXPECT_EQ(dropout_threshold(1.0 - std::ldexp(1.0, -17)), 0xFFFFu);  // saturates, no overflow
+  EXPECT_EQ(dropout_threshold(1.0), 0xFFFFu);
 }
 
 TEST(Philox, ThresholdZeroKeepsEverything) {
@@ -56,16 +56,18 @@ TEST(Philox, ThresholdZeroKeepsEverything) {
     for (uint32_t j = 0; j < 64; ++j) EXPECT_TRUE(dropout_keep(42, 0, 3, i, j, 0u));
 }
 
-// keep(b, h, i, j) reads word j % 4 of the block at counter (j / 4, i, bh, offset)
-// keyed by (lo32(seed), hi32(seed)), as SEMANTICS.md states.
+// keep(b, h, i, j) reads 16 bits of word j % 8 / 2 of the block at counter
+// (j / 8, i, bh, offset) keyed by (lo32(seed), hi32(seed)): the low half for
+// even j, the high half for odd j, as SEMANTICS.md states.
 TEST(Philox, KeepUsesTheDocumentedCounterLayout) {
   const uint64_t seed = 0x0123456789abcdefull;
   const uint32_t offset = 0xdeadbeefu, bh = 77;
   const uint32_t threshold = dropout_threshold(0.5);
   for (uint32_t i = 0; i < 5; ++i)
-    for (uint32_t j = 0; j < 13; ++j) {
-      const PhiloxBlock r = philox4x32_10(PhiloxBlock{{j / 4, i, bh, offset}}, 0x89abcdefu, 0x01234567u);
-      EXPECT_EQ(dropout_keep(seed, offset, bh, i, j, threshold), r.x[j % 4] >= threshold) << i << "," << j;
+    for (uint32_t j = 0; j < 29; ++j) {
+      const PhiloxBlock r = philox4x32_10(PhiloxBlock{{j / 8, i, bh, offset}}, 0x89abcdefu, 0x01234567u);
+      const uint32_t draw = (r.x[j % 8 / 2] >> (16 * (j % 2))) & 0xFFFFu;
+      EXPECT_EQ(dropout_keep(seed, offset, bh, i, j, threshold), draw >= threshold) << i << "," << j;
     }
   // Each argument changes the decisions: the generator sees all of them.
   auto pattern = [&](uint64_t s, uint32_t off, uint32_t bh_, uint32_t i) {
@@ -81,18 +83,18 @@ TEST(Philox, KeepUsesTheDocumentedCounterLayout) {
   EXPECT_NE(base, pattern(seed, offset, bh, 1));
 }
 
-// The fraction kept is 1 - p, in every word lane (j % 4), within 6 sigma.
+// The fraction kept is 1 - p, in every place of a block (j % 8), within 6 sigma.
 TEST(Philox, KeepRateMatchesProbability) {
   for (double p : {0.1, 0.5, 0.9}) {
     const uint32_t threshold = dropout_threshold(p);
-    int64_t kept[4] = {0, 0, 0, 0}, total[4] = {0, 0, 0, 0};
+    int64_t kept[8] = {}, total[8] = {};
     for (uint32_t bh = 0; bh < 4; ++bh)
       for (uint32_t i = 0; i < 64; ++i)
         for (uint32_t j = 0; j < 128; ++j) {
-          kept[j % 4] += dropout_keep(0x5eedull + bh, 7, bh, i, j, threshold);
-          ++total[j % 4];
+          kept[j % 8] += dropout_keep(0x5eedull + bh, 7, bh, i, j, threshold);
+          ++total[j % 8];
         }
-    for (int lane = 0; lane < 4; ++lane) {
+    for (int lane = 0; lane < 8; ++lane) {
       const double rate = double(kept[lane]) / double(total[lane]);
       const double sigma = std::sqrt(p * (1 - p) / double(total[lane]));
       EXPECT_NEAR(rate, 1.0 - p, 6 * sigma) << "p=" << p << " lane " << lane;

@@ -25,11 +25,12 @@ def philox4x32_10(c0, c1, c2, c3, k0, k1):
 def dropout_keep(seed, offset, bh, len_q, len_kv, p):
     """keep[i, j] for one (sequence, query head): SEMANTICS.md's Dropout rule."""
     i, j = np.meshgrid(np.arange(len_q, dtype=np.uint64), np.arange(len_kv, dtype=np.uint64), indexing="ij")
-    words = philox4x32_10(j >> np.uint64(2), i, np.full_like(i, bh), np.full_like(i, offset),
+    words = philox4x32_10(j >> np.uint64(3), i, np.full_like(i, bh), np.full_like(i, offset),
                           seed & 0xFFFFFFFF, seed >> 32)
-    r = np.choose((j & np.uint64(3)).astype(np.int64), words)
-    t = p * 4294967296.0
-    threshold = 0xFFFFFFFF if t >= 4294967295.0 else int(t)
+    w = np.choose(((j & np.uint64(7)) >> np.uint64(1)).astype(np.int64), words)
+    r = (w >> (np.uint64(16) * (j & np.uint64(1)))) & np.uint64(0xFFFF)
+    t = p * 65536.0
+    threshold = 0xFFFF if t >= 65535.0 else int(t)
     return r >= np.uint64(threshold)
 
 

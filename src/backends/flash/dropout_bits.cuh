@@ -34,8 +34,8 @@ __device__ __forceinline__ void dropout_key(const FwdParams& p, uint64_t& seed, 
 
 // Dropout's keep bits for this thread's MA x NA x 4 scores of one tile, by
 // include/attn/philox.h's rule bit for bit: one Philox block covers keys
-// 4 (j / 4) .. 4 (j / 4) + 3 of a row, and a lane's two adjacent columns
-// (2 (lane % 4), +1) always fall in the same block. Computed before Q.K^T,
+// 8 (j / 8) .. + 7 of a row, an 8-column block na of the tile, which the 4
+// lanes of a quad (lane / 4) hold, 2 columns each. Computed before Q.K^T,
 // while S's registers are free (Philox beside live S and O spills).
 template <int MA, int NA>
 struct KeepBits {
@@ -44,56 +44,43 @@ struct KeepBits {
 
   __device__ __forceinline__ static constexpr int bit(int ma, int na, int e) { return (ma * NA + na) * 4 + e; }
 
-  // The keep bits of row i's keys 4 (j / 4) .. + 3 as bits 0-3: one Philox
-  // block, include/attn/philox.h's counter (seed and offset: dropout_key,
-  // read once per call of compute_paired).
-  __device__ __forceinline__ static uint32_t quad(const FwdParams& p, uint64_t seed, uint32_t offset, uint32_t bh,
-                                                  uint32_t i, uint32_t j) {
-    const PhiloxBlock r = philox4x32_10(PhiloxBlock{{j >> 2, i, bh, offset}}, static_cast<uint32_t>(seed),
-                                        static_cast<uint32_t>(seed >> 32));
-    uint32_t bits = 0u;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) bits |= (r.x[e] >= p.dropout_threshold ? 1u : 0u) << e;
-    return bits;
-  }
-
   // The bits of this thread's columns, lane % 4 giving columns 2 (lane % 4)
-  // and + 1 of each 8-column block na. Lanes l and l ^ 1 hold the two column
-  // pairs of one Philox block (keys 4 (j / 4) .. + 3), so each lane computes
-  // the blocks of every other na for both and hands its partner two bits per
-  // block, one shuffle per word: half the Philox blocks of computing each
-  // lane's own. Every lane of the warp takes part.
-  __device__ __forceinline__ void compute_paired(const FwdParams& p, uint32_t bh, int row0, int n0, int lane) {
-    // bit(ma, k, .) for even k starts an even 4-bit group ((ma NA + k) is even),
-    // so na = k and k + 1 share a word: a lane's partner fills the same words.
-    static_assert(NA % 2 == 0, "na in pairs");
-    constexpr int kWords = (kBits + 31) / 32;
-    uint32_t theirs[kWords];
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) word[w] = theirs[w] = 0u;
-    const uint32_t odd = lane & 1;
+  // and + 1 of each 8-column block na. A quad's lanes share every block: the
+  // quad's blocks t = (2 ma + half) NA + na are drawn by lane t % 4, 8 bits
+  // each (a byte of `mine`), and traded in 4 shuffles per 4 blocks a lane
+  // drew, each lane taking its 2 bits of every byte: a quarter of the Philox
+  // blocks of drawing each lane's own. Every lane of the warp takes part.
+  __device__ __forceinline__ void compute(const FwdParams& p, uint32_t bh, int row0, int n0, int lane) {
+    constexpr int kBlocks = MA * 2 * NA, kDrawn = kBlocks / 4, kMine = (kDrawn + 3) / 4;
+    static_assert(kBlocks % 4 == 0, "the quad's blocks split over its 4 lanes");
     uint64_t seed;
     uint32_t offset;
     dropout_key(p, seed, offset);
+    const int q = lane & 3;
+    uint32_t mine[kMine];
 #pragma unroll
-    for (int ma = 0; ma < MA; ++ma)
+    for (int w = 0; w < kMine; ++w) mine[w] = 0u;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t i = static_cast<uint32_t>(row0 + 16 * ma + 8 * h + (lane >> 2));
+    for (int u = 0; u < kDrawn; ++u) {
+      const int t = 4 * u + q, na = t % NA, row = t / NA;  // row = 2 ma + half
+      const auto i = static_cast<uint32_t>(row0 + 8 * row + (lane >> 2));  // 16 ma + 8 half
+      const auto block = static_cast<uint32_t>(n0 + 8 * na) >> 3;
+      mine[u / 4] |= dropout_keep_block(seed, offset, bh, i, block, p.dropout_threshold) << (8 * (u % 4));
+    }
 #pragma unroll
-        for (int k = 0; k < NA; k += 2) {
-          // na = k + odd: the block of this lane's columns there, bits 0-1
-          // the even lane's, 2-3 the odd lane's.
-          const uint32_t j = static_cast<uint32_t>(n0 + 8 * k + 2 * (lane & 2)) + 8 * odd;
-          const uint32_t both = quad(p, seed, offset, bh, i, j);
-          const int b = bit(ma, k, 2 * h);  // na = k; na = k + 1 is 4 bits on, in the same word
-          const uint32_t shift = b % 32 + 4 * odd;
-          word[b / 32] |= (both >> (2 * odd) & 3u) << shift;
-          theirs[b / 32] |= (both >> (2 - 2 * odd) & 3u) << shift;
+    for (int w = 0; w < (kBits + 31) / 32; ++w) word[w] = 0u;
+#pragma unroll
+    for (int src = 0; src < 4; ++src)
+#pragma unroll
+      for (int w = 0; w < kMine; ++w) {
+        const uint32_t theirs = __shfl_sync(0xffffffffu, mine[w], (lane & ~3) | src) >> (2 * q);
+#pragma unroll
+        for (int by = 0; by < 4 && 4 * w + by < kDrawn; ++by) {
+          const int t = 4 * (4 * w + by) + src, na = t % NA, row = t / NA;
+          const int b = bit(row / 2, na, 2 * (row % 2));  // bits b, b + 1: this lane's two columns
+          word[b / 32] |= (theirs >> (8 * by) & 3u) << (b % 32);
         }
       }
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) word[w] |= __shfl_xor_sync(0xffffffffu, theirs[w], 1);
   }
 
   // Zeroes the dropped probabilities (the sum, hence lse, already has them).

@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(BwdConfig<kDQK, kDV, kDropoutBuild>::kThreads)
       RowTerms<MAS> rt;
       rt.load(bp.row_terms + h * bp.rows_q + tok0 + m0, row0_s, rows, lane, bp.delta_scale);
       flash::KeepBits<MAS, NAS> keep;
-      if (dropout) keep.compute_paired(p, bh, m0 + row0_s, n0 + col0_s, lane);
+      if (dropout) keep.compute(p, bh, m0 + row0_s, n0 + col0_s, lane);
 
       // This tile's Q and dO are the only loads in flight. The barrier makes
       // them visible and also ends every warp's reads of the previous tile

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(FwdConfig<kDQK, kDV, kBuild>::kThreads)
     sm80::cp_async_commit();
 
     flash::KeepBits<MA, NA> keep;
-    if (dropout) keep.compute_paired(p, bh, m0 + warp_row, n0, lane);
+    if (dropout) keep.compute(p, bh, m0 + warp_row, n0, lane);
 
     float s[MA][NA][4];
     sm80::zero(s);

@@ -2,8 +2,9 @@
 // and where they land (bwd_mainloop.cuh's keep_word and kept). A lane holds
 // elements (i, hr, e) of S^T among 64 queries: key row lane / 4 + 8 hr of its
 // warp's 16, query column 8 i + 2 (lane % 4) + e. One Philox block covers
-// (query, 4 consecutive keys), which four lanes hold (k = lane / 4 % 4), so
-// each of the four draws the blocks of two query pairs and they trade them.
+// (query, 8 consecutive keys), which the 8 lanes with the same lane % 4 hold
+// (key g = lane / 4), so each of the 8 draws the blocks of one query pair
+// (i = g) for both key halves and they trade them.
 // Host and device: tests/backends/test_sm90_keep_bits.cpp replays the trade
 // on the CPU against include/attn/philox.h.
 #pragma once
@@ -23,49 +24,36 @@
 
 namespace attn::flash_sm90 {
 
-// The nibble of a lane's drawn word that holds the 4 keys' bits of block
-// (query pair ii of its two, key quad hr, column e).
-ATTN_HOST_DEVICE constexpr int keep_nibble(int ii, int hr, int e) { return 4 * ii + 2 * hr + e; }
+// The query (from the tile's m0) of the blocks a lane draws for column e.
+ATTN_HOST_DEVICE constexpr int keep_query(int lane, int e) { return 8 * (lane >> 2) + 2 * (lane & 3) + e; }
 
-// The query (from the tile's m0) of the blocks a lane draws for (ii, e).
-ATTN_HOST_DEVICE constexpr int keep_query(int lane, int ii, int e) {
-  return 8 * (2 * ((lane >> 2) & 3) + ii) + 2 * (lane & 3) + e;
-}
-
-// A lane's drawn word: the keep bits of its 8 blocks, nibble keep_nibble(ii,
-// hr, e) for block (query m0 + keep_query(lane, ii, e), key quad quad0 + 2
-// hr), quad0 its key rows' first quad (both halves of the warp's 16 rows).
-ATTN_HOST_DEVICE uint32_t keep_drawn(int lane, int m0, uint32_t quad0, uint32_t bh, uint64_t seed, uint32_t offset,
+// A lane's drawn word: the keep bits of its 4 blocks, byte 2 e + hr for block
+// (query m0 + keep_query(lane, e), keys 8 (oct0 + hr) .. + 7), oct0 the
+// first 8 of its warp's 16 key rows.
+ATTN_HOST_DEVICE uint32_t keep_drawn(int lane, int m0, uint32_t oct0, uint32_t bh, uint64_t seed, uint32_t offset,
                                      uint32_t threshold) {
   uint32_t mine = 0u;
   ATTN_KEEP_UNROLL
-  for (int ii = 0; ii < 2; ++ii)
+  for (int e = 0; e < 2; ++e)
     ATTN_KEEP_UNROLL
-    for (int e = 0; e < 2; ++e)
-      ATTN_KEEP_UNROLL
-      for (int hr = 0; hr < 2; ++hr) {
-        const uint32_t query = static_cast<uint32_t>(m0 + keep_query(lane, ii, e));
-        const PhiloxBlock r = philox4x32_10(PhiloxBlock{{quad0 + 2 * hr, query, bh, offset}},
-                                            static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-        uint32_t bits = 0u;
-        ATTN_KEEP_UNROLL
-        for (int x = 0; x < 4; ++x) bits |= (r.x[x] >= threshold ? 1u : 0u) << x;
-        mine |= bits << (4 * keep_nibble(ii, hr, e));
-      }
+    for (int hr = 0; hr < 2; ++hr) {
+      const auto query = static_cast<uint32_t>(m0 + keep_query(lane, e));
+      mine |= dropout_keep_block(seed, offset, bh, query, oct0 + hr, threshold) << (8 * (2 * e + hr));
+    }
   return mine;
 }
 
-// The lane that drew query pair kk (queries i = 2 kk, 2 kk + 1) for this lane.
-ATTN_HOST_DEVICE constexpr int keep_source_lane(int lane, int kk) { return 16 * (lane >> 4) + 4 * kk + (lane & 3); }
+// The lane that drew query pair i (queries 8 i + 2 (lane % 4), + 1) for this lane.
+ATTN_HOST_DEVICE constexpr int keep_source_lane(int lane, int i) { return 4 * i + (lane & 3); }
 
-// This lane's share of that lane's word: key k's bit of every nibble at once,
-// moved to query pair kk's place (bit 4 nibble + kk).
-ATTN_HOST_DEVICE constexpr uint32_t keep_gather(uint32_t theirs, int lane, int kk) {
-  return ((theirs >> ((lane >> 2) & 3)) & 0x11111111u) << kk;
+// This lane's share of that lane's word: key g's bit of every byte at once,
+// moved to query pair i's place (bit 8 byte + i).
+ATTN_HOST_DEVICE constexpr uint32_t keep_gather(uint32_t theirs, int lane, int i) {
+  return ((theirs >> (lane >> 2)) & 0x01010101u) << i;
 }
 
 // Element (i, hr, e)'s bit in the gathered word (i < 8).
-ATTN_HOST_DEVICE constexpr int keep_bit(int i, int hr, int e) { return 4 * keep_nibble(i % 2, hr, e) + i % 8 / 2; }
+ATTN_HOST_DEVICE constexpr int keep_bit(int i, int hr, int e) { return 8 * (2 * e + hr) + i % 8; }
 
 }  // namespace attn::flash_sm90
 

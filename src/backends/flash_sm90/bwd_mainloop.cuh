@@ -309,22 +309,22 @@ struct BwdMainloop {
   // The keep bits of this thread's 32 elements of S^T among queries [m0, m0
   // + 64) (kept() says where element (i, hr, e) lies), drawn by
   // include/attn/philox.h's rule as the forward drew them
-  // (flash/dropout_bits.cuh): one Philox block per (query, 4 keys). The 4
-  // lanes with the same lane % 4 and lane / 16 hold a block's 4 keys for the
-  // same 16 queries: each draws the blocks of 4 of those queries for both of
-  // its key quads (hr), 8 blocks, and the 4 trade them in 4 shuffles, each
-  // lane taking its key's bit of every block of a trade at once
+  // (flash/dropout_bits.cuh): one Philox block per (query, 8 keys). The 8
+  // lanes with the same lane % 4 hold a block's 8 keys for the same 16
+  // queries: each draws the blocks of one query pair for both of its key
+  // halves (hr), 4 blocks, and the 8 trade them in 8 shuffles, each lane
+  // taking its key's bit of every block of a trade at once
   // (bwd_keep_bits.h). Drawn before S^T's and dP^T's products are issued
   // (or a tile ahead: kKeepAhead), not under them: there the Philox rounds'
   // registers sat beside both accumulators (more spills, and the dropout
   // backward 8% slower over the d 64 / 128 grid).
   __device__ __forceinline__ uint32_t keep_word(int m0, uint32_t bh, uint64_t seed, uint32_t offset) const {
-    const uint32_t quad0 = static_cast<uint32_t>(key0 + 16 * warp + 4 * (lane >> 4)) >> 2;
-    const uint32_t mine = keep_drawn(lane, m0, quad0, bh, seed, offset, p.dropout_threshold);
+    const uint32_t oct0 = static_cast<uint32_t>(key0 + 16 * warp) >> 3;
+    const uint32_t mine = keep_drawn(lane, m0, oct0, bh, seed, offset, p.dropout_threshold);
     uint32_t keep = 0u;
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      keep |= keep_gather(__shfl_sync(0xffffffffu, mine, keep_source_lane(lane, kk)), lane, kk);
+    for (int i = 0; i < 8; ++i)
+      keep |= keep_gather(__shfl_sync(0xffffffffu, mine, keep_source_lane(lane, i)), lane, i);
     return keep;
   }
 

@@ -166,7 +166,7 @@ struct BwdMainloopWide : BwdMainloop<T, Cfg, kScoreMods, kDropout> {
             lane, 1.f);  // D staged times delta_scale
     const bool dropout = kDropout && p.dropout_threshold;
     flash::KeepBits<1, NA> keep;
-    if (dropout) keep.compute_paired(p, static_cast<uint32_t>(blk.b) * p.h_q + hq, row0, this->key0, lane);
+    if (dropout) keep.compute(p, static_cast<uint32_t>(blk.b) * p.h_q + hq, row0, this->key0, lane);
     sm90::wgmma_wait<0>();  // S and dP
     sm90::fence_registers(*reinterpret_cast<float(*)[kKeys / 2]>(&s));
     sm90::fence_registers(*reinterpret_cast<float(*)[kKeys / 2]>(&dp));

@@ -74,7 +74,7 @@ struct FwdMainloop {
       const FwdItem c = queue.item(t);
       if (c.rows_out <= c.row_begin) continue;
       if (c.has_work()) {
-        if (dropout()) regs.keep.compute_paired(p, head_index(c), c.m0 + row0, c.tiles.first * kN, lane);
+        if (dropout()) regs.keep.compute(p, head_index(c), c.m0 + row0, c.tiles.first * kN, lane);
         queue.advance();
         return c;
       }
@@ -188,7 +188,7 @@ struct FwdMainloop {
     for (int i = 1; i < own_tiles; ++i) {
       const int stage = kv_state.stage(i), prev = kv_state.stage(i - 1);
       const int n0 = (cur.tiles.first + i) * kN;
-      if (dropout()) regs.keep.compute_paired(p, head_index(cur), row, n0, lane);
+      if (dropout()) regs.keep.compute(p, head_index(cur), row, n0, lane);
       smem.k_full(stage).wait(kv_state.phase(i));
       smem.v_full(prev).wait(kv_state.phase(i - 1));
       turn_begin();
