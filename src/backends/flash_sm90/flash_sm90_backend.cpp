@@ -70,9 +70,11 @@ bool leads_backward(const Problem& p, std::string* rule) {
   // docs/PERF.md): d 64 1.04-1.17x and d 128 1.02-1.16x for MHA, 1.09-1.27x
   // with GQA 4 and 8 (H200, 573d7a7); d 256 1.13-1.35x, d 192 1.26-1.49x;
   // 192 / 128 only without a right edge (1.31-1.46x; causal 0.86-0.90x,
-  // where cuDNN runs faster than without a mask). Not with dropout: its
-  // Philox draws cost flash_sm90 more (0.78-0.91x cuDNN's dropout backward
-  // at d 64 / 128, H200, b5d7917).
+  // where cuDNN runs faster than without a mask). Not with dropout: at d 64
+  // / 128 its Philox draws still cost it more than cuDNN's cost cuDNN
+  // (0.89-1.00x cuDNN's dropout backward, d 256 1.21-1.66x; H200, a0c7faa).
+  // cudnn is skipped for attn's dropout unless named (its pattern is its
+  // own), so flash_sm90 runs these backwards anyway.
   const int64_t h_per_kv = p.h_kv > 0 ? p.h_q / p.h_kv : 0;
   if (p.dropout_p != 0) return false;
   const bool narrow = p.d_qk == p.d_v && (p.d_qk == 64 || p.d_qk == 128);
