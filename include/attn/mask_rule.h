@@ -10,6 +10,14 @@
 #define ATTN_HOST_DEVICE inline
 #endif
 
+// #pragma unroll in device code of host + device functions (host compilers
+// do not know it).
+#if defined(__CUDA_ARCH__)
+#define ATTN_DEVICE_UNROLL _Pragma("unroll")
+#else
+#define ATTN_DEVICE_UNROLL
+#endif
+
 namespace attn {
 
 // Keys visible to one query row form one contiguous range [begin, end).

@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-#include "attn/mask_rule.h"  // ATTN_HOST_DEVICE
+#include "attn/mask_rule.h"  // ATTN_HOST_DEVICE, ATTN_DEVICE_UNROLL
 
 namespace attn {
 
@@ -32,9 +32,7 @@ ATTN_HOST_DEVICE uint32_t philox_mulhilo(uint32_t a, uint32_t b, uint32_t* hi) {
 ATTN_HOST_DEVICE PhiloxBlock philox4x32_10(PhiloxBlock ctr, uint32_t k0, uint32_t k1) {
   constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
   constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
+  ATTN_DEVICE_UNROLL
   for (int round = 0; round < 10; ++round) {
     uint32_t hi0, hi1;
     const uint32_t lo0 = philox_mulhilo(kMul0, ctr.x[0], &hi0);
@@ -60,9 +58,7 @@ ATTN_HOST_DEVICE uint32_t dropout_keep_block(uint64_t seed, uint32_t offset, uin
   const PhiloxBlock r = philox4x32_10(PhiloxBlock{{block, i, bh, offset}}, static_cast<uint32_t>(seed),
                                       static_cast<uint32_t>(seed >> 32));
   uint32_t bits = 0u;
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
+  ATTN_DEVICE_UNROLL
   for (int x = 0; x < 4; ++x) {
     bits |= ((r.x[x] & 0xFFFFu) >= threshold ? 1u : 0u) << (2 * x);
     bits |= ((r.x[x] >> 16) >= threshold ? 1u : 0u) << (2 * x + 1);

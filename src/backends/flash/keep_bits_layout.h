@@ -10,16 +10,8 @@
 
 #include <cstdint>
 
-#include "attn/mask_rule.h"  // ATTN_HOST_DEVICE
+#include "attn/mask_rule.h"  // ATTN_HOST_DEVICE, ATTN_DEVICE_UNROLL
 #include "attn/philox.h"
-
-// #pragma unroll on the device (the draws' SASS depends on it); host
-// compilers do not know it.
-#if defined(__CUDA_ARCH__)
-#define ATTN_KEEP_UNROLL _Pragma("unroll")
-#else
-#define ATTN_KEEP_UNROLL
-#endif
 
 namespace attn::flash {
 
@@ -39,9 +31,9 @@ struct KeepLayout {
   // `drawn` for block 4 u + lane % 4.
   ATTN_HOST_DEVICE static void draw(int lane, int row0, int n0, uint32_t bh, uint64_t seed, uint32_t offset,
                                     uint32_t threshold, uint32_t (&drawn)[kDrawnWords]) {
-    ATTN_KEEP_UNROLL
+    ATTN_DEVICE_UNROLL
     for (int w = 0; w < kDrawnWords; ++w) drawn[w] = 0u;
-    ATTN_KEEP_UNROLL
+    ATTN_DEVICE_UNROLL
     for (int u = 0; u < kDrawn; ++u) {
       const int t = 4 * u + (lane & 3), na = t % NA, row = t / NA;  // row = 2 ma + half
       const auto i = static_cast<uint32_t>(row0 + 8 * row + (lane >> 2));
@@ -53,7 +45,7 @@ struct KeepLayout {
   // Takes this lane's 2 bits of every byte of word w drawn by quad lane src
   // (`theirs`, already shifted right by 2 (lane % 4)) into its keep words.
   ATTN_HOST_DEVICE static void take(uint32_t theirs, int src, int w, uint32_t (&word)[kWords]) {
-    ATTN_KEEP_UNROLL
+    ATTN_DEVICE_UNROLL
     for (int by = 0; by < 4 && 4 * w + by < kDrawn; ++by) {
       const int t = 4 * (4 * w + by) + src, na = t % NA, row = t / NA;
       const int b = bit(row / 2, na, 2 * (row % 2));
@@ -63,5 +55,3 @@ struct KeepLayout {
 };
 
 }  // namespace attn::flash
-
-#undef ATTN_KEEP_UNROLL

@@ -11,16 +11,8 @@
 
 #include <cstdint>
 
-#include "attn/mask_rule.h"  // ATTN_HOST_DEVICE
+#include "attn/mask_rule.h"  // ATTN_HOST_DEVICE, ATTN_DEVICE_UNROLL
 #include "attn/philox.h"
-
-// #pragma unroll on the device (keep_word's SASS depends on it); host
-// compilers do not know it.
-#if defined(__CUDA_ARCH__)
-#define ATTN_KEEP_UNROLL _Pragma("unroll")
-#else
-#define ATTN_KEEP_UNROLL
-#endif
 
 namespace attn::flash_sm90 {
 
@@ -33,9 +25,9 @@ ATTN_HOST_DEVICE constexpr int keep_query(int lane, int e) { return 8 * (lane >>
 ATTN_HOST_DEVICE uint32_t keep_drawn(int lane, int m0, uint32_t oct0, uint32_t bh, uint64_t seed, uint32_t offset,
                                      uint32_t threshold) {
   uint32_t mine = 0u;
-  ATTN_KEEP_UNROLL
+  ATTN_DEVICE_UNROLL
   for (int e = 0; e < 2; ++e)
-    ATTN_KEEP_UNROLL
+    ATTN_DEVICE_UNROLL
     for (int hr = 0; hr < 2; ++hr) {
       const auto query = static_cast<uint32_t>(m0 + keep_query(lane, e));
       mine |= dropout_keep_block(seed, offset, bh, query, oct0 + hr, threshold) << (8 * (2 * e + hr));
@@ -56,5 +48,3 @@ ATTN_HOST_DEVICE constexpr uint32_t keep_gather(uint32_t theirs, int lane, int i
 ATTN_HOST_DEVICE constexpr int keep_bit(int i, int hr, int e) { return 8 * (2 * e + hr) + i % 8; }
 
 }  // namespace attn::flash_sm90
-
-#undef ATTN_KEEP_UNROLL
