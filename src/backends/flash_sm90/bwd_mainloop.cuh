@@ -314,10 +314,10 @@ struct BwdMainloop {
   // queries: each draws the blocks of one query pair for both of its key
   // halves (hr), 4 blocks, and the 8 trade them in 8 shuffles, each lane
   // taking its key's bit of every block of a trade at once
-  // (bwd_keep_bits.h). Drawn before S^T's and dP^T's products are issued
-  // (or a tile ahead: kKeepAhead), not under them: there the Philox rounds'
-  // registers sat beside both accumulators (more spills, and the dropout
-  // backward 8% slower over the d 64 / 128 grid).
+  // (bwd_keep_bits.h). Drawn a tile ahead (run_tile), not under S^T's and
+  // dP^T's products: there the Philox rounds' registers sat beside both
+  // accumulators (more spills, and the dropout backward 8% slower over the
+  // d 64 / 128 grid).
   __device__ __forceinline__ uint32_t keep_word(int m0, uint32_t bh, uint64_t seed, uint32_t offset) const {
     const uint32_t oct0 = static_cast<uint32_t>(key0 + 16 * warp) >> 3;
     const uint32_t mine = keep_drawn(lane, m0, oct0, bh, seed, offset, p.dropout_threshold);
@@ -447,23 +447,20 @@ struct BwdMainloop {
     return keep_bits(m * kM, static_cast<uint32_t>(blk.b) * p.h_q + blk.h_kv * p.h_per_kv + hh);
   }
 
-  // At d 64 a tile's keep bits are drawn during the tile before it, while
-  // dQ's and dK's products run: the consumers' issue slots are free there
-  // and S^T's and dP^T's registers dead, where at the tile's start both
-  // consumers' Philox rounds left the tensor cores idle. The dropout
-  // backward at d 64 gained 4% on an H200 (0.74-0.81 -> 0.77-0.84x cuDNN's);
-  // at d 128 it lost 1%, so there a tile draws its own before its products.
-  static constexpr bool kKeepAhead = kDropout && kD == 64;
-
   // The `it`-th query tile of the walk (tile m of query head hh of the
-  // group). With kKeepAhead `keep` holds its keep bits and leaves with the
-  // next tile's.
+  // group). `keep` holds its keep bits and leaves with the next tile's: with
+  // dropout a tile's bits are drawn during the tile before it, while dQ's
+  // and dK's products run, where the consumers' issue slots are free and
+  // S^T's and dP^T's registers dead (at the tile's start both consumers'
+  // Philox rounds left the tensor cores idle). The dropout backward gained
+  // 4% at d 64 on an H200 (0.74-0.81 -> 0.77-0.84x cuDNN's); at d 128 it lost
+  // 1% under the 32-bit draws and gains 0.2-2% under the 16-bit ones (half
+  // the blocks, the same spills).
   __device__ __forceinline__ void run_tile(int it, int m, int hh, KeepWords& keep) const {
     const int stage = it % kS, m0 = m * kM;
     const QueryTile q_tile = smem.q_tile(stage), do_tile = smem.do_tile(stage);
     await_query_tile(it, m0);
     const int hq = blk.h_kv * p.h_per_kv + hh;
-    if constexpr (kDropout && !kKeepAhead) keep = keep_for(m, hh);  // before the products: keep_word says why
     float s[NS][4], dp[NS][4];
     issue_scores(q_tile, do_tile, s, dp);
     sm90::wgmma_wait<1>();  // S^T
@@ -490,7 +487,7 @@ struct BwdMainloop {
     float dq[NQ][4];
     issue_dq(ds_tile, dq);
     issue_dk(dsa, q_tile);
-    if constexpr (kKeepAhead) keep = keep_for(m + 1, hh);
+    if constexpr (kDropout) keep = keep_for(m + 1, hh);
     sm90::wgmma_wait<1>();  // dQ (and dV before it)
     sm90::fence_registers(*reinterpret_cast<float(*)[NQ * 4]>(&dq));
     stage_dq(dq, m0, it);
@@ -503,7 +500,7 @@ struct BwdMainloop {
   // The walk: every query head of the group, every query tile that sees the keys.
   __device__ __forceinline__ void run() const {
     await_keys();
-    KeepWords keep = kKeepAhead ? keep_for(blk.mt.first, blk.hh0) : keep_all();
+    KeepWords keep = keep_for(blk.mt.first, blk.hh0);
     int it = 0;
     for (int hh = blk.hh0; hh < blk.hh1; ++hh)
       for (int m = blk.mt.first; m <= blk.mt.last; ++m, ++it) run_tile(it, m, hh, keep);
