@@ -2,9 +2,10 @@
 tokens, a chunk of 2048; h 32/8, d 128, bf16, bottom-right causal), run a
 few times in one variant, for a profiler (ncu -k flash_fwd --launch-skip 2
 --launch-count 1): `prefill` (attn.forward on contiguous K/V), `cache` (the
-same keys as a contiguous cache), `pagedN` (blocks of N keys, shuffled) or
-`pagedNseq` (the blocks in order: the paged path over the contiguous
-layout). --time VARIANT,...: each variant's median ms back to back instead
+same keys as a contiguous cache), `copy` (a contiguous cache in buffers
+allocated after K/V's, as the paged pools are), `pagedN` (blocks of N keys,
+shuffled) or `pagedNseq` (the blocks in order: the paged path over the
+contiguous layout). --time VARIANT,...: each variant's median ms back to back instead
 (bench/compare.py's interleaved rounds). --shape B,PRIOR,CHUNK takes
 another of bench/prefill.py's points.
 
@@ -35,9 +36,11 @@ def make(variant, b=1, prior=16384, s_q=2048):
     if variant == "prefill":
         def fn():
             return attn.forward(q, k, v, mask="causal_bottom_right")
-    elif variant == "cache":
+    elif variant in ("cache", "copy"):
+        kc, vc = (k.clone(), v.clone()) if variant == "copy" else (k, v)
+
         def fn():
-            return attn.forward_with_kvcache(q, k, v, cache_seqlens=lens, check_seqlens=False)
+            return attn.forward_with_kvcache(q, kc, vc, cache_seqlens=lens, check_seqlens=False)
     else:
         bs = int(variant.removeprefix("paged").removesuffix("seq"))
         n = b * ((s_kv + bs - 1) // bs)

@@ -26,6 +26,10 @@ struct Sm90FwdParams {
   // many boxes go out in parallel.
   int kv_box_rows;
   int kv_warps, kv_warp_rows;
+  // A box one tile further: kBlockN = kv_step_blocks blocks + kv_step_rows
+  // rows; the block table's columns stop at kv_last_block, the cache's last
+  // position's (fwd_producer.cuh: paged_box_next, no division per tile).
+  int kv_step_blocks, kv_step_rows, kv_last_block;
 };
 
 }  // namespace attn::flash_sm90

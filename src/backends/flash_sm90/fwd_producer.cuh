@@ -47,25 +47,53 @@ __device__ __forceinline__ uint32_t paged_warp_bytes(const Sm90FwdParams& args) 
   return static_cast<uint32_t>(args.kv_warp_rows * kCols * 2);
 }
 
-// A paged cache: where this lane's box of KV tile n (sequence b) lies, its
-// block and first row in it (kv_box_rows keys that never cross a block);
-// row -1 for lanes without a box. Positions past the cache read its last
-// block's entry (their rows are cleared as past the sequence). The block id
-// is the block table's value as read: it is clamped where it is used
-// (block()), so that nothing waits for the read before then.
+// A paged cache: where this lane's box of a KV tile (sequence b) lies, its
+// block and first row in it (kv_box_rows keys that never cross a block),
+// where the box goes in each 64-column part of the tile (bytes; -1 for lanes
+// without a box), and the block table's column it was read from. Positions
+// past the cache read its last block's entry (their rows are cleared as past
+// the sequence). The block id is the block table's value as read: it is
+// clamped where it is used (block()), so that nothing waits for the read
+// before then. Everything a copy needs but the block id is here, computed
+// before the producer waits for the stage: after the wait only the copies
+// are issued.
 struct PagedBox {
-  int table_entry = 0, row = -1;
+  int table_entry = 0, row = 0, dst = -1, column = 0;
   __device__ __forceinline__ int block(const flash::CacheParams& c) const {
     return flash::clamp_index(table_entry, c.rows);
   }
 };
+// The box of an item's first tile, keys from key0 (divisions, once per item).
 template <class Cfg>
-__device__ __forceinline__ PagedBox paged_box(const Sm90FwdParams& args, int b, int n, int key0) {
+__device__ __forceinline__ PagedBox paged_box(const Sm90FwdParams& args, int b, int key0) {
   const int r = paged_box_key(args);
   if (r >= Cfg::kBlockN) return {};
   const flash::CacheParams& c = args.p.cache;
-  const int key = min(n * Cfg::kBlockN + r, c.capacity - 1);
-  return {flash::block_table_entry(c, b, key), flash::block_row(c, key0 + r)};
+  const int column = min(flash::block_index(c, key0 + r), args.kv_last_block);
+  return {c.block_table[b * c.block_table_stride + column], flash::block_row(c, key0 + r), r * 128, column};
+}
+// The same lane's box one tile further: additions, no division.
+__device__ __forceinline__ PagedBox paged_box_next(const Sm90FwdParams& args, int b, PagedBox box) {
+  if (box.dst < 0) return box;
+  const flash::CacheParams& c = args.p.cache;
+  box.row += args.kv_step_rows;
+  box.column += args.kv_step_blocks;
+  if (box.row >= c.block_size) {
+    box.row -= c.block_size;
+    ++box.column;
+  }
+  box.column = min(box.column, args.kv_last_block);
+  box.table_entry = c.block_table[b * c.block_table_stride + box.column];
+  return box;
+}
+
+// One lane of the warp (elect.sync: no lane index to read).
+__device__ __forceinline__ bool elect_one() {
+  uint32_t pred = 0;
+  asm volatile(
+      "{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(pred));
+  return pred != 0;
 }
 
 // One K or V tile, keys [key0, key0 + kBlockN), kCols columns: a box per 64
@@ -76,13 +104,15 @@ template <class Cfg, bool kPaged, int kCols, class Tile>
 __device__ __forceinline__ void load_kv_tile(const Sm90FwdParams& args, const CUtensorMap* map, Tile tile,
                                              sm90::Barrier bar, int key0, int h_kv, int seq, PagedBox box) {
   if constexpr (kPaged) {
-    if (lane_id() == 0) bar.arrive_expect_tx(paged_warp_bytes<kCols>(args));
-    __syncwarp();  // lane 0's expect_tx first
-    if (box.row >= 0) {
-      const int r = paged_box_key(args), block = box.block(args.p.cache);
+    // One lane per warp expects the warp's bytes. The other lanes' copies may
+    // land first: the barrier's byte count goes below zero until then, and
+    // its phase cannot complete before this warp's arrival.
+    if (elect_one()) bar.arrive_expect_tx(paged_warp_bytes<kCols>(args));
+    if (box.dst >= 0) {
+      const int block = box.block(args.p.cache);
 #pragma unroll
       for (int cb = 0; cb < kCols / 64; ++cb)
-        sm90::tma_load_4d(tile.column_block(cb) + r * 128, map, bar.addr, cb * 64, box.row, h_kv, block);
+        sm90::tma_load_4d(tile.column_block(cb) + box.dst, map, bar.addr, cb * 64, box.row, h_kv, block);
     }
   } else {
     bar.arrive_expect_tx(Cfg::kBlockN * kCols * 2);
@@ -156,15 +186,14 @@ __device__ __forceinline__ void fwd_producer(const Sm90FwdParams& args, const Fw
     // producer waits for V's stage (the late one: P.V frees it), not between
     // V and the next K, whose stage is free by then and which the consumers
     // need first.
-    PagedBox box = kPaged ? paged_box<Cfg>(args, kv_seq, w.tiles.first, kv_row0 + w.tiles.first * kN) : PagedBox{};
+    PagedBox box = kPaged ? paged_box<Cfg>(args, kv_seq, kv_row0 + w.tiles.first * kN) : PagedBox{};
     for (int n = w.tiles.first; n <= w.tiles.last; ++n, kv_state.advance()) {
       const int stage = kv_state.stage();
       const uint32_t phase = kv_state.producer_phase();
       smem.k_empty(stage).wait(phase);
       load_kv_tile<Cfg, kPaged, kDQK>(args, &args.k, smem.k_tile(stage), smem.k_full(stage), kv_row0 + n * kN, h_kv,
                                       kv_seq, box);
-      const PagedBox next =
-          kPaged && n < w.tiles.last ? paged_box<Cfg>(args, kv_seq, n + 1, kv_row0 + (n + 1) * kN) : PagedBox{};
+      const PagedBox next = kPaged && n < w.tiles.last ? paged_box_next(args, kv_seq, box) : PagedBox{};
       smem.v_empty(stage).wait(phase);
       load_kv_tile<Cfg, kPaged, kDV>(args, &args.v, smem.v_tile(stage), smem.v_full(stage), kv_row0 + n * kN, h_kv,
                                      kv_seq, box);
