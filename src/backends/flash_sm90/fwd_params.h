@@ -29,7 +29,7 @@ struct Sm90FwdParams {
   // A box one tile further: kBlockN = kv_step_blocks blocks + kv_step_rows
   // rows; the block table's columns stop at kv_last_block, the cache's last
   // position's (fwd_producer.cuh: paged_box_next, no division per tile).
-  int kv_step_blocks, kv_step_rows, kv_last_block;
+  int kv_step_blocks = 0, kv_step_rows = 0, kv_last_block = 0;
 };
 
 }  // namespace attn::flash_sm90
