@@ -60,6 +60,36 @@ ATTN_HOST_DEVICE int cache_row(const CacheParams& c, int b) {
   return c.batch_idx ? clamp_index(c.batch_idx[b], c.rows) : b;
 }
 
+// Paged caches: a position's block-table column and its row in that block,
+// moved `step` positions on by additions, without a division (a producer
+// walking a sequence's KV tiles): step = step_blocks * block_size +
+// step_rows, 0 <= step_rows < block_size. The column stops at last_column
+// (the cache's last position's), the row goes on: positions past the cache
+// read the last block's entry.
+struct BlockStep {
+  int blocks = 0, rows = 0, last_column = 0;
+};
+inline BlockStep make_block_step(int step, int block_size, int capacity) {
+  return {step / block_size, step % block_size, (capacity > 0 ? capacity - 1 : 0) / block_size};
+}
+struct BlockPosition {
+  int column = 0, row = 0;
+};
+ATTN_HOST_DEVICE BlockPosition block_position(const CacheParams& c, const BlockStep& s, int j) {
+  const int column = block_index(c, j);
+  return {column < s.last_column ? column : s.last_column, block_row(c, j)};
+}
+ATTN_HOST_DEVICE BlockPosition next_block_position(const CacheParams& c, const BlockStep& s, BlockPosition at) {
+  at.row += s.rows;
+  at.column += s.blocks;
+  if (at.row >= c.block_size) {
+    at.row -= c.block_size;
+    ++at.column;
+  }
+  at.column = at.column < s.last_column ? at.column : s.last_column;
+  return at;
+}
+
 // Paged caches: where the block table's entry for position j (< capacity)
 // of sequence b lies (a caller may copy it asynchronously), and the entry
 // as read (a caller that clamps it later keeps the read's latency off its

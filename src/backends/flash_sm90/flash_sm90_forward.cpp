@@ -6,7 +6,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -69,9 +68,7 @@ void run(const Problem& p, const ForwardArgs& a, const flash::CacheParams* cache
       args.kv_box_rows = paged_box_rows(cache->block_size, Cfg::kBlockN);
       const int boxes = Cfg::kBlockN / args.kv_box_rows;  // d 192 / 256, a block not a tile multiple: 7 / 5, one warp
       args.kv_warps = boxes % 4 == 0 ? 4 : boxes % 2 == 0 ? 2 : 1;
-      args.kv_step_blocks = static_cast<int>(Cfg::kBlockN / cache->block_size);
-      args.kv_step_rows = static_cast<int>(Cfg::kBlockN % cache->block_size);
-      args.kv_last_block = static_cast<int>(std::max(cache->capacity - 1, 0) / cache->block_size);
+      args.kv_step = flash::make_block_step(Cfg::kBlockN, cache->block_size, cache->capacity);
     }
     args.k = cache_map(p, a.in.k, kDQK, args.kv_box_rows, "k_cache");
     args.v = cache_map(p, a.in.v, kDV, args.kv_box_rows, "v_cache");

@@ -6,6 +6,7 @@
 
 #include <cuda.h>
 
+#include "backends/flash/cache_params.h"
 #include "backends/flash/params.h"
 
 namespace attn::flash_sm90 {
@@ -26,10 +27,9 @@ struct Sm90FwdParams {
   // many boxes go out in parallel.
   int kv_box_rows;
   int kv_warps, kv_warp_rows;
-  // A box one tile further: kBlockN = kv_step_blocks blocks + kv_step_rows
-  // rows; the block table's columns stop at kv_last_block, the cache's last
-  // position's (fwd_producer.cuh: paged_box_next, no division per tile).
-  int kv_step_blocks = 0, kv_step_rows = 0, kv_last_block = 0;
+  // A box one tile further: kBlockN positions on (fwd_producer.cuh:
+  // paged_box_next, additions, no division per tile).
+  flash::BlockStep kv_step;
 };
 
 }  // namespace attn::flash_sm90

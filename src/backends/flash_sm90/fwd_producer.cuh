@@ -47,10 +47,10 @@ __device__ __forceinline__ uint32_t paged_warp_bytes(const Sm90FwdParams& args) 
   return static_cast<uint32_t>(args.kv_warp_rows * kCols * 2);
 }
 
-// A paged cache: where this lane's box of a KV tile (sequence b) lies, its
-// block and first row in it (kv_box_rows keys that never cross a block),
-// where the box goes in each 64-column part of the tile (bytes; -1 for lanes
-// without a box), and the block table's column it was read from. Positions
+// A paged cache: where this lane's box of a KV tile (sequence b) lies: its
+// block (the table's entry at column at.column) and first row in it (at.row;
+// kv_box_rows keys that never cross a block), and where the box goes in each
+// 64-column part of the tile (bytes; -1 for lanes without a box). Positions
 // past the cache read its last block's entry (their rows are cleared as past
 // the sequence). The block id is the block table's value as read: it is
 // clamped where it is used (block()), so that nothing waits for the read
@@ -58,7 +58,8 @@ __device__ __forceinline__ uint32_t paged_warp_bytes(const Sm90FwdParams& args) 
 // before the producer waits for the stage: after the wait only the copies
 // are issued.
 struct PagedBox {
-  int table_entry = 0, row = 0, dst = -1, column = 0;
+  int table_entry = 0, dst = -1;
+  flash::BlockPosition at;
   __device__ __forceinline__ int block(const flash::CacheParams& c) const {
     return flash::clamp_index(table_entry, c.rows);
   }
@@ -69,21 +70,15 @@ __device__ __forceinline__ PagedBox paged_box(const Sm90FwdParams& args, int b, 
   const int r = paged_box_key(args);
   if (r >= Cfg::kBlockN) return {};
   const flash::CacheParams& c = args.p.cache;
-  const int column = min(flash::block_index(c, key0 + r), args.kv_last_block);
-  return {c.block_table[b * c.block_table_stride + column], flash::block_row(c, key0 + r), r * 128, column};
+  const flash::BlockPosition at = flash::block_position(c, args.kv_step, key0 + r);
+  return {c.block_table[b * c.block_table_stride + at.column], r * 128, at};
 }
 // The same lane's box one tile further: additions, no division.
 __device__ __forceinline__ PagedBox paged_box_next(const Sm90FwdParams& args, int b, PagedBox box) {
   if (box.dst < 0) return box;
   const flash::CacheParams& c = args.p.cache;
-  box.row += args.kv_step_rows;
-  box.column += args.kv_step_blocks;
-  if (box.row >= c.block_size) {
-    box.row -= c.block_size;
-    ++box.column;
-  }
-  box.column = min(box.column, args.kv_last_block);
-  box.table_entry = c.block_table[b * c.block_table_stride + box.column];
+  box.at = flash::next_block_position(c, args.kv_step, box.at);
+  box.table_entry = c.block_table[b * c.block_table_stride + box.at.column];
   return box;
 }
 
@@ -112,7 +107,7 @@ __device__ __forceinline__ void load_kv_tile(const Sm90FwdParams& args, const CU
       const int block = box.block(args.p.cache);
 #pragma unroll
       for (int cb = 0; cb < kCols / 64; ++cb)
-        sm90::tma_load_4d(tile.column_block(cb) + box.dst, map, bar.addr, cb * 64, box.row, h_kv, block);
+        sm90::tma_load_4d(tile.column_block(cb) + box.dst, map, bar.addr, cb * 64, box.at.row, h_kv, block);
     }
   } else {
     bar.arrive_expect_tx(Cfg::kBlockN * kCols * 2);
