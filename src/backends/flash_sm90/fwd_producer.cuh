@@ -177,10 +177,11 @@ __device__ __forceinline__ void fwd_producer(const Sm90FwdParams& args, const Fw
       q_state.advance();
     }
     // A paged cache's block ids are read a tile ahead, between a tile's K
-    // and V: the block table's latency and the divisions run while the
-    // producer waits for V's stage (the late one: P.V frees it), not between
-    // V and the next K, whose stage is free by then and which the consumers
-    // need first.
+    // and V: the block table's latency runs while the producer waits for V's
+    // stage (the late one: P.V frees it), not between V and the next K, whose
+    // stage is free by then and which the consumers need first. The work
+    // there is kept to a few additions (paged_box_next): with two divisions
+    // per tile paged caches ran 1.5% slower.
     PagedBox box = kPaged ? paged_box<Cfg>(args, kv_seq, kv_row0 + w.tiles.first * kN) : PagedBox{};
     for (int n = w.tiles.first; n <= w.tiles.last; ++n, kv_state.advance()) {
       const int stage = kv_state.stage();
