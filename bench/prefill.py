@@ -10,7 +10,7 @@ variant times the attention alone. TFLOP/s of the visible pairs; each point
 timed back to back between CUDA events with the variants alternating round
 by round, and call by call after an L2 flush (the second method).
 
-    python bench/prefill.py [--quick] [--out DIR] [--blocks 16,64,128]
+    python bench/prefill.py [--quick] [--out DIR] [--blocks 16,64,128] [--budget-ms 400] [--no-sdpa]
 
 Writes prefill.json to --out and prints a table, paged / contiguous last.
 """
@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import flushed_median, interleaved_medians  # noqa: E402
 
 
-def point(b, prior, s_q, h_q, h_kv, d, blocks):
+def point(b, prior, s_q, h_q, h_kv, d, blocks, budget_ms=400.0, sdpa=True):
     dt = torch.bfloat16
     s_kv = prior + s_q
     q = torch.randn(b, s_q, h_q, d, device="cuda", dtype=dt)
@@ -62,7 +62,8 @@ def point(b, prior, s_q, h_q, h_kv, d, blocks):
     def cudnn():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             return F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, enable_gqa=h_q != h_kv)
-    fns["sdpa_cudnn"] = cudnn
+    if sdpa:
+        fns["sdpa_cudnn"] = cudnn
     ref = fns["prefill"]().float()
     ok = {}
     for name, fn in fns.items():
@@ -75,7 +76,7 @@ def point(b, prior, s_q, h_q, h_kv, d, blocks):
             ok[name] = (lambda _, fn=fn: fn(), [None])
         except Exception as e:  # noqa: BLE001 - a variant that cannot run says why
             r[name] = {"error": f"{type(e).__name__}: {e}"[:200]}
-    loop = interleaved_medians(ok, budget_ms=400.0)
+    loop = interleaved_medians(ok, budget_ms=budget_ms)
     for name, (fn, sets) in ok.items():
         cold = flushed_median(fn, sets, reps=10)
         r[name] = {"ms": loop[name], "tflops": r["tflop"] / (loop[name] * 1e-3), "flushed_ms": cold}
@@ -87,6 +88,9 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=".")
     ap.add_argument("--blocks", default="16,64,128")
+    ap.add_argument("--budget-ms", type=float, default=400.0,
+                    help="back-to-back rounds go on until their time reaches this (5 rounds at least)")
+    ap.add_argument("--no-sdpa", action="store_true", help="leave SDPA cuDNN out of the rounds")
     a = ap.parse_args()
     blocks = [int(x) for x in a.blocks.split(",") if x]
     grid = [(1, 4096, 512), (1, 16384, 2048), (4, 4096, 2048), (8, 2048, 512)]
@@ -96,9 +100,9 @@ def main():
     print(f"{torch.cuda.get_device_name()}, h 32/8, d 128, bf16, causal; ms (TFLOP/s); ratios against the "
           "prefill on contiguous K/V: back to back | after an L2 flush")
     rows = []
-    names = ["prefill", "cache"] + [f"paged{bs}" for bs in blocks] + ["sdpa_cudnn"]
+    names = ["prefill", "cache"] + [f"paged{bs}" for bs in blocks] + ([] if a.no_sdpa else ["sdpa_cudnn"])
     for b, prior, s_q in grid:
-        r = point(b, prior, s_q, 32, 8, 128, blocks)
+        r = point(b, prior, s_q, 32, 8, 128, blocks, a.budget_ms, not a.no_sdpa)
         rows.append(r)
         base = r["prefill"]
         cells = []
