@@ -90,12 +90,16 @@ ATTN_HOST_DEVICE BlockPosition next_block_position(const CacheParams& c, const B
   return at;
 }
 
-// Paged caches: where the block table's entry for position j (< capacity)
-// of sequence b lies (a caller may copy it asynchronously), and the entry
-// as read (a caller that clamps it later keeps the read's latency off its
-// path).
+// Paged caches: where the block table's entry at column `column` of
+// sequence b's row lies (a position's column: block_index, or a
+// BlockPosition's); for position j (< capacity), block_table_slot (a caller
+// may copy it asynchronously), and the entry as read (a caller that clamps
+// it later keeps the read's latency off its path).
+ATTN_HOST_DEVICE const int32_t* block_table_column(const CacheParams& c, int b, int column) {
+  return c.block_table + b * c.block_table_stride + column;
+}
 ATTN_HOST_DEVICE const int32_t* block_table_slot(const CacheParams& c, int b, int j) {
-  return c.block_table + b * c.block_table_stride + block_index(c, j);
+  return block_table_column(c, b, block_index(c, j));
 }
 ATTN_HOST_DEVICE int block_table_entry(const CacheParams& c, int b, int j) { return *block_table_slot(c, b, j); }
 

@@ -71,14 +71,14 @@ __device__ __forceinline__ PagedBox paged_box(const Sm90FwdParams& args, int b, 
   if (r >= Cfg::kBlockN) return {};
   const flash::CacheParams& c = args.p.cache;
   const flash::BlockPosition at = flash::block_position(c, args.kv_step, key0 + r);
-  return {c.block_table[b * c.block_table_stride + at.column], r * 128, at};
+  return {*flash::block_table_column(c, b, at.column), r * 128, at};
 }
 // The same lane's box one tile further: additions, no division.
 __device__ __forceinline__ PagedBox paged_box_next(const Sm90FwdParams& args, int b, PagedBox box) {
   if (box.dst < 0) return box;
   const flash::CacheParams& c = args.p.cache;
   box.at = flash::next_block_position(c, args.kv_step, box.at);
-  box.table_entry = c.block_table[b * c.block_table_stride + box.at.column];
+  box.table_entry = *flash::block_table_column(c, b, box.at.column);
   return box;
 }
 
