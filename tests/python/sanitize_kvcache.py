@@ -5,6 +5,7 @@ racecheck, initcheck) runs on the device:
   first, the decode kernel started during it), split-KV with the combine
   kernel;
 - a decode step over 1104 keys in one split (many tiles per CTA);
+- 32 rows of one KV head (GQA 8, four tokens): a CTA of two row blocks;
 - a chunked prefill (flash_sm90 on Hopper): 40 query tokens;
 each over a contiguous cache with cache_batch_idx and paged ones at block
 sizes 16 and 48 (boxes of a whole block, and gcd boxes), capacities not tile
@@ -32,9 +33,9 @@ def cache(block, capacity):
     return k_cache, torch.randn_like(k_cache), None, torch.tensor([2, 0, 1], dtype=torch.int32, device="cuda")
 
 
-def call(s_q, block, capacity, **kw):
+def call(s_q, block, capacity, heads=h_q, **kw):
     k_cache, v_cache, table, rows = cache(block, capacity)
-    q = torch.randn(b, s_q, h_q, d, device="cuda", dtype=bf16)
+    q = torch.randn(b, s_q, heads, d, device="cuda", dtype=bf16)
     k, v = (torch.randn(b, s_q, h_kv, d, device="cuda", dtype=bf16) for _ in range(2))
     lens = torch.tensor([0, 77, capacity - s_q], dtype=torch.int32, device="cuda")
     attn.forward_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=lens, cache_batch_idx=rows,
@@ -49,6 +50,7 @@ for block in (0, 16, 48):
     call(40, block, 240 if block != 48 else 288)
 for block in (0, 16, 48):  # one split over 18 tiles: the block ids copied ahead of their tiles
     call(1, block, 1104, num_splits=1)
+    call(4, block, 288, heads=16, num_splits=3)  # 32 rows: two row blocks in a CTA
 call(40, 128, 256)
 call(40, 64, 256)  # two producer warps (one box each); 16 and 48 take four
 torch.cuda.synchronize()

@@ -416,16 +416,19 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
     __syncthreads();  // tile t's stage is free, tile t + kStages's offsets visible
   }
 
-  // The warps' partial results into shared memory (over the stages).
-  float* const o_merge = reinterpret_cast<float*>(smem + TileQ::kBytes);  // [warp][row][kDV]
-  float* const m_merge = o_merge + Cfg::kWarps * kRows * kDV;              // [warp][row]
+  // The warps' partial results into shared memory (over the stages), rows
+  // kOStride floats apart (decode_config.h: a warp's store of 8 rows kDV
+  // apart hit the same banks 8 times).
+  constexpr int kOStride = Cfg::kMergeStride;
+  float* const o_merge = reinterpret_cast<float*>(smem + TileQ::kBytes);  // [warp][row][kOStride]
+  float* const m_merge = o_merge + Cfg::kWarps * kRows * kOStride;         // [warp][row]
   float* const l_merge = m_merge + Cfg::kWarps * kRows;
 #pragma unroll
   for (int h = 0; h < kHalves; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     const int row = 16 * (h / 2) + 8 * (h % 2) + lane / 4, e0 = 2 * (h % 2);
-    float* const orow = o_merge + (warp * kRows + row) * kDV + 2 * (lane & 3);
+    float* const orow = o_merge + (warp * kRows + row) * kOStride + 2 * (lane & 3);
 #pragma unroll
     for (int no = 0; no < NO; ++no)
       *reinterpret_cast<float2*>(orow + 8 * no) = make_float2(o[h / 2][no][e0], o[h / 2][no][e0 + 1]);
@@ -471,7 +474,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
       float2 acc = make_float2(0.f, 0.f);
 #pragma unroll
       for (int w = 0; w < Cfg::kWarps; ++w) {
-        const float2 x = *reinterpret_cast<const float2*>(o_merge + (w * kRows + row) * kDV + c);
+        const float2 x = *reinterpret_cast<const float2*>(o_merge + (w * kRows + row) * kOStride + c);
         acc.x += mw[w] * x.x;
         acc.y += mw[w] * x.y;
       }
