@@ -7,8 +7,12 @@ attention as a plain prefill: attn.forward on contiguous K/V of prior + s_q
 keys (the ratio's base), and PyTorch SDPA's cuDNN backend on the same
 tensors. The cache already holds the chunk's keys (s_new = 0), so every
 variant times the attention alone. TFLOP/s of the visible pairs; each point
-timed back to back between CUDA events with the variants alternating round
-by round, and call by call after an L2 flush (the second method).
+timed back to back between CUDA events with attn's variants alternating
+round by round, and call by call after an L2 flush (the second method).
+SDPA cuDNN (0.4-0.5x the prefill here) is timed in rounds of its own: in
+the same rounds its long calls moved the variants next to it (H200, b 4,
+paged 64 / 128: 0.944 / 0.932 of the prefill with it, 0.977 / 0.970
+without; docs/perf/prefill-rounds-2026-11-29-h200.json).
 
     python bench/prefill.py [--quick] [--out DIR] [--blocks 16,64,128] [--budget-ms 400] [--no-sdpa]
 
@@ -76,7 +80,11 @@ def point(b, prior, s_q, h_q, h_kv, d, blocks, budget_ms=400.0, sdpa=True):
             ok[name] = (lambda _, fn=fn: fn(), [None])
         except Exception as e:  # noqa: BLE001 - a variant that cannot run says why
             r[name] = {"error": f"{type(e).__name__}: {e}"[:200]}
+    peer = {n: ok.pop(n) for n in ("sdpa_cudnn",) if n in ok}
     loop = interleaved_medians(ok, budget_ms=budget_ms)
+    if peer:
+        loop.update(interleaved_medians(peer, budget_ms=budget_ms))
+    ok.update(peer)
     for name, (fn, sets) in ok.items():
         cold = flushed_median(fn, sets, reps=10)
         r[name] = {"ms": loop[name], "tflops": r["tflop"] / (loop[name] * 1e-3), "flushed_ms": cold}
@@ -90,7 +98,7 @@ def main():
     ap.add_argument("--blocks", default="16,64,128")
     ap.add_argument("--budget-ms", type=float, default=400.0,
                     help="back-to-back rounds go on until their time reaches this (5 rounds at least)")
-    ap.add_argument("--no-sdpa", action="store_true", help="leave SDPA cuDNN out of the rounds")
+    ap.add_argument("--no-sdpa", action="store_true", help="leave SDPA cuDNN out")
     a = ap.parse_args()
     blocks = [int(x) for x in a.blocks.split(",") if x]
     grid = [(1, 4096, 512), (1, 16384, 2048), (4, 4096, 2048), (8, 2048, 512)]
