@@ -219,10 +219,10 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
   constexpr int kStages = Cfg::kStages;
   KeyRow* const row_at = reinterpret_cast<KeyRow*>(smem + Cfg::kOffsetsAt);
   const int appended_from = dp.k_new ? flash::cache_length(p.cache, b) : INT_MAX;
-  // This thread's row of tile t (threads < kN): its block-table entry, then its address.
-  auto entry_of = [&](int t) { return key_entry(p.cache, b, seq, appended_from, t * kN + tid); };
-  auto row_of = [&](int t, int entry) {
-    return key_row<T>(dp, b, row_of_b, seq, appended_from, kvh, t * kN + tid, entry);
+  // Row r of tile t: its block-table entry, then its address.
+  auto entry_of = [&](int t, int r) { return key_entry(p.cache, b, seq, appended_from, t * kN + r); };
+  auto row_of = [&](int t, int r, int entry) {
+    return key_row<T>(dp, b, row_of_b, seq, appended_from, kvh, t * kN + r, entry);
   };
   // Paged: tile u's entries (row tid < kN) into entry slot u % kStages, in the
   // commit group of tile u - kStages's copies: the loop's wait for that tile
@@ -265,13 +265,22 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
                      head_of(r, i) * p.q_head_stride + 8 * c;
       sm80::cp_async_16(q_smem + TileQ::byte_offset(row, c), ok ? src : p.q, ok);
     }
-    if (tid < kN) {  // the first tiles' entries read together, then their addresses
-      int entry[kStages];
+    // The first tiles' rows, by every thread (the CTA's halves take tiles 0, 2, .. and 1, 3, ..: warps 2-3
+    // otherwise waited at the barrier below while warps 0-1 formed all three), entries read together.
+    {
+      constexpr int kHalf = Cfg::kThreads / kN, kMine = (kStages + kHalf - 1) / kHalf;
+      const int r = tid % kN, first = tid / kN;
+      int entry[kMine];
 #pragma unroll
-      for (int i = 0; i < kStages; ++i) entry[i] = t_begin + i < t_end ? entry_of(t_begin + i) : 0;
+      for (int i = 0; i < kMine; ++i) {
+        const int t = t_begin + first + kHalf * i;
+        entry[i] = first + kHalf * i < kStages && t < t_end ? entry_of(t, r) : 0;
+      }
 #pragma unroll
-      for (int i = 0; i < kStages; ++i)
-        if (t_begin + i < t_end) row_at[((t_begin + i) % kStages) * kN + tid] = row_of(t_begin + i, entry[i]);
+      for (int i = 0; i < kMine; ++i) {
+        const int t = t_begin + first + kHalf * i;
+        if (first + kHalf * i < kStages && t < t_end) row_at[(t % kStages) * kN + r] = row_of(t, r, entry[i]);
+      }
     }
     __syncthreads();
     // The first kStages - 1 tiles in flight, one commit group each (empty
@@ -412,7 +421,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
         }
     }
     sm80::gemm_rb<T, MB, 2, NO, TileV>(o, sc, v_stage(s) + 16 * warp * TileV::kRowBytes, lane);
-    if (prefetch) row_at[next_slot] = next_at_end ? row_of(t + kStages, next_entry) : next_row;
+    if (prefetch) row_at[next_slot] = next_at_end ? row_of(t + kStages, tid, next_entry) : next_row;
     __syncthreads();  // tile t's stage is free, tile t + kStages's offsets visible
   }
 
