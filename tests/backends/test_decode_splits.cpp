@@ -98,6 +98,38 @@ TEST(DecodeSplits, PlanPacksQueryRowsAndHonoursNumSplits) {
   EXPECT_EQ(plan(p, 1).m_blocks, 2);
 }
 
+// A partial result per warp (no merge in the decode kernel) where a CTA's
+// rows are at most 8 over at most 8 tiles a split, and the splits' parts
+// fit the combine's loads at once (64 at d_v 128, 32 at 256, 128 at 64);
+// one split never has parts; the workspace holds every part.
+TEST(DecodeSplits, PartsPerWarpWhereRowsAreFew) {
+  EXPECT_EQ(combine_loads_at_once(128), 64);
+  EXPECT_EQ(part_count(16, 32, 4, 128), kDecodeWarps);  // one token, GQA 4, 2k keys in 16 splits
+  EXPECT_EQ(part_count(16, 128, 8, 128), kDecodeWarps);  // 8k keys: 8 tiles a split
+  EXPECT_EQ(part_count(16, 129, 8, 128), 1);
+  EXPECT_EQ(part_count(2, 32, 4, 128), 1);  // 16 tiles a split: the merge is a small share
+  EXPECT_EQ(part_count(17, 32, 4, 128), 1);  // 68 parts: two round trips
+  EXPECT_EQ(part_count(16, 32, 16, 128), 1);  // 16 rows: the merge costs less than four parts
+  EXPECT_EQ(part_count(1, 2, 4, 128), 1);
+  EXPECT_EQ(part_count(8, 16, 1, 256), kDecodeWarps);
+  EXPECT_EQ(part_count(9, 16, 1, 256), 1);
+  EXPECT_EQ(part_count(32, 64, 4, 64), kDecodeWarps);
+  Problem p;
+  p.device = Device::cpu();
+  p.batch = p.total_q = 1;
+  p.s_q = 1;
+  p.s_kv = 2048;
+  p.h_q = 32;
+  p.h_kv = 8;
+  p.d_qk = p.d_v = 128;
+  const Plan pl = plan(p, 16);
+  EXPECT_EQ(pl.parts, kDecodeWarps);
+  EXPECT_EQ(pl.partial_results(), 64);
+  EXPECT_EQ(workspace_bytes(p, pl), 64 * 32 * (128 + 1) * 4);
+  p.s_q = p.total_q = 4;  // 16 rows
+  EXPECT_EQ(plan(p, 16).parts, 1);
+}
+
 // Two row blocks per CTA where one-block CTAs would fill the GPU, or half
 // its SMs over 8k keys or more, or from 32k keys at any batch (a simulated
 // H100: 132 SMs, one slot each as plan() counts a simulated device): h 64/8

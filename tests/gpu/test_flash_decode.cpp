@@ -650,7 +650,8 @@ TEST(FlashDecode, KvCacheGraphReplaysOnNewLengthsAndContents) {
 TEST(FlashDecode, NaNStaysVisible) {
   ATTN_REQUIRE_GPU();
   for (const auto& [batch, s_q, h_q, h_kv] :
-       {std::array<int64_t, 4>{2, 2, 8, 2}, std::array<int64_t, 4>{24, 4, 64, 8}}) {
+       {std::array<int64_t, 4>{2, 2, 8, 2}, std::array<int64_t, 4>{24, 4, 64, 8},
+        std::array<int64_t, 4>{2, 1, 32, 8}}) {  // the last: 4 rows a CTA, a partial result per warp
     SCOPED_TRACE("h_q " + std::to_string(h_q) + " h_kv " + std::to_string(h_kv) + " s_q " + std::to_string(s_q));
     CaseSpec s;
     s.batch = batch;

@@ -3,7 +3,7 @@ racecheck, initcheck) runs on the device:
 - decode steps (flash_decode): one and four query tokens, without rotary (the
   decode kernel appends the new tokens itself) and with it (the append kernel
   first, the decode kernel started during it), split-KV with the combine
-  kernel;
+  kernel (one token: a partial result per warp; four: per CTA);
 - a decode step over 1104 keys in one split (many tiles per CTA);
 - 32 rows of one KV head (GQA 8, four tokens): a CTA of two row blocks;
 - a chunked prefill (flash_sm90 on Hopper): 40 query tokens;

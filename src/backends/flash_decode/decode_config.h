@@ -1,7 +1,7 @@
 // The decode kernel's shape (decode_kernel.cuh): 4 warps, 16 or 32 packed
 // query rows (kRowBlocks mma row blocks), KV tiles of 64 keys (16 per warp)
 // in kStages cp.async stages, and the merge of the warps' partial softmaxes
-// in the stages' memory afterwards.
+// in the stages' memory afterwards; the combine kernel's shape.
 #pragma once
 
 #include "kernels/sm80/swizzle.h"
@@ -14,10 +14,12 @@ namespace attn::flash_decode {
 // larger merge fit beside the stages).
 inline constexpr bool two_row_blocks_fit(int d_qk, int d_v) { return d_qk + d_v <= 256; }
 
+inline constexpr int kDecodeWarps = 4;
+
 template <int kDQK, int kDV, int kRowBlocks = 1>
 struct DecodeConfig {
   static_assert(kRowBlocks == 1 || (kRowBlocks == 2 && two_row_blocks_fit(kDQK, kDV)), "one or two row blocks");
-  static constexpr int kWarps = 4;
+  static constexpr int kWarps = kDecodeWarps;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRows = 16 * kRowBlocks;  // packed query rows per CTA
   static constexpr int kBlockN = 16 * kWarps;    // keys per tile: each warp takes 16
@@ -43,5 +45,25 @@ struct DecodeConfig {
   static constexpr int kEntriesAt = kOffsetsAt + kStages * kBlockN * 16;
   static constexpr int kSmemBytes = kEntriesAt + kStages * kBlockN * 4;
 };
+
+// The combine kernel's shape: one CTA per row; its threads are groups of
+// kDV / 4 (a float4 of the row each), group g taking partial results g,
+// g + groups, ... so every part's load of a row is in flight at once: the
+// row's merge costs one round trip to L2, not one per part.
+template <int kDV>
+struct CombineConfig {
+  static constexpr int kThreads = 256;
+  static constexpr int kChunks = kDV / 4;  // float4 columns of a row
+  static constexpr int kGroups = kThreads / kChunks;
+  static constexpr int kAhead = 8;  // splits per thread per batch of loads
+  static_assert(kDV % 4 == 0 && kThreads % kChunks == 0, "a row is whole float4s, groups fill the CTA");
+};
+
+// The splits' loads a combine CTA has in flight at once for rows d_v wide
+// (CombineConfig's groups x kAhead): up to this many partial results per
+// row cost the combine one round trip to L2.
+inline constexpr int combine_loads_at_once(int d_v) {
+  return CombineConfig<64>::kThreads / (d_v / 4) * CombineConfig<64>::kAhead;
+}
 
 }  // namespace attn::flash_decode

@@ -22,10 +22,10 @@ namespace attn::flash_decode {
 static_assert(false ATTN_FLASH_DECODE_TABLE(ATTN_IS_ROW), "ATTN_DECODE_DQK/DV is not a row of decode_table.h");
 #undef ATTN_IS_ROW
 
-template <typename T, int kDQK, int kDV, int kRowBlocks>
+template <typename T, int kDQK, int kDV, int kRowBlocks, bool kWarpParts = false>
 void launch_rows(const DecodeParams& dp, int h_kv, cudaStream_t stream) {
   using Cfg = DecodeConfig<kDQK, kDV, kRowBlocks>;
-  auto* kernel = flash_decode_kernel<T, kDQK, kDV, kRowBlocks>;
+  auto* kernel = flash_decode_kernel<T, kDQK, kDV, kRowBlocks, kWarpParts>;
   ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(dp.m_blocks * dp.splits), static_cast<unsigned>(h_kv),
                   static_cast<unsigned>(dp.f.batch));
@@ -36,11 +36,16 @@ void launch_rows(const DecodeParams& dp, int h_kv, cudaStream_t stream) {
 template <typename T, int kDQK, int kDV>
 void launch_decode(const DecodeParams& dp, int h_kv, cudaStream_t stream) {
   if (dp.row_blocks == 2) {
+    if (dp.parts > 1)
+      fail(ErrorKind::runtime, "flash_decode was planned with two row blocks and parts per warp", "parts > 1",
+           "one row block for parts per warp", "report this: plan() gives parts to at most 8 rows");
     if constexpr (two_row_blocks_fit(kDQK, kDV))
       launch_rows<T, kDQK, kDV, 2>(dp, h_kv, stream);
     else
       fail(ErrorKind::runtime, "flash_decode was planned with two row blocks", "d " + std::to_string(kDQK),
            "d_qk + d_v <= 256", "report this: plan() keeps one row block for wide rows");
+  } else if (dp.parts > 1) {
+    launch_rows<T, kDQK, kDV, 1, true>(dp, h_kv, stream);
   } else {
     launch_rows<T, kDQK, kDV, 1>(dp, h_kv, stream);
   }

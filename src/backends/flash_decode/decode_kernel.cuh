@@ -10,7 +10,9 @@
 //   merges the ranges' partial results by their lse (and adds the sink);
 // - inside a CTA, each warp takes 16 of a tile's 64 keys with its own
 //   running softmax (S = Q.K^T and O += P.V on mma.sync), and the 4 warps'
-//   partial results are merged once, at the end, through shared memory;
+//   partial results are merged once, at the end, through shared memory, or,
+//   where a CTA holds few rows and splits its keys, each warp's go to the
+//   combine kernel as parts of their own (DecodeParams::parts);
 // - K/V tiles stream through kStages cp.async stages, each row addressed on its
 //   own (contiguous caches, a block table of any block size, or thd) by one
 //   thread a tile ahead, its offsets left in shared memory for the copies.
@@ -167,10 +169,14 @@ __device__ __forceinline__ void append_new_rows(const DecodeParams& dp, int b, i
   }
 }
 
-template <typename T, int kDQK, int kDV, int kRowBlocks>
+// kWarpParts: the build for DecodeParams::parts > 1 (one row block), a
+// build of its own so that the merge's build keeps its schedule (with both
+// epilogues in one build, h 64/8 with 4 tokens at b 8 2k lost 4%).
+template <typename T, int kDQK, int kDV, int kRowBlocks, bool kWarpParts = false>
 __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
     flash_decode_kernel(const __grid_constant__ DecodeParams dp) {
   using Cfg = DecodeConfig<kDQK, kDV, kRowBlocks>;
+  static_assert(!kWarpParts || kRowBlocks == 1, "parts per warp take one row block (plan: at most 8 rows)");
   using TileQ = typename Cfg::TileQ;
   using TileK = typename Cfg::TileK;
   using TileV = typename Cfg::TileV;
@@ -425,6 +431,37 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
     __syncthreads();  // tile t's stage is free, tile t + kStages's offsets visible
   }
 
+  // Parts per warp (dp.parts > 1, this build): each warp's rows go out normalized, with
+  // their lse, as a part of their own, and the combine kernel merges them
+  // with the other splits' (a warp whose keys a row does not see writes lse
+  // -inf, which the combine leaves out). No barrier, no shared memory.
+  if constexpr (kWarpParts) {
+    const int part = split * dp.parts + warp;
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+      const int r = r0 + 16 * (h / 2) + 8 * (h % 2) + lane / 4, e0 = 2 * (h % 2);
+      if (r >= rows) continue;
+      const int i = token[h], hq = head_of(r, i);
+      const bool none = m[h] == -INFINITY;  // also the rows past the sequence's tokens (they see no key)
+      const float inv = none ? 0.f : 1.f / l[h];
+      const int64_t token_index =
+          p.packed ? static_cast<int64_t>(seq.start_q) + i : static_cast<int64_t>(b) * p.s_q + i;
+      const int64_t at = static_cast<int64_t>(part) * dp.rows + token_index * p.h_q + hq;
+      float* const dst = dp.o_partial + at * kDV + 2 * (lane & 3);
+#pragma unroll
+      for (int no = 0; no < NO; ++no)
+        *reinterpret_cast<float2*>(dst + 8 * no) = make_float2(o[h / 2][no][e0] * inv, o[h / 2][no][e0 + 1] * inv);
+      if ((lane & 3) != 0) continue;
+      dp.lse_partial[at] = none ? -INFINITY : (m[h] + __log2f(l[h])) * flash::kLn2;
+      if (p.max_logit && !none)
+        detail::atomic_max_keeping_nan(p.max_logit + hq * p.max_logit_stride,
+                                       l[h] != l[h] ? l[h] : m[h] * flash::kLn2);
+    }
+    return;
+  }
+
   // The warps' partial results into shared memory (over the stages), rows
   // kOStride floats apart (decode_config.h: a warp's store of 8 rows kDV
   // apart hit the same banks 8 times).
@@ -521,19 +558,6 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
   for (int row = tid / tpr; row < live; row += Cfg::kThreads / tpr) finish_row(row);
 }
 
-// The combine kernel's shape: one CTA per row; its threads are groups of
-// kDV / 4 (a float4 of the row each), group g taking splits g, g + groups,
-// ... so every split's load of a row is in flight at once: the row's merge
-// costs one round trip to L2, not one per split.
-template <int kDV>
-struct CombineConfig {
-  static constexpr int kThreads = 256;
-  static constexpr int kChunks = kDV / 4;  // float4 columns of a row
-  static constexpr int kGroups = kThreads / kChunks;
-  static constexpr int kAhead = 8;  // splits per thread per batch of loads
-  static_assert(kDV % 4 == 0 && kThreads % kChunks == 0, "a row is whole float4s, groups fill the CTA");
-};
-
 // Merges the splits of one row: lse = log(sum over splits of exp(lse_s) +
 // exp(sink)), out = sum of exp(lse_s - lse) * o_s. Each group merges its
 // splits relative to its own max, then group 0 merges the groups.
@@ -565,13 +589,14 @@ __global__ void __launch_bounds__(CombineConfig<kDV>::kThreads)
   float m = -INFINITY, w = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   bool nan = false;
-  for (int s0 = group; s0 < dp.splits; s0 += Cfg::kGroups * Cfg::kAhead) {
+  const int parts = dp.splits * dp.parts;
+  for (int s0 = group; s0 < parts; s0 += Cfg::kGroups * Cfg::kAhead) {
     float x[Cfg::kAhead];
     float4 v[Cfg::kAhead];
 #pragma unroll
     for (int u = 0; u < Cfg::kAhead; ++u) {
       const int s = s0 + u * Cfg::kGroups;
-      const bool in = s < dp.splits;
+      const bool in = s < parts;
       const int64_t at = static_cast<int64_t>(in ? s : 0) * dp.rows + row_id;
       x[u] = in ? dp.lse_partial[at] : -INFINITY;
       v[u] = in ? reinterpret_cast<const float4*>(dp.o_partial + at * kDV)[chunk] : make_float4(0.f, 0.f, 0.f, 0.f);

@@ -24,8 +24,8 @@ struct DecodeParams {
   int splits = 1;
   // blockIdx.x / m_blocks, / splits and a packed row / h_per_kv by a multiply (set by run()).
   flash::FastDiv m_blocks_div, splits_div, group_div;
-  float* o_partial = nullptr;    // [splits][rows][d_v]
-  float* lse_partial = nullptr;  // [splits][rows]
+  float* o_partial = nullptr;    // [splits * parts][rows][d_v]
+  float* lse_partial = nullptr;  // [splits * parts][rows]
   int64_t rows = 0;              // query tokens (b * s_q, or thd's total) times h_q
 
   // New keys and values read in place (forward_with_kvcache without rotary):
@@ -45,6 +45,10 @@ struct DecodeParams {
   // combine kernel during the decode kernel.
   bool overlap = false;          // the device starts dependent kernels early (host only)
   bool after_prologue = false;  // the kernel before the decode kernel is the prologue (host only)
+  // Partial results per split (Plan::parts): split s's warp w writes part s
+  // * parts + w. Last, so the fields before keep their places (and the
+  // kernels' constant loads their widths).
+  int parts = 1;
 };
 
 }  // namespace attn::flash_decode

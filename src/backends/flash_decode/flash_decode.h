@@ -10,6 +10,7 @@
 
 #include "attn/backend.h"
 #include "attn/kvcache.h"
+#include "backends/flash_decode/decode_config.h"
 #include "backends/flash_decode/decode_params.h"
 
 namespace attn::flash_decode {
@@ -35,8 +36,18 @@ struct Plan {
   // <= 256, and one-block CTAs would fill the GPU (or the splits are fixed).
   int row_blocks = 1;
   int splits = 1;
+  // Partial results per split: 1 (the CTA's, its warps merged in shared
+  // memory) or kDecodeWarps (each warp's keys a part of their own, merged
+  // by the combine kernel: no merge in the decode kernel; part_count).
+  int parts = 1;
+  int64_t partial_results() const { return int64_t{splits} * parts; }
 };
 Plan plan(const Problem& p, int requested_splits = 0);
+// plan()'s partial results per split: kDecodeWarps for `splits` > 1 where
+// the query rows per KV head (`rows`: s_q x the group) are at most 8, the
+// longest sequence's `tiles` at most 8 a split, and the parts fit the
+// combine's loads at once (combine_loads_at_once), else 1.
+int part_count(int splits, int64_t tiles, int64_t rows, int64_t d_v);
 // The rule behind plan(): for `units` CTAs of one split over `slots` CTA
 // slots and the longest sequence's `tiles` of 64 keys, the fewest splits
 // (each at least 2 tiles, at most kMaxSplits) whose waves are at least 95%

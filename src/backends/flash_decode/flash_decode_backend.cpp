@@ -114,6 +114,24 @@ std::vector<std::string> obstacles(const Problem& p, const DeviceInfo& dev) {
   return no;
 }
 
+// A part per warp pays where a CTA holds few rows over few tiles: its
+// merge in shared memory (a store of all 16 rows per warp, a barrier, then
+// the rows' sums over the warps) is then a large step of the CTA's short
+// critical path, and the warps' rows add little to write. With many rows
+// the fourfold partial results cost more than the merge; over many tiles
+// the merge is a small share (H200, d 128, us from CUDA graphs, merge ->
+// parts, two same-process pairs: h 32/8 one token, b 1 2k (2 tiles a split)
+// 10.19 / 10.32 -> 9.85 / 9.84, b 1 8k (8) 15.62 / 15.73 -> 15.28 / 15.28,
+// b 8 2k (16) 23.36 / 23.16 -> 23.94 / 23.87; h 64/8 one token b 1 2k
+// 10.26 / 10.42 -> 10.12 / 9.82; 16 rows or more, h 32/8 with 4 tokens b 8
+// 2k 27.23 -> 28.24, h 64/8 with 4 tokens b 8 8k 81.39 -> 85.89).
+int part_count(int splits, int64_t tiles, int64_t rows, int64_t d_v) {
+  const bool few_rows = rows <= 8, few_tiles = tiles <= 8 * int64_t{splits};
+  return splits > 1 && few_rows && few_tiles && splits * kDecodeWarps <= combine_loads_at_once(static_cast<int>(d_v))
+             ? kDecodeWarps
+             : 1;
+}
+
 Plan plan(const Problem& p, int requested) {
   Plan pl;
   const int64_t rows = p.s_q * (p.h_q / std::max<int64_t>(p.h_kv, 1));
@@ -127,6 +145,7 @@ Plan plan(const Problem& p, int requested) {
     if (two_row_blocks_allowed(p)) cut(2);
     const int64_t most = std::min<int64_t>(kMaxSplits, std::max<int64_t>(tiles, 1));
     pl.splits = static_cast<int>(std::clamp<int64_t>(requested, 1, most));
+    pl.parts = pl.row_blocks == 1 ? part_count(pl.splits, tiles, rows, p.d_v) : 1;
     return pl;
   }
   const DeviceInfo dev = query_device(p.device);
@@ -167,6 +186,7 @@ Plan plan(const Problem& p, int requested) {
   // against 11.6 at 8; b 8 8k 97.7 at 2 against 99.2 at 4).
   const int64_t units = pl.m_blocks * p.h_kv * p.batch;
   pl.splits = split_count(units, tiles, dev.sm_count, slots(pl.row_blocks), rows > 16);
+  pl.parts = pl.row_blocks == 1 ? part_count(pl.splits, tiles, rows, p.d_v) : 1;
   return pl;
 }
 
@@ -198,8 +218,8 @@ int split_count(int64_t units, int64_t tiles, int64_t sms, int64_t slots, bool m
 int64_t workspace_bytes(const Problem& p, const Plan& pl) {
   if (pl.splits <= 1) return 0;
   detail::Carver c(nullptr);
-  c.take<float>(pl.splits * p.total_q * p.h_q * p.d_v);
-  c.take<float>(pl.splits * p.total_q * p.h_q);
+  c.take<float>(pl.partial_results() * p.total_q * p.h_q * p.d_v);
+  c.take<float>(pl.partial_results() * p.total_q * p.h_q);
   return c.used();
 }
 
@@ -213,6 +233,7 @@ void run(const Problem& p, DecodeParams dp, const Plan& pl, const RunContext& ct
   dp.m_blocks = pl.m_blocks;
   dp.row_blocks = pl.row_blocks;
   dp.splits = pl.splits;
+  dp.parts = pl.parts;
   dp.m_blocks_div = flash::make_fast_div(pl.m_blocks);
   dp.splits_div = flash::make_fast_div(pl.splits);
   dp.group_div = flash::make_fast_div(dp.f.h_per_kv);
@@ -221,8 +242,8 @@ void run(const Problem& p, DecodeParams dp, const Plan& pl, const RunContext& ct
   dp.overlap = dev.sm >= 90 && !dev.simulated;
   if (pl.splits > 1 && !dp.o_partial) {  // run_kvcache carves them beside its own scratch
     detail::Carver c(static_cast<char*>(detail::workspace(ctx, p.device.index, workspace_bytes(p, pl))));
-    dp.o_partial = c.take<float>(pl.splits * p.total_q * p.h_q * p.d_v);
-    dp.lse_partial = c.take<float>(pl.splits * p.total_q * p.h_q);
+    dp.o_partial = c.take<float>(pl.partial_results() * p.total_q * p.h_q * p.d_v);
+    dp.lse_partial = c.take<float>(pl.partial_results() * p.total_q * p.h_q);
   }
   const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, dp, stream) : dispatch<__half>(p, dp, stream);
   if (!ran) flash::fail_missing_table_row(p, "flash_decode has no kernel", "decode_table.h");
