@@ -55,7 +55,7 @@ struct CombineConfig {
   static constexpr int kThreads = 256;
   static constexpr int kChunks = kDV / 4;  // float4 columns of a row
   static constexpr int kGroups = kThreads / kChunks;
-  static constexpr int kAhead = 8;  // splits per thread per batch of loads
+  static constexpr int kAhead = 8;  // partial results per thread per batch of loads
   static_assert(kDV % 4 == 0 && kThreads % kChunks == 0, "a row is whole float4s, groups fill the CTA");
 };
 
