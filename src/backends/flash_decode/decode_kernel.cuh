@@ -47,6 +47,13 @@ __device__ __forceinline__ T* out_row(const flash::FwdParams& p, int b, int64_t 
 __device__ __forceinline__ float* lse_at(const flash::FwdParams& p, int b, int64_t token, int h) {
   return p.lse + b * p.lse_batch_stride + token * p.lse_row_stride + h * p.lse_head_stride;
 }
+// Query token i of sequence b, head h: its row among the partial results'
+// rows (DecodeParams::rows: the call's tokens, b * s_q or thd's, times h_q).
+__device__ __forceinline__ int64_t partial_row(const flash::FwdParams& p, const flash::SeqExtent& seq, int b, int i,
+                                               int h) {
+  const int64_t token = p.packed ? static_cast<int64_t>(seq.start_q) + i : static_cast<int64_t>(b) * p.s_q + i;
+  return token * p.h_q + h;
+}
 
 // Where key j of sequence b (KV head h) starts in K and in V; null past the
 // sequence (its rows are zero-filled). A key from `appended_from` on is a
@@ -305,6 +312,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
     append_new_rows<T, kDQK, kDV>(dp, b, row_of_b, kvh, tid, Cfg::kThreads);
   // This thread's two rows (mma layout: lane / 4 and lane / 4 + 8), formed
   // while the first tiles load: only the loop and the merge need them.
+  auto half_row = [&](int h) { return 16 * (h / 2) + 8 * (h % 2) + lane / 4; };  // half h's row in the CTA
   KeyRange<int> keys[kHalves];
   float slope[kHalves];
   int token[kHalves];
@@ -313,7 +321,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
   KeyRange<int> seen_by_both{INT_MIN, INT_MAX};
 #pragma unroll
   for (int h = 0; h < kHalves; ++h) {
-    const int r = r0 + 16 * (h / 2) + 8 * (h % 2) + lane / 4;
+    const int r = r0 + half_row(h);
     token[h] = token_of(r);
     const bool valid = r < rows && token[h] < seq.len_q;
     // An empty row's end may lie before its begin: it contains no key either way.
@@ -441,14 +449,12 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
     for (int h = 0; h < kHalves; ++h) {
       l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
       l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-      const int r = r0 + 16 * (h / 2) + 8 * (h % 2) + lane / 4, e0 = 2 * (h % 2);
+      const int r = r0 + half_row(h), e0 = 2 * (h % 2);
       if (r >= rows) continue;
       const int i = token[h], hq = head_of(r, i);
       const bool none = m[h] == -INFINITY;  // also the rows past the sequence's tokens (they see no key)
       const float inv = none ? 0.f : 1.f / l[h];
-      const int64_t token_index =
-          p.packed ? static_cast<int64_t>(seq.start_q) + i : static_cast<int64_t>(b) * p.s_q + i;
-      const int64_t at = static_cast<int64_t>(part) * dp.rows + token_index * p.h_q + hq;
+      const int64_t at = static_cast<int64_t>(part) * dp.rows + partial_row(p, seq, b, i, hq);
       float* const dst = dp.o_partial + at * kDV + 2 * (lane & 3);
 #pragma unroll
       for (int no = 0; no < NO; ++no)
@@ -473,7 +479,7 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
   for (int h = 0; h < kHalves; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    const int row = 16 * (h / 2) + 8 * (h % 2) + lane / 4, e0 = 2 * (h % 2);
+    const int row = half_row(h), e0 = 2 * (h % 2);
     float* const orow = o_merge + (warp * kRows + row) * kOStride + 2 * (lane & 3);
 #pragma unroll
     for (int no = 0; no < NO; ++no)
@@ -578,8 +584,7 @@ __global__ void __launch_bounds__(CombineConfig<kDV>::kThreads)
     append_new_rows<T, kDQK, kDV>(dp, b, flash::cache_row(p.cache, b), blockIdx.x, threadIdx.x, Cfg::kThreads);
   const flash::SeqExtent seq = flash::sequence_extent(p, b);
   if (i >= (p.packed ? seq.len_q : p.s_q)) return;
-  const int64_t token_index = p.packed ? static_cast<int64_t>(seq.start_q) + i : static_cast<int64_t>(b) * p.s_q + i;
-  const int64_t row_id = token_index * p.h_q + hq;
+  const int64_t row_id = partial_row(p, seq, b, i, hq);
   kernels::wait_for_prior_grid();  // started during the decode kernel: its partial results
 
   // This group's splits: max, sum of weights and weighted rows relative to

@@ -12,6 +12,7 @@
 #include "attn/kvcache.h"
 #include "backends/flash_decode/decode_config.h"
 #include "backends/flash_decode/decode_params.h"
+#include "core/workspace.h"
 
 namespace attn::flash_decode {
 
@@ -62,6 +63,13 @@ int choose_splits(int64_t units, int64_t tiles, int64_t slots);
 int split_count(int64_t units, int64_t tiles, int64_t sms, int64_t slots, bool many_rows);
 // Device scratch of a plan: the splits' partial outputs and lse (0 for one split).
 int64_t workspace_bytes(const Problem& p, const Plan& plan);
+// Those partial outputs and lse ([partial_results][rows][d_v], [partial_results][rows]) taken from c, where
+// the plan splits (nulls, nothing taken, for one split); workspace_bytes() counts the same takes.
+struct Partials {
+  float* o = nullptr;
+  float* lse = nullptr;
+};
+Partials take_partials(detail::Carver& c, const Problem& p, const Plan& plan);
 
 // Runs a call whose parameters the caller filled (dp.f from the Problem and
 // views, plus the KV-cache fields): the max logit's -inf fill, the decode

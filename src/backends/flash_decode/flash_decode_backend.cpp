@@ -215,11 +215,15 @@ int split_count(int64_t units, int64_t tiles, int64_t sms, int64_t slots, bool m
   return by_sms;
 }
 
+Partials take_partials(detail::Carver& c, const Problem& p, const Plan& pl) {
+  if (pl.splits <= 1) return {};
+  float* const o = c.take<float>(pl.partial_results() * p.total_q * p.h_q * p.d_v);
+  return {o, c.take<float>(pl.partial_results() * p.total_q * p.h_q)};
+}
+
 int64_t workspace_bytes(const Problem& p, const Plan& pl) {
-  if (pl.splits <= 1) return 0;
   detail::Carver c(nullptr);
-  c.take<float>(pl.partial_results() * p.total_q * p.h_q * p.d_v);
-  c.take<float>(pl.partial_results() * p.total_q * p.h_q);
+  take_partials(c, p, pl);
   return c.used();
 }
 
@@ -242,8 +246,9 @@ void run(const Problem& p, DecodeParams dp, const Plan& pl, const RunContext& ct
   dp.overlap = dev.sm >= 90 && !dev.simulated;
   if (pl.splits > 1 && !dp.o_partial) {  // run_kvcache carves them beside its own scratch
     detail::Carver c(static_cast<char*>(detail::workspace(ctx, p.device.index, workspace_bytes(p, pl))));
-    dp.o_partial = c.take<float>(pl.partial_results() * p.total_q * p.h_q * p.d_v);
-    dp.lse_partial = c.take<float>(pl.partial_results() * p.total_q * p.h_q);
+    const Partials parts = take_partials(c, p, pl);
+    dp.o_partial = parts.o;
+    dp.lse_partial = parts.lse;
   }
   const bool ran = p.dtype == DType::bf16 ? dispatch<__nv_bfloat16>(p, dp, stream) : dispatch<__half>(p, dp, stream);
   if (!ran) flash::fail_missing_table_row(p, "flash_decode has no kernel", "decode_table.h");

@@ -28,11 +28,9 @@ struct Scratch {
 int64_t carve(const Problem& p, const KvCacheLayout& L, const Plan& pl, char* base, Scratch* s) {
   detail::Carver c(base);
   void* q_rot = L.rotary_half ? c.take_bytes(p.batch * p.s_q * p.h_q * p.d_qk * 2) : nullptr;
-  const int64_t parts = pl.splits > 1 ? pl.partial_results() : 0;  // one split in prefill
-  float* o = parts ? c.take<float>(parts * p.total_q * p.h_q * p.d_v) : nullptr;
-  float* lse = parts ? c.take<float>(parts * p.total_q * p.h_q) : nullptr;
+  const Partials parts = take_partials(c, p, pl);  // none in prefill (one split)
   int* counter = L.prefill ? c.take<int>(1) : nullptr;
-  if (s) *s = {q_rot, o, lse, counter};
+  if (s) *s = {q_rot, parts.o, parts.lse, counter};
   return c.used();
 }
 
