@@ -29,8 +29,7 @@ void launch_rows(const DecodeParams& dp, int h_kv, cudaStream_t stream) {
   ATTN_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const dim3 grid(static_cast<unsigned>(dp.m_blocks * dp.splits), static_cast<unsigned>(h_kv),
                   static_cast<unsigned>(dp.f.batch));
-  kernels::launch_dependent(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, dp.overlap && dp.after_prologue,
-                            dp);
+  kernels::launch_dependent(kernel, grid, Cfg::kThreads, Cfg::kSmemBytes, stream, dp.overlap, dp);
 }
 
 template <typename T, int kDQK, int kDV>

@@ -192,7 +192,13 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
   // 16 (h / 2) + 8 (h % 2) + lane / 4, element e of block ma in half 2 ma + e / 2.
   constexpr int kN = Cfg::kBlockN, kRows = Cfg::kRows, NO = kDV / 8, MB = kRowBlocks, kHalves = 2 * MB;
   const flash::FwdParams& p = dp.f;
-  kernels::allow_dependent_launch();  // the combine kernel's CTAs wait for this grid's end
+  // The combine kernel's CTAs start now and wait for this grid's end. Without a combine the next kernel (the next
+  // call's decode kernel, launched early) starts at this grid's end: started now, its CTAs would hold SM slots
+  // this grid's later CTAs need.
+  if (dp.splits > 1) kernels::allow_dependent_launch();
+  // Launched early after whatever kernel ran before (decode_instantiate.cu): unless that was the KV cache's
+  // prologue, which writes neither, the lengths and the block table may be its output, so nothing is read first.
+  if (!dp.after_prologue) kernels::wait_for_prior_grid();
   extern __shared__ __align__(128) char smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int split = flash::fast_div(dp.m_blocks_div, blockIdx.x), m_block = blockIdx.x - split * dp.m_blocks;
@@ -641,6 +647,8 @@ __global__ void __launch_bounds__(CombineConfig<kDV>::kThreads)
   }
   if (nan) nan_any = 1;
   __syncthreads();
+  // The partial results are read: the next kernel may start (its CTAs take SM slots as this grid's leave).
+  kernels::allow_dependent_launch();
   if (group != 0) return;
 
   const float sink = detail::sink_logit(p.sink, hq);

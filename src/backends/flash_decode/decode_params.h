@@ -41,10 +41,12 @@ struct DecodeParams {
   void* v_cache = nullptr;
 
   // Launch overlap on sm_90 (kernels/dependent_launch.cuh): the decode kernel
-  // may start during the KV cache's prologue (the append, q's rotation), the
-  // combine kernel during the decode kernel.
+  // starts early after any kernel, and waits for it at its top, or, after
+  // the KV cache's prologue (the append, q's rotation), once its set-up is
+  // done; the combine kernel starts during the decode kernel, and the next
+  // kernel (the next call's decode kernel) during the combine's last stores.
   bool overlap = false;          // the device starts dependent kernels early (host only)
-  bool after_prologue = false;  // the kernel before the decode kernel is the prologue (host only)
+  bool after_prologue = false;  // the kernel before the decode kernel is the prologue
   // Partial results per split (Plan::parts): split s's warp w writes part s
   // * parts + w. Last, so the fields before keep their places (and the
   // kernels' constant loads their widths).
