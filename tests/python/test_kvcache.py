@@ -244,6 +244,56 @@ def test_cuda_graph_replays_a_decode_step_on_new_lengths(s_q, rotary):
         assert torch.equal(t["k_cache"], eager["k_cache"])
 
 
+@cuda
+@pytest.mark.parametrize("s_q", [1, 4])
+@pytest.mark.parametrize("num_splits", [0, 3])  # the plan's count, or a combine kernel after the decode kernel
+def test_lengths_and_block_table_written_by_the_kernel_just_before_are_read(s_q, num_splits):
+    # On sm_90 the decode kernel starts before the kernel ahead of it on the
+    # stream has finished (programmatic dependent launch), so it must wait
+    # for that kernel before it reads the lengths or the block table. Here
+    # one long PyTorch kernel (an add over 2^25 integers) writes both in its
+    # last elements right before each call, eagerly and inside a CUDA graph;
+    # every answer equals the same call made after a synchronization.
+    b = 3
+    t = {n: (x.cuda() if x is not None else None)
+         for n, x in _decode_inputs(True, b=b, s_q=s_q, s_new=s_q, rotary=False).items()}
+    n_big, n_table = 1 << 25, t["block_table"].numel()
+    src = torch.zeros(n_big + b + n_table, dtype=torch.int32, device="cuda")
+    dst = torch.zeros_like(src)
+    t["cache_seqlens"], t["block_table"] = dst[n_big:n_big + b], dst[n_big + b:].view(b, -1)
+
+    def step():
+        torch.add(src, 0, out=dst)  # the lengths and the table come last
+        return _call(t, check_seqlens=False, num_splits=num_splits)
+
+    def load(seed, lens):
+        fresh = _decode_inputs(True, b=b, s_q=s_q, s_new=s_q, seed=seed, rotary=False)
+        for n in ("q", "k_cache", "v_cache", "k", "v"):
+            t[n].copy_(fresh[n])
+        src[n_big:n_big + b] = torch.tensor(lens, dtype=torch.int32)
+        src[n_big + b:] = fresh["block_table"].reshape(-1)
+        dst.zero_()  # stale values: every length 0, every block 0
+        torch.cuda.synchronize()
+
+    def expect(out):
+        want = _call(t, check_seqlens=False, num_splits=num_splits)  # the same call, its inputs in place
+        torch.cuda.synchronize()
+        assert torch.equal(out, want)
+
+    for seed, lens in ((1, [5, 150, 256 - s_q]), (2, [200, 0, 33])):
+        load(seed, lens)
+        expect(step())
+    load(3, [1, 1, 1])
+    step()  # warm-up: sizes the workspace before capture
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = step()
+    for seed, lens in ((4, [77, 256 - s_q, 3]), (5, [0, 64, 130])):
+        load(seed, lens)
+        g.replay()
+        expect(out.clone())
+
+
 def _unchecked_call(paged, rotary, s_q, device):
     """forward_with_kvcache with check_seqlens=False on values outside the
     cache: lengths below 0 and past the capacity, block ids and cache rows
