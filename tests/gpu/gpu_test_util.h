@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,17 @@ void expect_matches_reference(const Case& gpu);
 enum class AnswerCheck { reference, default_mode };
 void expect_bitwise_repeatable_backward(const CaseSpec& spec, const std::string& backend, uint64_t seed,
                                         AnswerCheck check = AnswerCheck::reference);
+
+// One kernel on `stream` that spends `wait_us` microseconds of GPU time, then
+// copies each pair's `bytes` from src to dst (device memory, at most two
+// pairs): a kernel that writes a call's inputs (lengths, a block table) just
+// before the call, late.
+struct DeviceCopy {
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
+void launch_delayed_copies(const std::vector<DeviceCopy>& copies, int wait_us, cudaStream_t stream);
 
 // Element `at` of a bf16 device tensor set to NaN (the NaN-visibility tests).
 void set_bf16_nan(TensorBuffer& t, int64_t at);

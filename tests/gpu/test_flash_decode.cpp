@@ -7,7 +7,8 @@
 // lengths with 0, appends across blocks, rotary both layouts, num_splits;
 // then 40 random calls),
 // its errors before any write, CUDA-graph replay on new lengths and cache
-// contents, and NaN inputs staying visible.
+// contents, lengths and block tables written by the kernel just before the
+// call, and NaN inputs staying visible.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -640,6 +641,64 @@ TEST(FlashDecode, KvCacheGraphReplaysOnNewLengthsAndContents) {
   s.lens = {5, 1000, 4000 - 64};
   SCOPED_TRACE("prefill");
   expect_graph_replays(s);
+}
+
+// On sm_90 the decode kernel starts before the kernel ahead of it on the
+// stream has ended (programmatic dependent launch), so it must wait for that
+// kernel before it reads the lengths or the block table. Here a kernel that
+// spends 20 us and then writes both runs just before each call (until then
+// every length and block id is 0), eagerly and inside a captured graph; each
+// answer equals the same call made again after a synchronize.
+TEST(FlashDecode, LengthsAndTableWrittenByTheKernelJustBeforeAreRead) {
+  ATTN_REQUIRE_GPU();
+  for (const int num_splits : {0, 3})
+    for (const int64_t s_q : {int64_t{1}, int64_t{4}}) {
+      SCOPED_TRACE("num_splits " + std::to_string(num_splits) + ", s_q " + std::to_string(s_q));
+      KvSpec s;
+      s.block_size = 16;
+      s.s_q = s.s_new = s_q;
+      s.num_splits = num_splits;
+      s.capacity = 4096;
+      s.lens = {5, 1000, 4000};
+      KvCall c = make_kv_call(s, 9).to(Device::cuda(0));
+      c.opts.check_seqlens = false;
+      const TensorBuffer lens = c.lens.to(Device::cuda(0)), table = c.table.to(Device::cuda(0));
+      cudaStream_t stream;
+      ATTN_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      RunContext ctx;
+      ctx.stream = stream;
+      auto late_inputs_then_call = [&] {
+        testing::launch_delayed_copies(
+            {{c.lens.data(), lens.data(), lens.bytes()}, {c.table.data(), table.data(), table.bytes()}}, 20, stream);
+        forward_with_kvcache(c.opts, c.args(), ctx);
+      };
+      auto expect_same_as_after_a_sync = [&](const char* what) {
+        ATTN_CUDA_OK(cudaStreamSynchronize(stream));
+        const std::vector<double> first = c.out.to(Device::cpu()).to_doubles();
+        forward_with_kvcache(c.opts, c.args(), ctx);  // its inputs in place; the append writes the same rows again
+        ATTN_CUDA_OK(cudaStreamSynchronize(stream));
+        EXPECT_EQ(first, c.out.to(Device::cpu()).to_doubles()) << what;
+      };
+      forward_with_kvcache(c.opts, c.args(), ctx);  // sizes the workspace pool's block before capture
+      ATTN_CUDA_OK(cudaStreamSynchronize(stream));
+      c.lens.fill_zero();
+      c.table.fill_zero();
+      late_inputs_then_call();
+      expect_same_as_after_a_sync("eager");
+      cudaGraph_t graph;
+      ATTN_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      late_inputs_then_call();
+      ATTN_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+      cudaGraphExec_t exec;
+      ATTN_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+      c.lens.fill_zero();
+      c.table.fill_zero();
+      ATTN_CUDA_OK(cudaGraphLaunch(exec, stream));
+      expect_same_as_after_a_sync("graph");
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaStreamDestroy(stream);
+    }
 }
 
 // A NaN in a cached key reaches exactly the query heads of its KV head in
