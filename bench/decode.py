@@ -9,7 +9,11 @@ a second method, call by call after an L2 flush; --graphs adds each call
 replayed from a CUDA graph (no host time: small points are host-bound
 eagerly), the calls of the graph cycling through enough sets of tensors
 (up to 8) that their K+V is 4x the L2, so each call reads from HBM as a
-model's layers do.
+model's layers do. In such a graph attn's kernels start under the call
+before (programmatic dependent launch: docs/FLASH_DECODE.md), which cuDNN's
+do not; --between adds graphs whose calls each follow a one-element PyTorch
+kernel, as a model's other kernels sit between its attention calls
+(graph_between_ms: the call and that kernel).
 
 attn runs attn.forward_with_kvcache (check_seqlens=False, as a serving
 engine's captured step runs it: no read-back of the lengths) where this
@@ -20,7 +24,8 @@ kernel serves short queries) on the contiguous points. Not timed here: the
 transformers generation step.
 
     python bench/decode.py [--quick] [--out DIR] [--max-gib 24] [--batches 1,8] [--seqlens ..]
-                           [--heads 32/8,..] [--dims 64,128,256] [--blocks 0,16,128] [--graphs] [--flex]
+                           [--heads 32/8,..] [--dims 64,128,256] [--blocks 0,16,128] [--graphs [--between]]
+                           [--flex]
 
 Writes decode.json and decode.png (TB/s over s_kv per panel) to --out.
 """
@@ -85,7 +90,7 @@ def tensors(b, s_kv, h_q, h_kv, d, s_q, block):
     return t
 
 
-def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, graphs=False, flex=False):
+def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, graphs=False, flex=False, between=False):
     r = {"b": b, "s_kv": s_kv, "h_q": h_q, "h_kv": h_kv, "d": d, "s_q": s_q, "block": block}
     kv_bytes = 2 * b * s_kv * h_kv * d * 2
     r["kv_gib"] = kv_bytes / 2**30
@@ -147,12 +152,17 @@ def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, graphs=False, flex=Fal
             try:
                 ms = graph_ms(lambda i, fn=fns[name]: fn(sets[i % n_sets]), calls=max(8, n_sets))
                 r[name].update(graph_ms=ms, graph_tbps=kv_bytes / (ms * 1e-3) / 1e12)
+                if between:
+                    ms = graph_ms(lambda i, fn=fns[name]: (_BETWEEN.add_(1), fn(sets[i % n_sets])),
+                                  calls=max(8, n_sets))
+                    r[name].update(graph_between_ms=ms, graph_between_tbps=kv_bytes / (ms * 1e-3) / 1e12)
             except Exception as e:  # noqa: BLE001 - a peer that cannot be captured says why
                 r[name]["graph_error"] = f"{type(e).__name__}: {e}"[:200]
     return r
 
 
 _FLEX = None
+_BETWEEN = None  # the one-element tensor --between's kernel adds to (made on the GPU in main())
 
 
 def _compiled_flex(flex_attention):
@@ -241,6 +251,7 @@ def write_json(out, ceiling, gpu_kvcache, rows):
 
 
 def main():
+    global _BETWEEN
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default="bench_out")
@@ -251,9 +262,12 @@ def main():
     ap.add_argument("--dims", default="128", help="comma list of head dims (64, 128, 256)")
     ap.add_argument("--blocks", default="0,16,128", help="comma list of paged block sizes (0: contiguous)")
     ap.add_argument("--graphs", action="store_true", help="also time each call replayed from a CUDA graph")
+    ap.add_argument("--between", action="store_true",
+                    help="with --graphs: also graphs whose calls each follow a one-element PyTorch kernel")
     ap.add_argument("--flex", action="store_true",
                     help="FlexAttention's decoding path as a peer (contiguous points; compiles once per shape)")
     a = ap.parse_args()
+    _BETWEEN = torch.zeros(1, device="cuda")
     ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
     batches = ints(a.batches) if a.batches else ([1, 64] if a.quick else [1, 8, 64, 128])
     seqlens = ints(a.seqlens) if a.seqlens else ([8192, 131072] if a.quick else [2048, 8192, 32768, 131072])
@@ -272,7 +286,8 @@ def main():
                         for block in ints(a.blocks):
                             if 2 * b * s_kv * h_kv * d * 2 > a.max_gib * 2**30:
                                 continue
-                            r = point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, a.graphs, a.flex)
+                            r = point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, a.graphs, a.flex,
+                                      a.between)
                             rows.append(r)
                             cells = [f"{n} {v['tbps']:.2f}" for n, v in r.items() if isinstance(v, dict) and "tbps" in v]
                             print(f"d {d} b {b:3} s_kv {s_kv:6} h {h_q}/{h_kv} s_q {s_q} block {block:3}: TB/s " +
