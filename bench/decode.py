@@ -90,7 +90,8 @@ def tensors(b, s_kv, h_q, h_kv, d, s_q, block):
     return t
 
 
-def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, graphs=False, flex=False, between=False):
+def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, graphs=False, flex=False, between=None):
+    """between: a one-element CUDA tensor (--between), to which a kernel adds before each graph call."""
     r = {"b": b, "s_kv": s_kv, "h_q": h_q, "h_kv": h_kv, "d": d, "s_q": s_q, "block": block}
     kv_bytes = 2 * b * s_kv * h_kv * d * 2
     r["kv_gib"] = kv_bytes / 2**30
@@ -152,8 +153,8 @@ def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, graphs=False, flex=Fal
             try:
                 ms = graph_ms(lambda i, fn=fns[name]: fn(sets[i % n_sets]), calls=max(8, n_sets))
                 r[name].update(graph_ms=ms, graph_tbps=kv_bytes / (ms * 1e-3) / 1e12)
-                if between:
-                    ms = graph_ms(lambda i, fn=fns[name]: (_BETWEEN.add_(1), fn(sets[i % n_sets])),
+                if between is not None:
+                    ms = graph_ms(lambda i, fn=fns[name]: (between.add_(1), fn(sets[i % n_sets])),
                                   calls=max(8, n_sets))
                     r[name].update(graph_between_ms=ms, graph_between_tbps=kv_bytes / (ms * 1e-3) / 1e12)
             except Exception as e:  # noqa: BLE001 - a peer that cannot be captured says why
@@ -162,7 +163,6 @@ def point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, graphs=False, flex=Fal
 
 
 _FLEX = None
-_BETWEEN = None  # the one-element tensor --between's kernel adds to (made on the GPU in main())
 
 
 def _compiled_flex(flex_attention):
@@ -251,7 +251,6 @@ def write_json(out, ceiling, gpu_kvcache, rows):
 
 
 def main():
-    global _BETWEEN
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default="bench_out")
@@ -267,7 +266,7 @@ def main():
     ap.add_argument("--flex", action="store_true",
                     help="FlexAttention's decoding path as a peer (contiguous points; compiles once per shape)")
     a = ap.parse_args()
-    _BETWEEN = torch.zeros(1, device="cuda")
+    between = torch.zeros(1, device="cuda") if a.between else None
     ints = lambda text: [int(x) for x in text.split(",")]  # noqa: E731
     batches = ints(a.batches) if a.batches else ([1, 64] if a.quick else [1, 8, 64, 128])
     seqlens = ints(a.seqlens) if a.seqlens else ([8192, 131072] if a.quick else [2048, 8192, 32768, 131072])
@@ -287,7 +286,7 @@ def main():
                             if 2 * b * s_kv * h_kv * d * 2 > a.max_gib * 2**30:
                                 continue
                             r = point(b, s_kv, h_q, h_kv, d, s_q, block, gpu_kvcache, a.graphs, a.flex,
-                                      a.between)
+                                      between)
                             rows.append(r)
                             cells = [f"{n} {v['tbps']:.2f}" for n, v in r.items() if isinstance(v, dict) and "tbps" in v]
                             print(f"d {d} b {b:3} s_kv {s_kv:6} h {h_q}/{h_kv} s_q {s_q} block {block:3}: TB/s " +

@@ -570,9 +570,10 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
   for (int row = tid / tpr; row < live; row += Cfg::kThreads / tpr) finish_row(row);
 }
 
-// Merges the splits of one row: lse = log(sum over splits of exp(lse_s) +
+// Merges the partial results of one row (a split's each, or each warp's of a
+// split with DecodeParams::parts): lse = log(sum over parts s of exp(lse_s) +
 // exp(sink)), out = sum of exp(lse_s - lse) * o_s. Each group merges its
-// splits relative to its own max, then group 0 merges the groups.
+// parts relative to its own max, then group 0 merges the groups.
 // It also appends the call's new tokens (DecodeParams::k_new): CTA x < h_kv
 // of sequence b writes KV head x's before it waits for the decode kernel,
 // so on sm_90 the writes run beside that grid, on SMs its single wave
@@ -593,9 +594,9 @@ __global__ void __launch_bounds__(CombineConfig<kDV>::kThreads)
   const int64_t row_id = partial_row(p, seq, b, i, hq);
   kernels::wait_for_prior_grid();  // started during the decode kernel: its partial results
 
-  // This group's splits: max, sum of weights and weighted rows relative to
-  // the max, in batches of kAhead splits whose loads go out together. A
-  // split without keys (lse_s = -inf) adds nothing, even where its partial
+  // This group's parts: max, sum of weights and weighted rows relative to
+  // the max, in batches of kAhead parts whose loads go out together. A
+  // part without keys (lse_s = -inf) adds nothing, even where its partial
   // output is not finite; a NaN lse makes the row NaN.
   float m = -INFINITY, w = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
