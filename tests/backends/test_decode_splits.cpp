@@ -1,8 +1,8 @@
 // flash_decode's split rule (choose_splits) and plan: the fewest splits whose
 // waves fill the device's CTA slots to 95% of the best count's, each split at
-// least 2 tiles of 64 keys, counted by the ranges that get keys; num_splits
-// overrides within [1, 128] and the tiles; query rows packed 16 or 32 to a
-// CTA (s_q x GQA group).
+// least 2 tiles of 64 keys, counted by the ranges that get keys, then the
+// shortest ranges those waves allow; num_splits overrides within [1, 128]
+// and the tiles; query rows packed 16 or 32 to a CTA (s_q x GQA group).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,6 +37,10 @@ TEST(DecodeSplits, FillWavesWithTheFewestSplits) {
   // enough; 32 ranges of 4 fill 97%. Over 132 SMs, 16 ranges of 8.
   EXPECT_EQ(choose_splits(8, 128, 264), 32);
   EXPECT_EQ(choose_splits(8, 128, 132), 16);
+  // Within the same waves, the shortest ranges: 31 splits of 512 tiles are
+  // ranges of 17 (94% of 264 slots, enough), 32 of 16 still one wave.
+  EXPECT_EQ(choose_splits(8, 512, 264), 32);
+  EXPECT_EQ(choose_splits(8, 2048, 264), 33);  // 32 ranges of 63 and one of 32, not 32 of 64
   // Never more than kMaxSplits, whatever the slots.
   EXPECT_LE(choose_splits(1, 1 << 20, 100000), kMaxSplits);
   for (int64_t units : {1, 7, 100, 395, 397, 1000})

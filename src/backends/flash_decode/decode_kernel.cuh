@@ -593,6 +593,7 @@ __global__ void __launch_bounds__(CombineConfig<kDV>::kThreads)
   if (i >= (p.packed ? seq.len_q : p.s_q)) return;
   const int64_t row_id = partial_row(p, seq, b, i, hq);
   kernels::wait_for_prior_grid();  // started during the decode kernel: its partial results
+  if (dp.next_early) kernels::allow_dependent_launch();
 
   // This group's parts: max, sum of weights and weighted rows relative to
   // the max, in batches of kAhead parts whose loads go out together. A
@@ -649,7 +650,7 @@ __global__ void __launch_bounds__(CombineConfig<kDV>::kThreads)
   if (nan) nan_any = 1;
   __syncthreads();
   // The partial results are read: the next kernel may start (its CTAs take SM slots as this grid's leave).
-  kernels::allow_dependent_launch();
+  if (!dp.next_early) kernels::allow_dependent_launch();
   if (group != 0) return;
 
   const float sink = detail::sink_logit(p.sink, hq);

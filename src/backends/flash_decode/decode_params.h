@@ -44,13 +44,19 @@ struct DecodeParams {
   // starts early after any kernel, and waits for it at its top, or, after
   // the KV cache's prologue (the append, q's rotation), once its set-up is
   // done; the combine kernel starts during the decode kernel, and the next
-  // kernel (the next call's decode kernel) during the combine's last stores.
+  // kernel (the next call's decode kernel) during the combine (next_early).
   bool overlap = false;          // the device starts dependent kernels early (host only)
   bool after_prologue = false;  // the kernel before the decode kernel is the prologue
   // Partial results per split (Plan::parts): split s's warp w writes part s
   // * parts + w. Last, so the fields before keep their places (and the
   // kernels' constant loads their widths).
   int parts = 1;
+  // The combine's grid holds at most one CTA per SM: the next kernel may
+  // start right after the combine's wait (every SM has room for it once the
+  // decode grid has ended), else once the combine has read the partial
+  // results (H200, h 32/8, one token, us from graphs: b 1 2k 9.12 -> 8.60,
+  // b 1 8k 14.58 -> 14.10; b 8 unchanged).
+  bool next_early = false;
 };
 
 }  // namespace attn::flash_decode
