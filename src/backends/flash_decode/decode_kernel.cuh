@@ -474,6 +474,9 @@ __global__ void __launch_bounds__(DecodeConfig<kDQK, kDV, kRowBlocks>::kThreads)
     return;
   }
 
+  // Without a combine the next kernel (the next call's decode kernel) may start now where this grid is small: every
+  // CTA has reached its merge or ended.
+  if (dp.splits == 1 && dp.next_early) kernels::allow_dependent_launch();
   // The warps' partial results into shared memory (over the stages), rows
   // kOStride floats apart (decode_config.h: a warp's store of 8 rows kDV
   // apart hit the same banks 8 times).

@@ -51,11 +51,14 @@ struct DecodeParams {
   // * parts + w. Last, so the fields before keep their places (and the
   // kernels' constant loads their widths).
   int parts = 1;
-  // The combine's grid holds at most one CTA per SM: the next kernel may
-  // start right after the combine's wait (every SM has room for it once the
-  // decode grid has ended), else once the combine has read the partial
-  // results (H200, h 32/8, one token, us from graphs: b 1 2k 9.12 -> 8.60,
-  // b 1 8k 14.58 -> 14.10; b 8 unchanged).
+  // The call's last kernel lets the next kernel start early. With splits,
+  // where the combine's grid holds at most one CTA per SM: right after the
+  // combine's wait (every SM has room for the next once the decode grid has
+  // ended), else once the combine has read the partial results (H200, h
+  // 32/8, one token, us from graphs: b 1 2k 9.12 -> 8.60, b 1 8k 14.58 ->
+  // 14.10; b 8 unchanged). Without, where the decode grid fills at most half
+  // the SMs: before the warps' merge (b 1 64 keys 5.54 -> 4.96; at b 8 with
+  // a grid of 128 CTAs it lost, 35.6 -> 37.7).
   bool next_early = false;
 };
 

@@ -248,7 +248,8 @@ void run(const Problem& p, DecodeParams dp, const Plan& pl, const RunContext& ct
   dp.rows = p.total_q * p.h_q;
   const DeviceInfo dev = query_device(p.device);
   dp.overlap = dev.sm >= 90 && !dev.simulated;
-  dp.next_early = int64_t{p.s_q} * p.h_q * p.batch <= dev.sm_count;
+  dp.next_early = pl.splits > 1 ? int64_t{p.s_q} * p.h_q * p.batch <= dev.sm_count
+                                : 2 * int64_t{pl.m_blocks} * p.h_kv * p.batch <= dev.sm_count;
   if (pl.splits > 1 && !dp.o_partial) {  // run_kvcache carves them beside its own scratch
     detail::Carver c(static_cast<char*>(detail::workspace(ctx, p.device.index, workspace_bytes(p, pl))));
     const Partials parts = take_partials(c, p, pl);
