@@ -145,12 +145,15 @@ Plan plan(const Problem& p, int requested) {
   };
   cut(1);
   const int64_t tiles = ceil_div(p.s_kv, DecodeConfig<64, 64>::kBlockN);
+  auto with_parts = [&] {  // once the splits are set
+    pl.parts = pl.row_blocks == 1 ? part_count(pl.splits, tiles, rows, p.d_v) : 1;
+    return pl;
+  };
   if (requested > 0) {  // a fixed split count: each group's keys read once where the rows allow
     if (two_row_blocks_allowed(p)) cut(2);
     const int64_t most = std::min<int64_t>(kMaxSplits, std::max<int64_t>(tiles, 1));
     pl.splits = static_cast<int>(std::clamp<int64_t>(requested, 1, most));
-    pl.parts = pl.row_blocks == 1 ? part_count(pl.splits, tiles, rows, p.d_v) : 1;
-    return pl;
+    return with_parts();
   }
   const DeviceInfo dev = query_device(p.device);
   // A simulated device (another architecture's limits) has no occupancy to ask this GPU for.
@@ -190,8 +193,7 @@ Plan plan(const Problem& p, int requested) {
   // against 11.6 at 8; b 8 8k 97.7 at 2 against 99.2 at 4).
   const int64_t units = pl.m_blocks * p.h_kv * p.batch;
   pl.splits = split_count(units, tiles, dev.sm_count, slots(pl.row_blocks), rows > 16);
-  pl.parts = pl.row_blocks == 1 ? part_count(pl.splits, tiles, rows, p.d_v) : 1;
-  return pl;
+  return with_parts();
 }
 
 // More than 16 rows per KV head (several CTAs reading the same keys, or
