@@ -294,6 +294,61 @@ def test_lengths_and_block_table_written_by_the_kernel_just_before_are_read(s_q,
         expect(out.clone())
 
 
+@cuda
+@pytest.mark.parametrize("b, capacity, num_splits", [
+    (1, 64, 0),  # one split, a grid of 8 CTAs: the next call may start before this one's merge
+    (1, 2048, 1),  # the same over 32 tiles
+    (1, 2048, 0),  # 16 splits, a combine of 32 CTAs: the next call may start right after the combine's wait
+    (8, 2048, 0),  # 2 splits, a combine of 256 CTAs: the next call may start once the combine has read
+])
+@pytest.mark.parametrize("paged", [False, True])
+def test_consecutive_calls_read_what_the_call_before_wrote(b, capacity, num_splits, paged):
+    # On sm_90 a call's decode kernel may start before the call ahead of it
+    # has ended (programmatic dependent launch). Here each call's queries are
+    # the call before's output and its keys include the token that call
+    # appended, with no other kernel between them: the chain, eagerly and
+    # replayed from a CUDA graph on new data, equals the same calls made one
+    # at a time after a synchronization.
+    steps, h_q, h_kv, d = 6, 32, 8, 128
+    t = {n: (x.cuda() if x is not None else None)
+         for n, x in _decode_inputs(paged, b=b, h_q=h_q, h_kv=h_kv, d=d, capacity=capacity, rotary=False).items()}
+    base = torch.tensor([capacity - steps - j % 3 for j in range(b)], dtype=torch.int32, device="cuda")
+    lens = [base + i for i in range(steps)]  # each call appends one token after the last call's
+    q0, k0, v0 = t["q"].clone(), t["k_cache"].clone(), t["v_cache"].clone()
+    new = torch.empty(steps, 2, b, 1, h_kv, d, dtype=torch.bfloat16, device="cuda")
+
+    def load(seed):
+        g = torch.Generator().manual_seed(seed)
+        for x in (q0, k0, v0, new):
+            x.copy_(torch.randn(x.shape, generator=g).to(x.dtype))
+
+    def chain(synchronize):
+        t["k_cache"].copy_(k0)
+        t["v_cache"].copy_(v0)
+        q = q0
+        for i in range(steps):
+            if synchronize:
+                torch.cuda.synchronize()
+            q = attn.forward_with_kvcache(q, t["k_cache"], t["v_cache"], new[i, 0], new[i, 1], cache_seqlens=lens[i],
+                                          block_table=t["block_table"], num_splits=num_splits, check_seqlens=False)
+        return q
+
+    def expect(out):
+        want = chain(synchronize=True)
+        torch.cuda.synchronize()
+        assert torch.equal(out, want)
+
+    load(1)
+    expect(chain(synchronize=False).clone())
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = chain(synchronize=False)
+    for seed in (2, 3):
+        load(seed)
+        g.replay()
+        expect(out.clone())
+
+
 def _unchecked_call(paged, rotary, s_q, device):
     """forward_with_kvcache with check_seqlens=False on values outside the
     cache: lengths below 0 and past the capacity, block ids and cache rows
