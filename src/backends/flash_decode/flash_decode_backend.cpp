@@ -90,10 +90,11 @@ int choose_splits(int64_t units, int64_t tiles, int64_t slots) {
   auto waves = [&](int64_t s) {
     return static_cast<double>(units * ceil_div(some, range(s))) / static_cast<double>(slots);
   };
+  auto fill = [&](int64_t s) { return waves(s) / std::ceil(waves(s)); };  // how whole its last wave is
   double best = 0.0;
-  for (int64_t s = 1; s <= most; ++s) best = std::max(best, waves(s) / std::ceil(waves(s)));
+  for (int64_t s = 1; s <= most; ++s) best = std::max(best, fill(s));
   int64_t pick = 1;
-  while (pick < most && waves(pick) / std::ceil(waves(pick)) < 0.95 * best) ++pick;
+  while (pick < most && fill(pick) < 0.95 * best) ++pick;
   const double whole_waves = std::ceil(waves(pick));
   for (int64_t s = pick + 1; s <= most; ++s)
     if (range(s) < range(pick) && std::ceil(waves(s)) <= whole_waves) pick = s;
