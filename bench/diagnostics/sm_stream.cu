@@ -18,8 +18,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <vector>
 
+#include "core/cuda_check.h"
 #include "kernels/sm80/cp_async.cuh"
 #include "kernels/sm90/mbarrier.cuh"
 #include "kernels/sm90/tma.cuh"
@@ -30,15 +32,6 @@ namespace {
 constexpr int kHeads = 8, kD = 128, kTileRows = 64, kThreads = 128;
 constexpr int kTileBytes = kTileRows * kD * 2;  // K's or V's rows of one tile
 constexpr int kStageBytes = 2 * kTileBytes;
-
-#define CHECK(x)                                                                         \
-  do {                                                                                   \
-    cudaError_t e = (x);                                                                 \
-    if (e != cudaSuccess) {                                                              \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
 
 // CTA c reads head c % 8 of sequence c / 8, rows [0, rows); each thread folds
 // one 16-byte word of every tile into `sink`, so no copy is dead.
@@ -137,46 +130,46 @@ float median(std::vector<float> x) {
 template <class Launch>
 float time_us(const std::vector<Buffers>& sets, bool graph, Launch launch) {
   cudaStream_t stream;
-  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  ATTN_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraphExec_t exec = nullptr;
   constexpr int kCalls = 8;
   if (graph) {
     cudaGraph_t g;
-    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    ATTN_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < kCalls; ++i) launch(sets[i % sets.size()], stream);
-    CHECK(cudaStreamEndCapture(stream, &g));
-    CHECK(cudaGraphInstantiate(&exec, g, 0));
-    CHECK(cudaGraphDestroy(g));
+    ATTN_CUDA(cudaStreamEndCapture(stream, &g));
+    ATTN_CUDA(cudaGraphInstantiate(&exec, g, 0));
+    ATTN_CUDA(cudaGraphDestroy(g));
   }
   cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
+  ATTN_CUDA(cudaEventCreate(&a));
+  ATTN_CUDA(cudaEventCreate(&b));
   std::vector<float> us;
   for (int i = 0; i < 18; ++i) {
-    CHECK(cudaEventRecord(a, stream));
+    ATTN_CUDA(cudaEventRecord(a, stream));
     if (graph)
-      CHECK(cudaGraphLaunch(exec, stream));
+      ATTN_CUDA(cudaGraphLaunch(exec, stream));
     else
       launch(sets[i % sets.size()], stream);
-    CHECK(cudaEventRecord(b, stream));
-    CHECK(cudaEventSynchronize(b));
+    ATTN_CUDA(cudaEventRecord(b, stream));
+    ATTN_CUDA(cudaEventSynchronize(b));
     float ms;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
+    ATTN_CUDA(cudaEventElapsedTime(&ms, a, b));
     if (i >= 3) us.push_back(ms * 1e3f / (graph ? kCalls : 1));
   }
-  CHECK(cudaGetLastError());
-  if (exec) CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaStreamDestroy(stream));
+  ATTN_CUDA(cudaGetLastError());
+  if (exec) ATTN_CUDA(cudaGraphExecDestroy(exec));
+  ATTN_CUDA(cudaEventDestroy(a));
+  ATTN_CUDA(cudaEventDestroy(b));
+  ATTN_CUDA(cudaStreamDestroy(stream));
   return median(us);
 }
 
-}  // namespace
-
-int main() {
+void run() {
   int sms;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  ATTN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cudaDeviceProp prop;
-  CHECK(cudaGetDeviceProperties(&prop, 0));
+  ATTN_CUDA(cudaGetDeviceProperties(&prop, 0));
   // (CTAs, rows each): b 8 2k one split / two splits, b 8 2k h 16/16 one split, b 1 32k (16 splits of 2k),
   // b 8 8k two splits, a full wave, two CTAs per SM.
   const int points[][2] = {{64, 2048}, {128, 1024}, {128, 2048}, {128, 4096}, {132, 2048}, {256, 1024}, {264, 512}};
@@ -184,10 +177,10 @@ int main() {
   const size_t elems = static_cast<size_t>(seqs) * s * kHeads * kD;
   std::vector<Buffers> sets(4);  // 4 x 2 x 277 MB: more than L2 holds many times over
   for (Buffers& buf : sets) {
-    CHECK(cudaMalloc(&buf.k, elems * 2));
-    CHECK(cudaMalloc(&buf.v, elems * 2));
-    CHECK(cudaMemset(buf.k, 1, elems * 2));
-    CHECK(cudaMemset(buf.v, 2, elems * 2));
+    ATTN_CUDA(cudaMalloc(&buf.k, elems * 2));
+    ATTN_CUDA(cudaMalloc(&buf.v, elems * 2));
+    ATTN_CUDA(cudaMemset(buf.k, 1, elems * 2));
+    ATTN_CUDA(cudaMemset(buf.v, 2, elems * 2));
     attn::sm90::TileMapShape shape;
     shape.cols = kD;
     shape.tokens = s;
@@ -203,12 +196,12 @@ int main() {
     buf.v_map = attn::sm90::make_tile_map(shape, "v");
   }
   uint4* sink;
-  CHECK(cudaMalloc(&sink, 1024 * sizeof(uint4)));
+  ATTN_CUDA(cudaMalloc(&sink, 1024 * sizeof(uint4)));
   const int smem3 = 3 * kStageBytes + 64, smem6 = 6 * kStageBytes + 64;
-  CHECK(cudaFuncSetAttribute(cp_async_stream<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem3));
-  CHECK(cudaFuncSetAttribute(cp_async_stream<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem6));
-  CHECK(cudaFuncSetAttribute(tma_stream<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem3));
-  CHECK(cudaFuncSetAttribute(tma_stream<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem6));
+  ATTN_CUDA(cudaFuncSetAttribute(cp_async_stream<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem3));
+  ATTN_CUDA(cudaFuncSetAttribute(cp_async_stream<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem6));
+  ATTN_CUDA(cudaFuncSetAttribute(tma_stream<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem3));
+  ATTN_CUDA(cudaFuncSetAttribute(tma_stream<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem6));
   for (const bool graph : {false, true}) {
     std::printf("%s, %d SMs; us per launch (TB/s of K+V), %s\n", prop.name, sms,
                 graph ? "from a CUDA graph of 8 launches" : "each launch alone");
@@ -234,6 +227,18 @@ int main() {
       for (int i = 0; i < 4; ++i) std::printf(" %7.2f (%5.2f)%s", us[i], mb / us[i], i == 1 ? " |" : "");
       std::printf("\n");
     }
+  }
+}
+
+}  // namespace
+
+// Failures (a CUDA call, a tensor map the driver refuses) arrive as attn::Error: what, got, expected, fix.
+int main() {
+  try {
+    run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sm_stream: %s\n", e.what());
+    return 1;
   }
   return 0;
 }
