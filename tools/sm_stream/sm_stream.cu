@@ -9,14 +9,14 @@
 // whether the one-token decode points with one CTA per SM (PERF.md "Decode")
 // are bound by how the copies are issued or by HBM.
 //
-// Build and run on the device machine, from the repository root:
-//   nvcc -std=c++20 -O3 -gencode arch=compute_90a,code=sm_90a -I src -I include bench/diagnostics/sm_stream.cu \
-//     src/kernels/sm90/tma_map.cpp src/core/error.cpp -o /tmp/sm_stream -lcuda && /tmp/sm_stream
+// Built with attn (target attn_sm_stream, `build/sm_stream`); run it on the
+// GPU machine. The TMA columns need sm_90.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <vector>
@@ -83,6 +83,7 @@ template <int kStages>
 __global__ void __launch_bounds__(kThreads) tma_stream(const __grid_constant__ CUtensorMap k_map,
                                                        const __grid_constant__ CUtensorMap v_map, int rows,
                                                        uint4* sink) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) char smem[];  // the 128-byte swizzle's boxes start 1024 bytes apart
   using namespace attn::sm90;
   const int head = blockIdx.x % kHeads, seq = blockIdx.x / kHeads, tid = threadIdx.x;
@@ -112,6 +113,7 @@ __global__ void __launch_bounds__(kThreads) tma_stream(const __grid_constant__ C
     if (tid == 0 && t + kStages < tiles) load(t + kStages, st);
   }
   if (acc.x == 0x12345678u) sink[blockIdx.x] = acc;
+#endif
 }
 
 struct Buffers {
@@ -202,6 +204,7 @@ void run() {
   ATTN_CUDA(cudaFuncSetAttribute(cp_async_stream<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem6));
   ATTN_CUDA(cudaFuncSetAttribute(tma_stream<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem3));
   ATTN_CUDA(cudaFuncSetAttribute(tma_stream<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem6));
+  const bool tma = prop.major >= 9;  // else the TMA columns read nan
   for (const bool graph : {false, true}) {
     std::printf("%s, %d SMs; us per launch (TB/s of K+V), %s\n", prop.name, sms,
                 graph ? "from a CUDA graph of 8 launches" : "each launch alone");
@@ -217,10 +220,10 @@ void run() {
           time_us(sets, graph, [&](const Buffers& b, cudaStream_t st) {
             cp_async_stream<6><<<ctas, kThreads, smem6, st>>>(b.k, b.v, s, rows, sink);
           }),
-          time_us(sets, graph, [&](const Buffers& b, cudaStream_t st) {
+          !tma ? NAN : time_us(sets, graph, [&](const Buffers& b, cudaStream_t st) {
             tma_stream<3><<<ctas, kThreads, smem3, st>>>(b.k_map, b.v_map, rows, sink);
           }),
-          time_us(sets, graph, [&](const Buffers& b, cudaStream_t st) {
+          !tma ? NAN : time_us(sets, graph, [&](const Buffers& b, cudaStream_t st) {
             tma_stream<6><<<ctas, kThreads, smem6, st>>>(b.k_map, b.v_map, rows, sink);
           })};
       std::printf("%5d %6d %8.1f |", ctas, rows, mb);
