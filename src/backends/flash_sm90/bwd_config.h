@@ -90,7 +90,11 @@ struct BwdConfig {
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
-  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "register file");
+  // setmaxnreg moves registers within the pool the CTA launched with (65536 / kThreads per thread, in steps
+  // of 8: 168): the consumers' increase waits, forever, for registers the producer did not give back (a
+  // producer at 32 hung the kernel).
+  static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (1 + kConsumers) * (65536 / kThreads / 8 * 8),
+                "setmaxnreg's split exceeds the launch's pool");
   static constexpr int kSmemQ = kBlockM * kDQK * 2, kSmemDo = kBlockM * kDV * 2;  // one stage
   static constexpr int kSmemK = kBlockN * kDQK * 2, kSmemV = kBlockN * kDV * 2;
   // dQ = dS.K over all the tile's keys, from both consumers' dS^T (two

@@ -34,7 +34,8 @@ struct FwdConfig {
   // producer must drop to 24 for them to reach 240 (at 32 they wait forever).
   static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 24;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
-  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "register file");
+  static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (1 + kConsumers) * (65536 / kThreads / 8 * 8),
+                "setmaxnreg's split exceeds the launch's pool");
   static constexpr int kSmemQ = kBlockM * kDQK * 2;
   static constexpr int kSmemK = kBlockN * kDQK * 2;  // one stage
   static constexpr int kSmemV = kBlockN * kDV * 2;
