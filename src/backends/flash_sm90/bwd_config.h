@@ -91,8 +91,7 @@ struct BwdConfig {
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
   // setmaxnreg moves registers within the pool the CTA launched with (65536 / kThreads per thread, in steps
-  // of 8: 168): the consumers' increase waits, forever, for registers the producer did not give back (a
-  // producer at 32 hung the kernel).
+  // of 8: 168): the consumers' increase waits, forever, for registers the producer did not give back.
   static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (1 + kConsumers) * (65536 / kThreads / 8 * 8),
                 "setmaxnreg's split exceeds the launch's pool");
   static constexpr int kSmemQ = kBlockM * kDQK * 2, kSmemDo = kBlockM * kDV * 2;  // one stage
