@@ -168,8 +168,6 @@ float time_us(const std::vector<Buffers>& sets, bool graph, Launch launch) {
 }
 
 void run() {
-  int sms;
-  ATTN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cudaDeviceProp prop;
   ATTN_CUDA(cudaGetDeviceProperties(&prop, 0));
   // (CTAs, rows each): b 8 2k one split / two splits, b 8 2k h 16/16 one split, b 1 32k (16 splits of 2k),
@@ -206,7 +204,7 @@ void run() {
   ATTN_CUDA(cudaFuncSetAttribute(tma_stream<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem6));
   const bool tma = prop.major >= 9;  // else the TMA columns read nan
   for (const bool graph : {false, true}) {
-    std::printf("%s, %d SMs; us per launch (TB/s of K+V), %s\n", prop.name, sms,
+    std::printf("%s, %d SMs; us per launch (TB/s of K+V), %s\n", prop.name, prop.multiProcessorCount,
                 graph ? "from a CUDA graph of 8 launches" : "each launch alone");
     std::printf("%5s %6s %8s | %16s %16s | %16s %16s\n", "CTAs", "rows", "MB", "cp.async 3", "cp.async 6", "TMA 3",
                 "TMA 6");

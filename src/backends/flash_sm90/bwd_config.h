@@ -4,6 +4,7 @@
 #pragma once
 
 #include "attn/mask_rule.h"  // ATTN_HOST_DEVICE
+#include "backends/flash_sm90/register_split.h"
 
 namespace attn::flash_sm90 {
 
@@ -90,9 +91,7 @@ struct BwdConfig {
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
-  // setmaxnreg moves registers within the pool the CTA launched with (65536 / kThreads per thread, in steps
-  // of 8: 168): the consumers' increase waits, forever, for registers the producer did not give back.
-  static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (1 + kConsumers) * (65536 / kThreads / 8 * 8),
+  static_assert(setmaxnreg_split_fits(kThreads, kProducerRegs, kConsumers, kConsumerRegs),
                 "setmaxnreg's split exceeds the launch's pool");
   static constexpr int kSmemQ = kBlockM * kDQK * 2, kSmemDo = kBlockM * kDV * 2;  // one stage
   static constexpr int kSmemK = kBlockN * kDQK * 2, kSmemV = kBlockN * kDV * 2;

@@ -3,6 +3,8 @@
 // Plain C++: no CUDA needed to include it.
 #pragma once
 
+#include "backends/flash_sm90/register_split.h"
+
 namespace attn::flash_sm90 {
 
 // One persistent CTA per SM walks the query tiles: a producer warpgroup (one
@@ -27,14 +29,12 @@ struct FwdConfig {
   static constexpr int kBlockN = kDQK <= 128 ? 128 : kDQK <= 192 ? 112 : 80;
   static constexpr int kStages = kDQK <= 64 ? 3 : 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  // setmaxnreg's split of the register file (65536 per SM, one CTA): the
-  // producer gives up what the consumers take, 128 threads per warpgroup.
-  // The pool is what the CTA launched with (threads x the launch bound's
-  // cap: 168 for 384 threads, 128 for 512), so with two consumers the
-  // producer must drop to 24 for them to reach 240 (at 32 they wait forever).
+  // setmaxnreg's split (register_split.h): the producer gives up what the
+  // consumers take, so with two consumers it drops to 24 for them to reach
+  // 240, with three to 32 for 160.
   static constexpr int kProducerRegs = kConsumers == 3 ? 32 : 24;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
-  static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (1 + kConsumers) * (65536 / kThreads / 8 * 8),
+  static_assert(setmaxnreg_split_fits(kThreads, kProducerRegs, kConsumers, kConsumerRegs),
                 "setmaxnreg's split exceeds the launch's pool");
   static constexpr int kSmemQ = kBlockM * kDQK * 2;
   static constexpr int kSmemK = kBlockN * kDQK * 2;  // one stage
